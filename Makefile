@@ -1,0 +1,139 @@
+# rpcscope top-level Makefile.
+#
+#   make              build the reference RPC with tracepoints (build/trace/)
+#   make TRACE=0      build it with tracepoints compiled out (build/notrace/)
+#   make bootstrap    install Debian packages and the Python venv (idempotent)
+#   make test         bootstrap if needed, then run every test
+#   make run          the main job on the local testbed
+#   make bench        benchmarks (not tests): null-RPC RTT against sockperf
+#   make fuzz-long    a long libFuzzer campaign (not part of make test)
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := all
+
+TRACE ?= 1
+CC ?= gcc
+BUILD := build/$(if $(filter 0,$(TRACE)),notrace,trace)
+GEN := build/gen
+VENV := .venv
+VENV_STAMP := $(VENV)/.rpcscope-bootstrap
+PY := $(VENV)/bin/python
+
+WARN := -Wall -Wextra -Werror
+CFLAGS ?= -O2 -g
+BASE_CFLAGS := $(WARN) -std=gnu11 -D_GNU_SOURCE -pthread -Irpc -I$(GEN) -fno-strict-aliasing
+ifeq ($(TRACE),0)
+TRACE_CFLAGS := -DRPCS_TRACE_ENABLED=0
+TRACE_LIBS :=
+TP_OBJ :=
+else
+TRACE_CFLAGS := -DRPCS_TRACE_ENABLED=1
+TRACE_LIBS := -llttng-ust -ldl
+TP_OBJ := $(BUILD)/obj/rpcscope_tp.o
+endif
+ALL_CFLAGS := $(BASE_CFLAGS) $(TRACE_CFLAGS) $(CFLAGS)
+LDLIBS := -pthread $(TRACE_LIBS)
+
+# The reference RPC: one library, two programs.
+RPC_MODULES := util wire marshal procs xport reasm replycache server client bench
+RPC_SRCS := $(addprefix rpc/,$(addsuffix .c,$(RPC_MODULES)))
+RPC_HDRS := $(wildcard rpc/*.h) $(GEN)/rpcscope_tp.h
+RPC_OBJS := $(patsubst rpc/%.c,$(BUILD)/obj/%.o,$(RPC_SRCS))
+RPC_LIB := $(BUILD)/librpcs.a
+BINS := $(BUILD)/bin/rpc-server $(BUILD)/bin/rpc-client
+
+C_TESTS := test_wire test_frag test_marshal test_reasm
+C_TEST_BINS := $(addprefix $(BUILD)/tests/,$(C_TESTS))
+
+GENERATED := $(GEN)/rpcscope_tp.h $(GEN)/rpcscope_tp.c tracepoints/catalog_gen.py
+
+.PHONY: all generate bootstrap test test-c test-asan test-fuzz test-py run bench fuzz-long clean lint
+all: $(GENERATED) $(BINS) $(C_TEST_BINS)
+
+generate: $(GENERATED)
+
+$(GENERATED) &: tracepoints/steps.toml tracepoints/gen_catalog.py
+	/usr/bin/python3 tracepoints/gen_catalog.py tracepoints/steps.toml \
+	    --c-header $(GEN)/rpcscope_tp.h --c-probe $(GEN)/rpcscope_tp.c --python tracepoints/catalog_gen.py
+
+$(BUILD)/obj/%.o: rpc/%.c $(RPC_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+# The provider is built without -Werror: its code is LTTng's macro expansion, not ours.
+$(BUILD)/obj/rpcscope_tp.o: $(GEN)/rpcscope_tp.c $(GEN)/rpcscope_tp.h
+	@mkdir -p $(@D)
+	$(CC) -O2 -g -fPIC -I$(GEN) -c -o $@ $<
+
+$(RPC_LIB): $(RPC_OBJS) $(TP_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/bin/rpc-%: rpc/%_main.c $(RPC_LIB) $(RPC_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(RPC_LIB) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/c/%.c tests/c/check.h $(RPC_LIB) $(RPC_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -Itests/c -o $@ $< $(RPC_LIB) $(LDLIBS)
+
+# ---------------------------------------------------------------- sanitizers and fuzzing
+ASAN_DIR := build/asan
+ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+FUZZ_DIR := build/fuzz
+FUZZ_SECONDS ?= 20
+
+$(ASAN_DIR)/%: tests/c/%.c tests/c/check.h $(RPC_SRCS) $(RPC_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(BASE_CFLAGS) -DRPCS_TRACE_ENABLED=0 $(ASAN_FLAGS) -Itests/c -o $@ $< $(RPC_SRCS) -pthread
+
+$(FUZZ_DIR)/fuzz_pdu: tests/c/fuzz_pdu.c $(RPC_SRCS) $(RPC_HDRS)
+	@mkdir -p $(@D)
+	clang $(BASE_CFLAGS) -DRPCS_TRACE_ENABLED=0 -O1 -g -fsanitize=fuzzer,address,undefined -o $@ tests/c/fuzz_pdu.c $(RPC_SRCS) -pthread
+
+# ---------------------------------------------------------------- bootstrap, tests, jobs
+$(VENV_STAMP): pyproject.toml scripts/bootstrap.sh
+	bash scripts/bootstrap.sh
+	touch $@
+
+bootstrap:
+	bash scripts/bootstrap.sh
+	@touch $(VENV_STAMP)
+
+test-c: all
+	@set -e; for t in $(C_TEST_BINS); do echo "== $$t"; $$t; done
+
+test-asan: $(addprefix $(ASAN_DIR)/,$(C_TESTS))
+	@set -e; for t in $^; do echo "== $$t (ASan+UBSan)"; $$t; done
+
+test-fuzz: $(FUZZ_DIR)/fuzz_pdu
+	@mkdir -p $(FUZZ_DIR)/corpus
+	$(FUZZ_DIR)/fuzz_pdu -max_total_time=$(FUZZ_SECONDS) -max_len=70000 -rss_limit_mb=1024 \
+	    $(FUZZ_DIR)/corpus tests/c/fuzz_seeds 2>&1 | tail -n 3
+
+test-py: $(VENV_STAMP) all
+	$(MAKE) TRACE=0 all
+	$(PY) -m pytest -q tests/python
+
+test: $(VENV_STAMP)
+	$(MAKE) all
+	$(MAKE) TRACE=0 all
+	$(MAKE) test-c
+	$(MAKE) test-asan
+	$(MAKE) test-fuzz
+	$(PY) -m pytest -q -p no:cacheprovider tests/python
+
+run: $(VENV_STAMP) all
+	$(MAKE) TRACE=0 all
+	$(VENV)/bin/rpcscope run
+
+bench: $(VENV_STAMP) all
+	$(MAKE) TRACE=0 all
+	$(PY) -m rpcscope.benchmarks.null_rtt
+
+fuzz-long: $(FUZZ_DIR)/fuzz_pdu
+	@mkdir -p $(FUZZ_DIR)/corpus
+	$(FUZZ_DIR)/fuzz_pdu -max_total_time=$${FUZZ_LONG_SECONDS:-3600} -max_len=70000 $(FUZZ_DIR)/corpus tests/c/fuzz_seeds
+
+clean:
+	rm -rf build tracepoints/catalog_gen.py

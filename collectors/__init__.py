@@ -1,0 +1,1 @@
+"""rpcscope.collectors: see collectors/README.md (filled in by its issue)."""

@@ -1,0 +1,1 @@
+"""rpcscope.reports: see reports/README.md (filled in by its issue)."""

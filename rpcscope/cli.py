@@ -1,0 +1,51 @@
+"""The rpcscope command line: one program, one subcommand per job.
+
+Each subcommand lives in its own module, which defines
+    register(subparsers) -> argparse parser with set_defaults(func=...)
+and func(args) returns the exit status.
+"""
+import argparse
+import importlib
+import sys
+
+from .output import UserError
+
+# Modules that provide subcommands, in the order `rpcscope --help` lists them.
+COMMAND_MODULES = [
+    "rpcscope.bench_null",
+]
+
+EPILOG = """examples:
+  rpcscope bench-null --calls 20000        null-RPC RTT next to sockperf
+  rpcscope COMMAND --help                  help and examples for one command
+"""
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(
+        prog="rpcscope", description="Where does the time go in an RPC, step by step, on today's Linux?",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return ap
+
+
+def main(argv=None):
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if not getattr(args, "func", None):
+        ap.print_help()
+        return 2
+    try:
+        return args.func(args) or 0
+    except UserError as e:
+        print(f"rpcscope {args.command}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"rpcscope {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

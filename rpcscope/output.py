@@ -1,0 +1,36 @@
+"""Shared output helpers for CLI commands: a human table or JSON, and clear errors."""
+import json
+import sys
+
+
+class UserError(Exception):
+    """An error the user can fix; the CLI prints it without a traceback and exits 2."""
+
+
+def table(rows, columns, out=sys.stdout):
+    """Print rows (dicts) as an aligned text table with the given column keys."""
+    cells = [[_fmt(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)), file=out)
+    print("  ".join("-" * w for w in widths), file=out)
+    for row in cells:
+        print("  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(row, widths)), file=out)
+
+
+def emit_json(obj, out=sys.stdout):
+    json.dump(obj, out, indent=2, sort_keys=False, default=str)
+    out.write("\n")
+
+
+def _fmt(v):
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+def _numeric(s):
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False

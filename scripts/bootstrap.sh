@@ -10,7 +10,8 @@ PACKAGES=(
   build-essential clang llvm libclang-rt-14-dev pkg-config
   lttng-tools liblttng-ust-dev babeltrace2 python3-bt2 linux-perf
   python3-venv python3-dev sockperf
-  openssh-server openssh-client iproute2 nftables procps psmisc
+  openssh-server openssh-client openssh-sftp-server iproute2 nftables procps psmisc
+  util-linux git tar
 )
 
 if [ "$(id -u)" -ne 0 ]; then

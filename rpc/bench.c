@@ -1,0 +1,309 @@
+#include "bench.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "procs.h"
+#include "util.h"
+#include "wire.h"
+
+struct bench_thread {
+    const struct bench_config *cfg;
+    int index;
+    uint64_t *samples;
+    uint64_t nsamples, errors, mismatches, first_ns, last_counter;
+    struct client_stats stats;
+    int cpu;
+    char error[256];
+    uint64_t start_ns, end_ns;
+};
+
+/* The workload's arguments, varied per call so that a stale reply cannot pass the check. */
+struct workload {
+    uint8_t *data;
+    int32_t *ints;
+    char *s1, *s2;
+    int64_t int_sum;
+};
+
+static int workload_init(struct workload *w, int proc, uint32_t size)
+{
+    memset(w, 0, sizeof *w);
+    w->data = malloc(size + 4);
+    w->ints = malloc(((size_t)size + 1) * sizeof(int32_t));
+    w->s1 = malloc(size / 2 + 1);
+    w->s2 = malloc(size - size / 2 + 1);
+    if (!w->data || !w->ints || !w->s1 || !w->s2)
+        return util_fail(UTIL_ENOMEM, "malloc(workload of %u bytes)", size);
+    for (uint32_t i = 0; i < size; i++)
+        w->data[i] = (uint8_t)(i * 29u + 3u);
+    for (uint32_t i = 0; i < size; i++) {
+        w->ints[i] = (int32_t)(i * 7919u) - 100000;
+        w->int_sum += w->ints[i];
+    }
+    for (uint32_t i = 0; i < size / 2; i++)
+        w->s1[i] = (char)('a' + i % 26);
+    for (uint32_t i = 0; i < size - size / 2; i++)
+        w->s2[i] = (char)('A' + i % 26);
+    (void)proc;
+    return UTIL_OK;
+}
+
+static void workload_free(struct workload *w)
+{
+    free(w->data);
+    free(w->ints);
+    free(w->s1);
+    free(w->s2);
+}
+
+static void make_args(struct workload *w, int proc, uint32_t size, uint32_t seq, struct proc_args *a)
+{
+    memset(a, 0, sizeof *a);
+    switch (proc) {
+    case PROC_MAXRESULT: a->n = size; break;
+    case PROC_ADD: a->a = (int32_t)seq; a->b = 1000; break;
+    case PROC_SUM: a->ints = w->ints; a->nints = size; break;
+    case PROC_CONCAT: a->s1 = w->s1; a->len1 = size / 2; a->s2 = w->s2; a->len2 = size - size / 2; break;
+    default:
+        if (size >= 4)
+            memcpy(w->data, &seq, 4);
+        a->data = w->data;
+        a->len = size;
+        break;
+    }
+}
+
+/* 0 if the result is what the procedure must return for these arguments. */
+static int check_result(const struct workload *w, int proc, const struct proc_args *a, const struct proc_result *r,
+                        uint64_t *last_counter)
+{
+    switch (proc) {
+    case PROC_INCR:
+        if (r->counter <= *last_counter)
+            return util_fail(UTIL_EMISMATCH, "incr returned %llu after %llu", (unsigned long long)r->counter,
+                             (unsigned long long)*last_counter);
+        *last_counter = r->counter;
+        return UTIL_OK;
+    case PROC_MAXRESULT:
+        if (r->len != a->n)
+            return util_fail(UTIL_EMISMATCH, "maxresult returned %u bytes, asked %u", r->len, a->n);
+        for (uint32_t i = 0; i < r->len; i++)
+            if (r->data[i] != proc_pattern_byte(i))
+                return util_fail(UTIL_EMISMATCH, "maxresult byte %u differs", i);
+        return UTIL_OK;
+    case PROC_ADD:
+        return r->i == (int32_t)((uint32_t)a->a + (uint32_t)a->b) ? UTIL_OK
+               : util_fail(UTIL_EMISMATCH, "add(%d, %d) returned %d", a->a, a->b, r->i);
+    case PROC_SUM:
+        return r->sum == w->int_sum ? UTIL_OK : util_fail(UTIL_EMISMATCH, "sum returned %lld", (long long)r->sum);
+    case PROC_CONCAT:
+        if (r->len != a->len1 + a->len2 || memcmp(r->data, a->s1, a->len1) ||
+            memcmp(r->data + a->len1, a->s2, a->len2))
+            return util_fail(UTIL_EMISMATCH, "concat returned the wrong string (%u bytes)", r->len);
+        return UTIL_OK;
+    case PROC_ECHO:
+        if (r->len != a->len || (uint32_t)r->i != a->len || memcmp(r->data, a->data, a->len))
+            return util_fail(UTIL_EMISMATCH, "echo returned different bytes (%u of %u)", r->len, a->len);
+        return UTIL_OK;
+    case PROC_COURIER:
+        return (uint32_t)r->i == a->len ? UTIL_OK : util_fail(UTIL_EMISMATCH, "courier returned %d", r->i);
+    default:
+        return UTIL_OK;
+    }
+}
+
+static void *bench_thread_main(void *arg)
+{
+    struct bench_thread *t = arg;
+    const struct bench_config *cfg = t->cfg;
+    struct client c;
+    struct workload w;
+    struct proc_args a;
+    struct proc_result r;
+    uint64_t stop_at;
+    int rc;
+
+    if (cfg->ncpus && util_pin_cpu(cfg->cpus[t->index % cfg->ncpus])) {
+        snprintf(t->error, sizeof t->error, "%s", util_error());
+        return NULL;
+    }
+    if (workload_init(&w, cfg->proc, cfg->size) || client_open(&c, &cfg->client, (uint64_t)t->index + 1)) {
+        snprintf(t->error, sizeof t->error, "%s", util_error());
+        t->errors++;
+        workload_free(&w);
+        return NULL;
+    }
+    stop_at = util_now_ns() + (uint64_t)(cfg->max_seconds * 1e9);
+    for (uint64_t i = 0; i < 1 + cfg->warmup + cfg->calls; i++) {
+        uint64_t t0, t1;
+        make_args(&w, cfg->proc, cfg->size, c.seq + 1, &a);
+        t0 = util_now_ns();
+        rc = proc_call(&c, cfg->proc, &a, &r);
+        t1 = util_now_ns();
+        if (i == 0)
+            t->start_ns = t1;
+        if (!rc && cfg->check)
+            rc = check_result(&w, cfg->proc, &a, &r, &t->last_counter);
+        if (rc) {
+            if (!t->error[0])
+                snprintf(t->error, sizeof t->error, "%s", util_error());
+            if (rc == UTIL_EMISMATCH)
+                t->mismatches++;
+            else
+                t->errors++;
+            if (rc == UTIL_ESYS || rc == UTIL_ETIMEDOUT)
+                break; /* the binding is unusable or the server is gone */
+        } else if (cfg->proc == PROC_INCR && !cfg->check) {
+            t->last_counter = r.counter;
+        }
+        if (i == 0)
+            t->first_ns = t1 - t0;
+        else if (i > cfg->warmup && !rc)
+            t->samples[t->nsamples++] = t1 - t0;
+        t->end_ns = t1;
+        if (t1 > stop_at)
+            break;
+    }
+    t->stats = c.stats;
+    t->cpu = util_current_cpu();
+    client_close(&c);
+    workload_free(&w);
+    return NULL;
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+int bench_run(const struct bench_config *cfg, struct bench_result *res)
+{
+    struct bench_thread *ts = calloc((size_t)cfg->threads, sizeof *ts);
+    uint64_t *all = NULL, n = 0, start = UINT64_MAX, end = 0;
+    int rc = UTIL_OK, started = 0;
+    pthread_t tids[BENCH_MAX_THREADS];
+
+    memset(res, 0, sizeof *res);
+    if (!ts)
+        return util_fail(UTIL_ENOMEM, "calloc(bench threads)");
+    for (int i = 0; i < cfg->threads; i++) {
+        ts[i].cfg = cfg;
+        ts[i].index = i;
+        ts[i].samples = malloc((cfg->calls + 1) * sizeof(uint64_t));
+        if (!ts[i].samples) {
+            rc = util_fail(UTIL_ENOMEM, "malloc(%llu samples)", (unsigned long long)cfg->calls);
+            goto out;
+        }
+    }
+    for (int i = 0; i < cfg->threads; i++) {
+        int e = pthread_create(&tids[i], NULL, bench_thread_main, &ts[i]);
+        if (e) {
+            rc = util_fail(UTIL_ESYS, "pthread_create(client thread %d) failed", i);
+            break;
+        }
+        started++;
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(tids[i], NULL);
+    if (rc)
+        goto out;
+    all = malloc((cfg->calls * (uint64_t)cfg->threads + 1) * sizeof *all);
+    if (!all) {
+        rc = util_fail(UTIL_ENOMEM, "malloc(samples)");
+        goto out;
+    }
+    for (int i = 0; i < cfg->threads; i++) {
+        struct bench_thread *t = &ts[i];
+        memcpy(all + n, t->samples, t->nsamples * sizeof *all);
+        n += t->nsamples;
+        res->errors += t->errors;
+        res->mismatches += t->mismatches;
+        if (t->last_counter > res->last_counter)
+            res->last_counter = t->last_counter;
+        res->client.calls += t->stats.calls;
+        res->client.timeouts += t->stats.timeouts;
+        res->client.pings += t->stats.pings;
+        res->client.retransmitted_frags += t->stats.retransmitted_frags;
+        res->client.stale_packets += t->stats.stale_packets;
+        res->client.bad_packets += t->stats.bad_packets;
+        res->client.acks += t->stats.acks;
+        res->client.rejects += t->stats.rejects;
+        res->placement[i] = t->cpu;
+        if (t->start_ns && t->start_ns < start)
+            start = t->start_ns;
+        if (t->end_ns > end)
+            end = t->end_ns;
+        if (t->error[0] && !res->first_error[0])
+            snprintf(res->first_error, sizeof res->first_error, "%s", t->error);
+    }
+    res->first_call_ns = ts[0].first_ns;
+    res->calls = n;
+    if (n) {
+        double sum = 0;
+        qsort(all, n, sizeof *all, cmp_u64);
+        for (uint64_t i = 0; i < n; i++)
+            sum += (double)all[i];
+        res->min_ns = all[0];
+        res->max_ns = all[n - 1];
+        res->p50_ns = all[(n - 1) * 50 / 100];
+        res->p90_ns = all[(n - 1) * 90 / 100];
+        res->p99_ns = all[(n - 1) * 99 / 100];
+        res->mean_ns = sum / (double)n;
+    }
+    res->wall_s = end > start ? (double)(end - start) / 1e9 : 0;
+    res->calls_per_s = res->wall_s > 0 ? (double)n / res->wall_s : 0;
+out:
+    for (int i = 0; i < cfg->threads; i++)
+        free(ts[i].samples);
+    free(ts);
+    free(all);
+    return rc;
+}
+
+void bench_print(const struct bench_config *cfg, const struct bench_result *r, FILE *f, int json)
+{
+    const char *wire = cfg->client.drep == WIRE_DREP_BIG ? "network" : "native";
+    const char *wait = cfg->client.busy_poll ? "busy" : "block";
+    if (json) {
+        fprintf(f, "{\"transport\": \"%s\", \"proc\": \"%s\", \"size\": %u, \"calls\": %llu, \"errors\": %llu, "
+                   "\"mismatches\": %llu, \"threads\": %d, \"wait\": \"%s\", \"wire\": \"%s\", \"max_pdu\": %u, "
+                   "\"first_call_ns\": %llu, \"rtt_ns\": {\"min\": %llu, \"p50\": %llu, \"mean\": %.1f, "
+                   "\"p90\": %llu, \"p99\": %llu, \"max\": %llu}, \"calls_per_s\": %.1f, \"wall_s\": %.6f, "
+                   "\"last_counter\": %llu, \"client_stats\": {\"timeouts\": %llu, \"pings\": %llu, "
+                   "\"retransmitted_frags\": %llu, \"stale_packets\": %llu, \"bad_packets\": %llu, "
+                   "\"acks\": %llu, \"rejects\": %llu}, \"cpus\": [",
+                xport_kind_name(cfg->client.transport), proc_name(cfg->proc), cfg->size,
+                (unsigned long long)r->calls, (unsigned long long)r->errors, (unsigned long long)r->mismatches,
+                cfg->threads, wait, wire, cfg->client.max_pdu, (unsigned long long)r->first_call_ns,
+                (unsigned long long)r->min_ns, (unsigned long long)r->p50_ns, r->mean_ns,
+                (unsigned long long)r->p90_ns, (unsigned long long)r->p99_ns, (unsigned long long)r->max_ns,
+                r->calls_per_s, r->wall_s, (unsigned long long)r->last_counter,
+                (unsigned long long)r->client.timeouts, (unsigned long long)r->client.pings,
+                (unsigned long long)r->client.retransmitted_frags, (unsigned long long)r->client.stale_packets,
+                (unsigned long long)r->client.bad_packets, (unsigned long long)r->client.acks,
+                (unsigned long long)r->client.rejects);
+        for (int i = 0; i < cfg->threads; i++)
+            fprintf(f, "%s%d", i ? ", " : "", r->placement[i]);
+        fprintf(f, "], \"first_error\": \"");
+        for (const char *p = r->first_error; *p; p++)
+            fprintf(f, *p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+        fprintf(f, "\"}\n");
+        return;
+    }
+    fprintf(f, "rpc-client: %s %s size=%u threads=%d wait=%s wire=%s max_pdu=%u\n", xport_kind_name(cfg->client.transport),
+            proc_name(cfg->proc), cfg->size, cfg->threads, wait, wire, cfg->client.max_pdu);
+    fprintf(f, "first call: %.1f us\n", (double)r->first_call_ns / 1e3);
+    fprintf(f, "%-8s %10s %10s %10s %10s %10s %10s %12s\n", "rtt (us)", "min", "p50", "mean", "p90", "p99", "max",
+            "calls/s");
+    fprintf(f, "%-8s %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %12.0f\n", "", (double)r->min_ns / 1e3,
+            (double)r->p50_ns / 1e3, r->mean_ns / 1e3, (double)r->p90_ns / 1e3, (double)r->p99_ns / 1e3,
+            (double)r->max_ns / 1e3, r->calls_per_s);
+    fprintf(f, "calls %llu, errors %llu, mismatches %llu, timeouts %llu, retransmitted fragments %llu\n",
+            (unsigned long long)r->calls, (unsigned long long)r->errors, (unsigned long long)r->mismatches,
+            (unsigned long long)r->client.timeouts, (unsigned long long)r->client.retransmitted_frags);
+    if (r->first_error[0])
+        fprintf(f, "first error: %s\n", r->first_error);
+}

@@ -1,0 +1,43 @@
+/* The client's benchmark front end: build a workload for a procedure and a
+ * size, run warm-up and measured calls on one or more threads (each with its
+ * own binding, optionally pinned), check every result, and summarise the
+ * round-trip times: the first call apart (DCE's "first RPC"), then min, p50,
+ * mean, p90, p99, max and calls per second. */
+#ifndef RPCS_BENCH_H
+#define RPCS_BENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "client.h"
+
+#define BENCH_MAX_THREADS 64
+#define BENCH_MAX_CALLS 10000000ull
+
+struct bench_config {
+    struct client_config client;
+    int proc;
+    uint32_t size;
+    uint64_t calls, warmup;
+    int threads;
+    int cpus[BENCH_MAX_THREADS];
+    int ncpus;
+    int check;             /* verify every result byte for byte */
+    double max_seconds;    /* stop measuring after this long, whatever the count */
+};
+
+struct bench_result {
+    uint64_t calls, errors, mismatches;
+    uint64_t first_call_ns;
+    uint64_t min_ns, p50_ns, p90_ns, p99_ns, max_ns;
+    double mean_ns, calls_per_s, wall_s;
+    uint64_t last_counter; /* incr: the counter after this run's last call */
+    struct client_stats client;
+    int placement[BENCH_MAX_THREADS]; /* CPU each thread ran on at the end */
+    char first_error[256];
+};
+
+int bench_run(const struct bench_config *cfg, struct bench_result *res);
+void bench_print(const struct bench_config *cfg, const struct bench_result *res, FILE *f, int json);
+
+#endif

@@ -1,0 +1,145 @@
+/* rpc-server: the reference RPC server. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+#include "util.h"
+#include "wire.h"
+#include "xport.h"
+
+static struct server *the_server;
+
+static void on_signal(int sig)
+{
+    if (!the_server)
+        return;
+    if (sig == SIGUSR1)
+        server_request_stats(the_server);
+    else
+        server_request_stop(the_server);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: rpc-server [options]\n"
+            "Serve the reference RPC's procedures over UDP and TCP until SIGINT/SIGTERM\n"
+            "or --duration; statistics are printed on exit and on SIGUSR1.\n\n"
+            "  --bind ADDR            IPv4 address to listen on (default 127.0.0.1)\n"
+            "  --port N               UDP and TCP port (default 7100)\n"
+            "  --transport T          udp, tcp or both (default both)\n"
+            "  --executors N          executor threads; 0 = inline mode on the listener (default 2)\n"
+            "  --cpu LIST             pin: listener on the first CPU, executors round robin\n"
+            "  --max-pdu N            UDP PDU limit, header included (default 4096)\n"
+            "  --max-msg N            largest request or reply body (default 262144)\n"
+            "  --reply-cache N        at-most-once entries (default 1024)\n"
+            "  --reply-cache-bytes N  bytes of cached replies (default 8388608)\n"
+            "  --reasm-slots N        requests reassembled at once (default 64)\n"
+            "  --reasm-bytes N        bytes held for reassembly (default 8388608)\n"
+            "  --reasm-timeout-ms N   drop a partial request idle this long (default 2000)\n"
+            "  --queue N              calls waiting for an executor (default 256)\n"
+            "  --max-conns N          TCP connections (default 64)\n"
+            "  --duration S           exit after S seconds (default: run until signalled)\n"
+            "  --ready-file PATH      write \"PID PORT\" here once listening\n"
+            "  --stats-json PATH      write the statistics as JSON here on exit\n"
+            "  --drop-rate P          TEST ONLY: drop this fraction of datagrams sent (0..0.5)\n"
+            "  --drop-seed N          TEST ONLY: seed for --drop-rate\n\n"
+            "example: rpc-server --executors 0 --cpu 0 --duration 60\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "bind", 1, 0, 'b' },          { "port", 1, 0, 'p' },          { "transport", 1, 0, 't' },
+        { "executors", 1, 0, 'e' },     { "cpu", 1, 0, 'C' },           { "max-pdu", 1, 0, 'm' },
+        { "max-msg", 1, 0, 'M' },       { "reply-cache", 1, 0, 'r' },   { "reply-cache-bytes", 1, 0, 'R' },
+        { "reasm-slots", 1, 0, 'a' },   { "reasm-bytes", 1, 0, 'A' },   { "reasm-timeout-ms", 1, 0, 'o' },
+        { "queue", 1, 0, 'q' },         { "max-conns", 1, 0, 'c' },     { "duration", 1, 0, 'd' },
+        { "ready-file", 1, 0, 'y' },    { "stats-json", 1, 0, 'J' },    { "drop-rate", 1, 0, 'D' },
+        { "drop-seed", 1, 0, 'E' },     { "help", 0, 0, 'h' },          { 0, 0, 0, 0 },
+    };
+    struct server_config cfg;
+    struct server_stats st;
+    struct sigaction sa;
+    int opt, rc = UTIL_OK;
+    uint64_t v;
+
+    server_config_defaults(&cfg);
+    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'b': cfg.bind = optarg; break;
+        case 'p': rc = util_parse_u64(optarg, 1, 65535, &v); cfg.port = (uint16_t)v; break;
+        case 't':
+            if (!strcmp(optarg, "both")) cfg.udp = cfg.tcp = 1;
+            else if (!strcmp(optarg, "udp")) { cfg.udp = 1; cfg.tcp = 0; }
+            else if (!strcmp(optarg, "tcp")) { cfg.udp = 0; cfg.tcp = 1; }
+            else rc = util_fail(UTIL_EINVAL, "--transport must be udp, tcp or both");
+            break;
+        case 'e': rc = util_parse_u64(optarg, 0, 64, &v); cfg.executors = (int)v; break;
+        case 'C':
+            rc = util_parse_cpu_list(optarg, cfg.cpus, SERVER_MAX_CPUS);
+            if (rc > 0) {
+                cfg.ncpus = rc;
+                rc = UTIL_OK;
+            }
+            break;
+        case 'm': rc = util_parse_u64(optarg, WIRE_MIN_MAX_PDU, WIRE_MAX_MAX_PDU, &v); cfg.max_pdu = (uint32_t)v; break;
+        case 'M': rc = util_parse_u64(optarg, 64, 64u << 20, &v); cfg.max_msg = (uint32_t)v; break;
+        case 'r': rc = util_parse_u64(optarg, 1, 1u << 24, &v); cfg.reply_cache = (uint32_t)v; break;
+        case 'R': rc = util_parse_u64(optarg, 0, 1ull << 34, &v); cfg.reply_bytes = v; break;
+        case 'a': rc = util_parse_u64(optarg, 1, 1u << 16, &v); cfg.reasm_slots = (uint32_t)v; break;
+        case 'A': rc = util_parse_u64(optarg, 0, 1ull << 34, &v); cfg.reasm_bytes = v; break;
+        case 'o': rc = util_parse_u64(optarg, 1, 3600000, &v); cfg.reasm_timeout_ms = (uint32_t)v; break;
+        case 'q': rc = util_parse_u64(optarg, 1, 1u << 20, &v); cfg.queue = (uint32_t)v; break;
+        case 'c': rc = util_parse_u64(optarg, 0, 4096, &v); cfg.max_conns = (uint32_t)v; break;
+        case 'd': rc = util_parse_double(optarg, 0, 86400 * 7, &cfg.duration); break;
+        case 'y': cfg.ready_file = optarg; break;
+        case 'J': cfg.stats_json = optarg; break;
+        case 'D': rc = util_parse_double(optarg, 0, 0.5, &cfg.drop_rate); break;
+        case 'E': rc = util_parse_u64(optarg, 0, UINT64_MAX, &cfg.drop_seed); break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (rc) {
+            fprintf(stderr, "rpc-server: %s\n", util_error());
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "rpc-server: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+    rc = server_create(&cfg, &the_server);
+    if (rc) {
+        fprintf(stderr, "rpc-server: %s\n", util_error());
+        return 1;
+    }
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    rc = server_run(the_server);
+    if (rc)
+        fprintf(stderr, "rpc-server: %s\n", util_error());
+    server_get_stats(the_server, &st);
+    fprintf(stderr, "rpc-server statistics:\n");
+    server_print_stats(&st, stderr, 0);
+    if (cfg.stats_json) {
+        FILE *f = fopen(cfg.stats_json, "w");
+        if (f) {
+            server_print_stats(&st, f, 1);
+            fclose(f);
+        } else {
+            perror("rpc-server: fopen(--stats-json)");
+            rc = rc ? rc : UTIL_ESYS;
+        }
+    }
+    server_destroy(the_server);
+    the_server = NULL;
+    return rc ? 1 : 0;
+}

@@ -125,11 +125,11 @@ test: $(VENV_STAMP)
 
 run: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all
-	$(VENV)/bin/rpcscope run
+	$(VENV)/bin/rpcscope bench-null
 
 bench: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all
-	$(PY) -m rpcscope.benchmarks.null_rtt
+	$(PY) -m rpcscope.bench_null
 
 fuzz-long: $(FUZZ_DIR)/fuzz_pdu
 	@mkdir -p $(FUZZ_DIR)/corpus

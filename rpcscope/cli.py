@@ -13,6 +13,8 @@ from .output import UserError
 # Modules that provide subcommands, in the order `rpcscope --help` lists them.
 COMMAND_MODULES = [
     "rpcscope.bench_null",
+    "rpcscope.testbed",
+    "rpcscope.deploy",
 ]
 
 EPILOG = """examples:

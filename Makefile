@@ -121,6 +121,7 @@ test: $(VENV_STAMP)
 	$(MAKE) test-c
 	$(MAKE) test-asan
 	$(MAKE) test-fuzz
+	$(MAKE) test-stubs
 	$(PY) -m pytest -q -p no:cacheprovider tests/python
 
 run: $(VENV_STAMP) all
@@ -137,3 +138,5 @@ fuzz-long: $(FUZZ_DIR)/fuzz_pdu
 
 clean:
 	rm -rf build tracepoints/catalog_gen.py
+
+include stubs/stubs.mk

@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "rpcscope.bench_null",
     "rpcscope.testbed",
     "rpcscope.deploy",
+    "rpcscope.stubs.cli",
 ]
 
 EPILOG = """examples:

@@ -115,6 +115,11 @@ test-py: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all
 	$(PY) -m pytest -q tests/python
 
+# ansible-lint, production profile, over ansible/ (playbooks, roles, example inventory).
+.PHONY: lint-ansible
+lint-ansible: $(VENV_STAMP)
+	cd ansible && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ../$(VENV)/bin/ansible-lint -q
+
 test: $(VENV_STAMP)
 	$(MAKE) all
 	$(MAKE) TRACE=0 all
@@ -122,6 +127,7 @@ test: $(VENV_STAMP)
 	$(MAKE) test-asan
 	$(MAKE) test-fuzz
 	$(MAKE) test-stubs
+	$(MAKE) lint-ansible
 	$(PY) -m pytest -q -p no:cacheprovider tests/python
 
 run: $(VENV_STAMP) all

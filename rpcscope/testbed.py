@@ -43,6 +43,10 @@ DEFAULT_CLIENT, DEFAULT_SERVER = "rpcs-client", "rpcs-server"
 SSHD_PORT = 22
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 PRIVSEP_DIR = pathlib.Path("/run/sshd")
+# What the Ansible roles install on a local testbed host. The hosts share this
+# machine's filesystem, so the inventory gives each host its own directories;
+# `down` removes them so that the machine is left as it was.
+HOST_FILE_ROOTS = (pathlib.Path("/opt/rpcscope"), pathlib.Path("/var/lib/rpcscope"))
 CMD_TIMEOUT = 20          # seconds for any one command the testbed runs
 SYS_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -401,7 +405,18 @@ def teardown(st, say=print):
         run([tool("ip"), "link", "del", "dev", BRIDGE], check=False)
         removed.append(f"bridge {BRIDGE}")
 
-    # 5. Files: the privilege separation dir if we made it, the inventory, the state dir.
+    # 5. Files: what deploy installed per host, the privilege separation dir if
+    #    we made it, the inventory, the state dir.
+    for root in HOST_FILE_ROOTS:
+        for n in sorted(names):
+            d = root / n
+            if d.is_dir() and not d.is_symlink():
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(f"host files {d}")
+        try:
+            root.rmdir()     # only when nothing else lives there
+        except OSError:
+            pass
     if st and st.get("created_privsep_dir") and PRIVSEP_DIR.is_dir():
         try:
             PRIVSEP_DIR.rmdir()

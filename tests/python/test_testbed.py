@@ -1,0 +1,264 @@
+"""The two-host testbed and its Ansible deployment, for real: namespaces, sshd, ansible-playbook.
+
+One module-scoped testbed goes through the whole life cycle, in order:
+up (twice: idempotent), repair after a crash, deploy (twice: the second
+changes nothing), smoke.yml, a 4000-byte echo unshaped and at 10mbit,
+teardown.yml, down (nothing left), and up over a crashed run's leftovers.
+Bad input (address clash, missing tool, non-root, bad options) must fail
+with a clear message and build nothing.
+
+Safety: every address is in 198.18.0.0/15 inside namespaces the test creates
+(or on lo, for the clash check); every command has a timeout; the fixture
+runs `rpcscope testbed down` even when a test fails.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BIN = pathlib.Path(sys.executable).parent
+RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
+STATE_DIR = pathlib.Path("/run/rpcscope/testbed")
+INVENTORY = REPO / "ansible" / "inventories" / "local" / "hosts.yml"
+CLIENT, SERVER = "rpcs-client", "rpcs-server"
+CLIENT_ADDR, SERVER_ADDR = "198.18.0.2", "198.18.0.3"
+
+pytestmark = [
+    pytest.mark.testbed,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root"),
+    pytest.mark.skipif(not all(shutil.which(t, path="/usr/sbin:/usr/bin:/sbin:/bin") for t in ("ip", "tc", "sshd")),
+                       reason="needs iproute2 and openssh-server (make bootstrap)"),
+]
+
+
+def rpcscope(*args, timeout=120, env=None, check=True, user=None):
+    argv = RPCSCOPE + list(args)
+    if user:
+        argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] + argv
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                       env={**os.environ, **(env or {})})
+    if check:
+        assert p.returncode == 0, f"rpcscope {' '.join(args)} exited {p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def rpcscope_json(*args, timeout=120):
+    p = rpcscope(*args, "--json", timeout=timeout)
+    return json.loads(p.stdout)
+
+
+def ansible_playbook(playbook, *extra, timeout=300):
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(INVENTORY), playbook, *extra],
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO / "ansible", env=env)
+
+
+def sh(*argv, timeout=30, check=False):
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=check)
+
+
+def leftovers():
+    """Everything of the testbed that could remain on this machine."""
+    found = []
+    found += [f"netns {n}" for n in sh("ip", "netns", "list").stdout.split() if n.startswith("rpcs-")]
+    for line in sh("ip", "-o", "link", "show").stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0]
+        if name.startswith("rpcs-"):
+            found.append(f"link {name}")
+    if "rpcscope_testbed" in sh("nft", "list", "tables").stdout:
+        found.append("nft table")
+    for pid in sh("pgrep", "-f", "sshd.*rpcscope/testbed").stdout.split():
+        try:
+            state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":   # a killed daemon's zombie, waiting for init to reap it, is not running
+            found.append(f"sshd {pid}")
+    host_dirs = [pathlib.Path(root) / h for root in ("/opt/rpcscope", "/var/lib/rpcscope") for h in (CLIENT, SERVER)]
+    for p in [STATE_DIR, INVENTORY, *host_dirs]:
+        if p.exists():
+            found.append(str(p))
+    return found
+
+
+def rtt_p50_echo4000(calls=60):
+    """p50 RTT (ns) of a 4000-byte echo from the client host to the server host, across the link."""
+    server_bin = f"/opt/rpcscope/{SERVER}/bin/rpc-server"
+    client_bin = f"/opt/rpcscope/{CLIENT}/bin/rpc-client"
+    ready = STATE_DIR / "echo-test.ready"
+    ready.unlink(missing_ok=True)
+    srv = subprocess.Popen(["ip", "netns", "exec", SERVER, server_bin, "--bind", SERVER_ADDR, "--port", "7101",
+                            "--transport", "udp", "--duration", "60", "--ready-file", str(ready)],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 15
+        while not ready.exists() and time.monotonic() < deadline and srv.poll() is None:
+            time.sleep(0.02)
+        assert ready.exists(), "rpc-server did not become ready in the server namespace"
+        p = sh("ip", "netns", "exec", CLIENT, client_bin, "--server", SERVER_ADDR, "--port", "7101",
+               "--proc", "echo", "--size", "4000", "--calls", str(calls), "--warmup", "5", "--json", timeout=60)
+        assert p.returncode == 0, p.stdout + p.stderr
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+        assert r["errors"] == 0 and r["calls"] == calls, r
+        return r["rtt_ns"]["p50"]
+    finally:
+        srv.send_signal(signal.SIGTERM)
+        try:
+            srv.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+            srv.wait(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    if STATE_DIR.exists():
+        pytest.skip("a testbed is already up on this machine; the integration test would replace it "
+                    "(run `rpcscope testbed down` first)")
+    try:
+        yield
+    finally:
+        rpcscope("testbed", "down", check=False, timeout=120)
+
+
+# ---------------------------------------------------------------- bad input: clear message, nothing built
+
+def test_bad_options_build_nothing():
+    for args, words in [
+        (["--subnet", "10.0.0.0/24"], "outside the benchmarking range"),
+        (["--link-rate", "fast"], "not a rate"),
+        (["--loss", "100"], "--loss"),
+        (["--mtu", "100"], "--mtu"),
+        (["--cpus", "0:1:2"], "--cpus"),
+        (["--cpus", "999"], "not available"),
+    ]:
+        p = rpcscope("testbed", "up", *args, check=False)
+        assert p.returncode == 2, (args, p.stdout, p.stderr)
+        assert words in p.stderr, (args, p.stderr)
+        assert "Traceback" not in p.stderr
+    assert leftovers() == []
+
+
+def test_non_root_is_refused():
+    p = rpcscope("testbed", "up", check=False, user="65534")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "root" in p.stderr and "Traceback" not in p.stderr
+    assert leftovers() == []
+
+
+def test_missing_tool_is_refused(tmp_path):
+    # A PATH with every tool the testbed needs except tc.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for t in ("ip", "sshd", "ssh-keygen", "ssh", "unshare", "hostname", "sysctl", "nft", "taskset", "setpriv"):
+        real = shutil.which(t, path="/usr/sbin:/usr/bin:/sbin:/bin")
+        if real:
+            (bindir / t).symlink_to(real)
+    p = rpcscope("testbed", "up", check=False, env={"PATH": str(bindir)})
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "'tc' was not found" in p.stderr
+    assert leftovers() == []
+
+
+def test_address_clash_is_refused():
+    # Something else on this machine already uses 198.18.5.9: the testbed must not build on 198.18.5.0/24.
+    sh("ip", "addr", "add", "198.18.5.9/32", "dev", "lo", check=True)
+    try:
+        p = rpcscope("testbed", "up", "--subnet", "198.18.5.0/24", check=False)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert "address clash" in p.stderr and "198.18.5.9" in p.stderr
+        assert leftovers() == []
+    finally:
+        sh("ip", "addr", "del", "198.18.5.9/32", "dev", "lo")
+
+
+# ---------------------------------------------------------------- the life cycle
+
+class TestLifeCycle:
+    def test_up_is_idempotent(self, testbed):
+        first = rpcscope_json("testbed", "up")
+        assert first["action"] == "created"
+        assert [h["address"] for h in first["state"]["hosts"]] == [CLIENT_ADDR, SERVER_ADDR]
+        assert first["state"]["control_address"] == "198.18.0.1"
+        second = rpcscope_json("testbed", "up")
+        assert second["action"] == "unchanged"
+        st = json.loads(rpcscope("testbed", "status", "--json").stdout)
+        assert st["healthy"] and st["host_to_host"], st
+        assert [h["ssh"] for h in st["hosts"]] == ["ok", "ok"]
+        assert INVENTORY.exists()
+        # Each host answers SSH as itself (its own UTS namespace), key-only.
+        sshd_conf = (STATE_DIR / "hosts" / SERVER / "sshd_config").read_text()
+        assert "PasswordAuthentication no" in sshd_conf and f"ListenAddress {SERVER_ADDR}:22" in sshd_conf
+
+    def test_up_repairs_a_crashed_testbed(self, testbed):
+        pid = int((STATE_DIR / "hosts" / SERVER / "sshd.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        st = json.loads(rpcscope("testbed", "status", "--json", check=False).stdout)
+        assert not st["healthy"]
+        again = rpcscope_json("testbed", "up")
+        assert again["action"] == "rebuilt"
+        st = json.loads(rpcscope("testbed", "status", "--json").stdout)
+        assert st["healthy"] and st["host_to_host"], st
+
+    def test_deploy_twice_second_changes_nothing(self, testbed):
+        first = rpcscope_json("deploy", timeout=900)
+        assert first["ok"], json.dumps(first, indent=1)[-4000:]
+        assert set(first["recap"]) == {CLIENT, SERVER}
+        second = rpcscope_json("deploy", timeout=900)
+        assert second["ok"], json.dumps(second, indent=1)[-4000:]
+        assert second["changed"] == 0, second["changed_tasks"]
+        for host in (CLIENT, SERVER):
+            rep = second["tracing"][host]
+            assert rep["tracefs"] == "mounted" and rep["lttng_sessiond"] == "running", rep
+            assert pathlib.Path(f"/opt/rpcscope/{host}/bin/rpc-server").exists()
+
+    def test_smoke_playbook(self, testbed, tmp_path):
+        p = ansible_playbook("smoke.yml", "-e", f"smoke_results_dir={tmp_path}")
+        assert p.returncode == 0, p.stdout[-5000:] + p.stderr[-2000:]
+        r = json.loads((tmp_path / CLIENT / "smoke-null.json").read_text())
+        assert r["proc"] == "null" and r["calls"] == 2000 and r["errors"] == 0, r
+        assert 1_000 < r["rtt_ns"]["p50"] < 10_000_000, r["rtt_ns"]   # 1 us .. 10 ms on a veth link
+
+    def test_link_rate_10mbit_slows_a_4000_byte_echo(self, testbed):
+        unshaped = rtt_p50_echo4000()
+        r = rpcscope_json("testbed", "up", "--link-rate", "10mbit")
+        assert r["action"] == "reconfigured"
+        st = json.loads(rpcscope("testbed", "status", "--json").stdout)
+        assert st["link"]["rate"] == "10mbit" and [h["qdisc"] for h in st["hosts"]] == ["tbf", "tbf"]
+        shaped = rtt_p50_echo4000()
+        print(f"4000-byte echo p50: unshaped {unshaped / 1e3:.1f} us, 10mbit {shaped / 1e3:.1f} us")
+        # 4000 bytes each way at 10 Mbit/s is over 3 ms of serialisation per direction after the first frame.
+        assert shaped > unshaped + 2_000_000 and shaped > 5 * unshaped, (unshaped, shaped)
+        rpcscope_json("testbed", "up")   # back to unshaped for what follows
+
+    def test_teardown_playbook(self, testbed):
+        p = ansible_playbook("teardown.yml")
+        assert p.returncode == 0, p.stdout[-5000:] + p.stderr[-2000:]
+
+    def test_down_leaves_nothing(self, testbed):
+        p = rpcscope("testbed", "down")
+        assert "removed" in p.stdout
+        assert leftovers() == []
+        p = rpcscope("testbed", "down")
+        assert "nothing to remove" in p.stdout
+
+    def test_up_cleans_leftovers_of_a_crashed_run(self, testbed):
+        # A crashed run left a namespace and the bridge, and no state.
+        sh("ip", "netns", "add", CLIENT, check=True)
+        sh("ip", "link", "add", "rpcs-br0", "type", "bridge", check=True)
+        r = rpcscope_json("testbed", "up")
+        assert r["action"] == "rebuilt", r
+        st = json.loads(rpcscope("testbed", "status", "--json").stdout)
+        assert st["healthy"] and st["host_to_host"]
+        rpcscope("testbed", "down")
+        assert leftovers() == []

@@ -108,8 +108,11 @@ test-asan: $(addprefix $(ASAN_DIR)/,$(C_TESTS))
 
 test-fuzz: $(FUZZ_DIR)/fuzz_pdu
 	@mkdir -p $(FUZZ_DIR)/corpus
-	$(FUZZ_DIR)/fuzz_pdu -max_total_time=$(FUZZ_SECONDS) -max_len=70000 -rss_limit_mb=1024 \
-	    $(FUZZ_DIR)/corpus tests/c/fuzz_seeds 2>&1 | tail -n 3
+	@# Output goes to a log (libFuzzer is chatty); a crash fails the target and shows the log's tail.
+	@$(FUZZ_DIR)/fuzz_pdu -max_total_time=$(FUZZ_SECONDS) -max_len=70000 -rss_limit_mb=1024 \
+	    $(FUZZ_DIR)/corpus tests/c/fuzz_seeds > $(FUZZ_DIR)/fuzz.log 2>&1 \
+	    || { tail -n 40 $(FUZZ_DIR)/fuzz.log; echo "fuzz_pdu found a crash: see $(FUZZ_DIR)/fuzz.log and the crash-* file"; exit 1; }
+	@tail -n 1 $(FUZZ_DIR)/fuzz.log
 
 test-py: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all

@@ -269,7 +269,7 @@ void bench_print(const struct bench_config *cfg, const struct bench_result *r, F
     const char *wait = cfg->client.busy_poll ? "busy" : "block";
     if (json) {
         fprintf(f, "{\"transport\": \"%s\", \"proc\": \"%s\", \"size\": %u, \"calls\": %llu, \"errors\": %llu, "
-                   "\"mismatches\": %llu, \"threads\": %d, \"wait\": \"%s\", \"wire\": \"%s\", \"max_pdu\": %u, "
+                   "\"mismatches\": %llu, \"threads\": %d, \"wait\": \"%s\", \"wire\": \"%s\", \"max_pdu\": %u, \"nb_select\": %s, "
                    "\"first_call_ns\": %llu, \"rtt_ns\": {\"min\": %llu, \"p50\": %llu, \"mean\": %.1f, "
                    "\"p90\": %llu, \"p99\": %llu, \"max\": %llu}, \"calls_per_s\": %.1f, \"wall_s\": %.6f, "
                    "\"last_counter\": %llu, \"client_stats\": {\"timeouts\": %llu, \"pings\": %llu, "
@@ -277,7 +277,8 @@ void bench_print(const struct bench_config *cfg, const struct bench_result *r, F
                    "\"acks\": %llu, \"rejects\": %llu}, \"cpus\": [",
                 xport_kind_name(cfg->client.transport), proc_name(cfg->proc), cfg->size,
                 (unsigned long long)r->calls, (unsigned long long)r->errors, (unsigned long long)r->mismatches,
-                cfg->threads, wait, wire, cfg->client.max_pdu, (unsigned long long)r->first_call_ns,
+                cfg->threads, wait, wire, cfg->client.max_pdu, cfg->client.nb_select ? "true" : "false",
+                (unsigned long long)r->first_call_ns,
                 (unsigned long long)r->min_ns, (unsigned long long)r->p50_ns, r->mean_ns,
                 (unsigned long long)r->p90_ns, (unsigned long long)r->p99_ns, (unsigned long long)r->max_ns,
                 r->calls_per_s, r->wall_s, (unsigned long long)r->last_counter,
@@ -293,8 +294,9 @@ void bench_print(const struct bench_config *cfg, const struct bench_result *r, F
         fprintf(f, "\"}\n");
         return;
     }
-    fprintf(f, "rpc-client: %s %s size=%u threads=%d wait=%s wire=%s max_pdu=%u\n", xport_kind_name(cfg->client.transport),
-            proc_name(cfg->proc), cfg->size, cfg->threads, wait, wire, cfg->client.max_pdu);
+    fprintf(f, "rpc-client: %s %s size=%u threads=%d wait=%s wire=%s max_pdu=%u nb_select=%s\n",
+            xport_kind_name(cfg->client.transport), proc_name(cfg->proc), cfg->size, cfg->threads, wait, wire,
+            cfg->client.max_pdu, cfg->client.nb_select ? "on" : "off");
     fprintf(f, "first call: %.1f us\n", (double)r->first_call_ns / 1e3);
     fprintf(f, "%-8s %10s %10s %10s %10s %10s %10s %12s\n", "rtt (us)", "min", "p50", "mean", "p90", "p99", "max",
             "calls/s");

@@ -1,7 +1,7 @@
 #include "client.h"
 
 #include <errno.h>
-#include <poll.h>
+#include <sys/epoll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -24,6 +24,7 @@ void client_config_defaults(struct client_config *cfg)
     cfg->max_pdu = WIRE_DEFAULT_MAX_PDU;
     cfg->max_msg = CLIENT_DEFAULT_MAX_MSG;
     cfg->drep = WIRE_DREP_BIG;
+    cfg->nb_select = 1;
     cfg->rexmit_ms = 50;
     cfg->deadline_ms = 10000;
 }
@@ -33,7 +34,7 @@ int client_open(struct client *c, const struct client_config *cfg, uint64_t seed
     int rc;
     uint32_t max_frags;
     memset(c, 0, sizeof *c);
-    c->fd = -1;
+    c->fd = c->epfd = -1;
     c->cfg = *cfg;
     if (cfg->max_pdu < WIRE_MIN_MAX_PDU || cfg->max_pdu > WIRE_MAX_MAX_PDU)
         return util_fail(UTIL_EINVAL, "max PDU %u is outside [%u, %u]", cfg->max_pdu, WIRE_MIN_MAX_PDU,
@@ -60,6 +61,12 @@ int client_open(struct client *c, const struct client_config *cfg, uint64_t seed
         goto out;
     }
     rc = cfg->transport == XPORT_TCP ? xport_tcp_connect(&c->peer, &c->fd) : xport_udp_socket(NULL, &c->peer, &c->fd);
+    if (rc)
+        goto out;
+    c->epfd = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = { .events = EPOLLIN };
+    if (c->epfd < 0 || epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0)
+        rc = util_fail_errno("epoll(client socket)");
 out:
     if (rc)
         client_close(c);
@@ -70,12 +77,14 @@ void client_close(struct client *c)
 {
     if (c->fd >= 0)
         close(c->fd);
+    if (c->epfd >= 0)
+        close(c->epfd);
     free(c->tx);
     free(c->scratch);
     free(c->rx);
     free(c->pkt);
     free(c->rxmap);
-    c->fd = -1;
+    c->fd = c->epfd = -1;
     c->tx = c->scratch = c->rx = c->pkt = c->rxmap = NULL;
 }
 
@@ -124,11 +133,11 @@ static void fill_hdr(const struct client *c, struct wire_hdr *h, uint8_t type, u
  * non-blocking select (C11) as the first wait of a window does. */
 static int wait_readable(struct client *c, uint64_t until, int with_select)
 {
-    struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
+    struct epoll_event ev;
     int n = 0;
-    if (with_select) {
+    if (with_select && c->cfg.nb_select) {
         RPCS_TRACE(c11_begin, c->call_id);
-        n = poll(&pfd, 1, 0);
+        n = epoll_wait(c->epfd, &ev, 1, 0);
         RPCS_TRACE(c11_end, c->call_id);
         if (n > 0)
             return 1;
@@ -140,13 +149,13 @@ static int wait_readable(struct client *c, uint64_t until, int with_select)
             n = 0;
             break;
         }
-        n = poll(&pfd, 1, c->cfg.busy_poll ? 0 : (int)((until - now + 999999) / 1000000));
+        n = epoll_wait(c->epfd, &ev, 1, c->cfg.busy_poll ? 0 : (int)((until - now + 999999) / 1000000));
         if (n > 0 || (n < 0 && errno != EINTR))
             break;
     }
     RPCS_TRACE(c17_end, c->call_id);
     if (n < 0)
-        return util_fail_errno("poll(client socket)");
+        return util_fail_errno("epoll_wait(client socket)");
     return n > 0;
 }
 

@@ -22,6 +22,7 @@ struct client_config {
     uint32_t max_msg;       /* largest request or reply body */
     uint8_t drep;           /* wire byte order */
     int busy_poll;          /* spin instead of sleeping while waiting */
+    int nb_select;          /* DCE's zero-timeout select before the blocking wait (C11) */
     uint32_t rexmit_ms;     /* wait this long before asking the server what it has */
     uint32_t deadline_ms;   /* give a call up after this long */
     double drop_rate;       /* test only: drop this share of datagrams sent */
@@ -34,7 +35,7 @@ struct client_stats {
 
 struct client {
     struct client_config cfg;
-    int fd;
+    int fd, epfd; /* the socket, and an epoll set holding it: the select of C11 and C14 */
     struct sockaddr_in peer;
     uint8_t activity[16];
     uint32_t seq;

@@ -30,6 +30,7 @@ static void usage(FILE *f)
             "  --rexmit-ms N       wait before asking the server what it has (default 50)\n"
             "  --deadline-ms N     give a call up after this long (default 10000)\n"
             "  --max-seconds S     stop measuring after S seconds (default 300)\n"
+            "  --no-nb-select      skip DCE's zero-timeout select before the blocking wait (C11)\n"
             "  --no-check          do not verify results\n"
             "  --json              print one JSON object instead of a table\n"
             "  --drop-rate P       TEST ONLY: drop this fraction of datagrams sent (0..0.5)\n"
@@ -45,7 +46,7 @@ int main(int argc, char **argv)
         { "warmup", 1, 0, 'w' },     { "threads", 1, 0, 'T' },    { "cpu", 1, 0, 'C' },
         { "wait", 1, 0, 'W' },       { "wire", 1, 0, 'o' },       { "max-pdu", 1, 0, 'm' },
         { "max-msg", 1, 0, 'M' },    { "rexmit-ms", 1, 0, 'r' },  { "deadline-ms", 1, 0, 'd' },
-        { "max-seconds", 1, 0, 'S' }, { "no-check", 0, 0, 'k' },  { "json", 0, 0, 'j' },
+        { "max-seconds", 1, 0, 'S' }, { "no-check", 0, 0, 'k' },  { "no-nb-select", 0, 0, 'N' },  { "json", 0, 0, 'j' },
         { "drop-rate", 1, 0, 'D' },  { "drop-seed", 1, 0, 'E' },  { "help", 0, 0, 'h' },
         { 0, 0, 0, 0 },
     };
@@ -65,7 +66,7 @@ int main(int argc, char **argv)
 
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
-        case 's': cfg.client.server = optarg; break;
+        case 's': { struct sockaddr_in sa; cfg.client.server = optarg; rc = xport_resolve(optarg, 0, &sa); break; }
         case 'p': rc = util_parse_u64(optarg, 1, 65535, &v); cfg.client.port = (uint16_t)v; break;
         case 't': rc = xport_parse_kind(optarg, &cfg.client.transport); break;
         case 'P':
@@ -98,6 +99,7 @@ int main(int argc, char **argv)
         case 'd': rc = util_parse_u64(optarg, 1, 3600000, &v); cfg.client.deadline_ms = (uint32_t)v; break;
         case 'S': rc = util_parse_double(optarg, 0.001, 86400, &cfg.max_seconds); break;
         case 'k': cfg.check = 0; break;
+        case 'N': cfg.client.nb_select = 0; break;
         case 'j': json = 1; break;
         case 'D': rc = util_parse_double(optarg, 0, 0.5, &cfg.client.drop_rate); break;
         case 'E': rc = util_parse_u64(optarg, 0, UINT64_MAX, &cfg.client.drop_seed); break;

@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
-#include <poll.h>
+#include <sys/epoll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -23,7 +23,9 @@
 
 #define STAT_ADD(s, name) __atomic_add_fetch(&(s)->stats.name, 1, __ATOMIC_RELAXED)
 #define REPLY_REJECTED 0x80 /* replycache flag: the call was rejected, answer duplicates with a reject */
-#define POLL_FIXED 4        /* wake pipe, udp, tcp listener, then connections */
+/* epoll tags for the fixed sockets; a connection is tagged with its pointer. */
+enum { TAG_WAKE = 1, TAG_UDP = 2, TAG_TCP = 3 };
+#define SERVER_EVENTS 64
 
 struct server_conn {
     int fd;
@@ -51,7 +53,7 @@ struct server_ctx {
 
 struct server {
     struct server_config cfg;
-    int udp_fd, tcp_fd, wake_rd, wake_wr;
+    int udp_fd, tcp_fd, wake_rd, wake_wr, epfd;
     uint64_t boot_time;
     struct server_stats stats;
     struct proc_server procs;
@@ -80,6 +82,7 @@ void server_config_defaults(struct server_config *cfg)
     cfg->port = XPORT_DEFAULT_PORT;
     cfg->udp = cfg->tcp = 1;
     cfg->executors = 2;
+    cfg->nb_select = 1;
     cfg->max_pdu = WIRE_DEFAULT_MAX_PDU;
     cfg->max_msg = 256u << 10;
     cfg->reply_cache = 1024;
@@ -222,6 +225,7 @@ static void conn_put(struct server *s, struct server_conn *c)
 static void conn_close(struct server *s, uint32_t i)
 {
     struct server_conn *c = s->conns[i];
+    (void)epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     pthread_mutex_lock(&c->wlock);
     c->closed = 1;
     shutdown(c->fd, SHUT_RDWR);
@@ -247,7 +251,7 @@ static void run_call(struct server *s, struct server_ctx *x, struct server_work 
     marshal_dec_init(&dec, w->body, w->len, w->hdr.drep);
     marshal_enc_init(&enc, x->scratch, (size_t)s->cfg.max_msg + 64, w->hdr.drep);
     int rc = proc_serve(&s->procs, w->hdr.proc, id, &dec, &enc, x->ints, s->cfg.max_msg / 4, x->bytes,
-                        s->cfg.max_msg - 16);
+                        s->cfg.max_msg);
     STAT_ADD(s, executed);
     if (!rc && enc.total > s->cfg.max_msg)
         rc = util_fail(UTIL_ENOMEM, "reply of %zu bytes exceeds the limit", enc.total);
@@ -553,6 +557,15 @@ static void handle_accept(struct server *s)
         c->fd = fd;
         c->refs = 1;
         pthread_mutex_init(&c->wlock, NULL);
+        struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
+        if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+            STAT_ADD(s, tcp_refused);
+            pthread_mutex_destroy(&c->wlock);
+            free(c->buf);
+            free(c);
+            close(fd);
+            continue;
+        }
         s->conns[s->nconns++] = c;
         STAT_ADD(s, tcp_accepted);
     }
@@ -652,7 +665,7 @@ int server_create(const struct server_config *cfg, struct server **out)
     if (!s)
         return util_fail(UTIL_ENOMEM, "calloc(server)");
     s->cfg = *cfg;
-    s->udp_fd = s->tcp_fd = s->wake_rd = s->wake_wr = -1;
+    s->udp_fd = s->tcp_fd = s->wake_rd = s->wake_wr = s->epfd = -1;
     pthread_mutex_init(&s->qlock, NULL);
     pthread_cond_init(&s->qcond, NULL);
     pthread_mutex_init(&s->conn_lock, NULL);
@@ -685,6 +698,21 @@ int server_create(const struct server_config *cfg, struct server **out)
         goto out;
     if (cfg->tcp && (rc = xport_tcp_listen(&local, &s->tcp_fd)))
         goto out;
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (s->epfd < 0) {
+        rc = util_fail_errno("epoll_create1");
+        goto out;
+    }
+    {
+        int fds[3] = { s->wake_rd, s->udp_fd, s->tcp_fd }, tags[3] = { TAG_WAKE, TAG_UDP, TAG_TCP };
+        for (int i = 0; i < 3; i++) {
+            struct epoll_event ev = { .events = EPOLLIN, .data.u64 = (uint64_t)tags[i] };
+            if (fds[i] >= 0 && epoll_ctl(s->epfd, EPOLL_CTL_ADD, fds[i], &ev) < 0) {
+                rc = util_fail_errno("epoll_ctl(add fd %d)", fds[i]);
+                goto out;
+            }
+        }
+    }
     *out = s;
     s = NULL;
 out:
@@ -733,26 +761,21 @@ void server_print_stats(const struct server_stats *st, FILE *f, int json)
         fputs("}\n", f);
 }
 
-static int build_pollset(struct server *s, struct pollfd *p)
+static int find_conn(struct server *s, const struct server_conn *c)
 {
-    p[0] = (struct pollfd){ .fd = s->wake_rd, .events = POLLIN };
-    p[1] = (struct pollfd){ .fd = s->udp_fd, .events = POLLIN };
-    p[2] = (struct pollfd){ .fd = s->tcp_fd, .events = POLLIN };
-    p[3] = (struct pollfd){ .fd = -1 };
     for (uint32_t i = 0; i < s->nconns; i++)
-        p[POLL_FIXED + i] = (struct pollfd){ .fd = s->conns[i]->fd, .events = POLLIN };
-    return POLL_FIXED + (int)s->nconns;
+        if (s->conns[i] == c)
+            return (int)i;
+    return -1;
 }
 
 int server_run(struct server *s)
 {
-    struct pollfd *pfds = calloc(POLL_FIXED + s->cfg.max_conns, sizeof *pfds);
+    struct epoll_event evs[SERVER_EVENTS];
     uint64_t deadline = s->cfg.duration > 0 ? util_now_ns() + (uint64_t)(s->cfg.duration * 1e9) : 0;
     uint64_t last_id = 0, last_expire = util_now_ns();
-    int rc = UTIL_OK, npfds, started = 0;
+    int rc = UTIL_OK, started = 0;
 
-    if (!pfds)
-        return util_fail(UTIL_ENOMEM, "calloc(poll set)");
     if (s->cfg.ncpus && (rc = util_pin_cpu(s->cfg.cpus[0])))
         goto out;
     for (int i = 0; i < s->cfg.executors; i++) {
@@ -774,10 +797,9 @@ int server_run(struct server *s)
     }
     if ((rc = write_ready_file(s)))
         goto out;
-    npfds = build_pollset(s, pfds);
     while (!s->stop_requested) {
         uint64_t now = util_now_ns();
-        int n, timeout = -1;
+        int n = 0, timeout = -1;
         if (s->stats_requested) {
             struct server_stats st;
             s->stats_requested = 0;
@@ -791,9 +813,11 @@ int server_run(struct server *s)
             reasm_expire(&s->reasm, now);
             last_expire = now;
         }
-        RPCS_TRACE(s12_begin, last_id);
-        n = poll(pfds, (nfds_t)npfds, 0);
-        RPCS_TRACE(s12_end, last_id);
+        if (s->cfg.nb_select) {
+            RPCS_TRACE(s12_begin, last_id);
+            n = epoll_wait(s->epfd, evs, SERVER_EVENTS, 0);
+            RPCS_TRACE(s12_end, last_id);
+        }
         if (n == 0) {
             /* Sleep until a packet, a signal, the end of the run, or (only while
              * partial requests wait) the next reassembly expiry check. */
@@ -804,43 +828,34 @@ int server_run(struct server *s)
                 timeout = timeout < 0 || left < timeout ? left : timeout;
             }
             RPCS_TRACE(s14_begin, last_id);
-            n = poll(pfds, (nfds_t)npfds, timeout);
+            n = epoll_wait(s->epfd, evs, SERVER_EVENTS, timeout);
             RPCS_TRACE(s3_end, 0);
         }
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            rc = util_fail_errno("poll(listener)");
+            rc = util_fail_errno("epoll_wait(listener)");
             break;
         }
-        if (n == 0)
-            continue;
-        if (pfds[0].revents) {
-            char drain[64];
-            while (read(s->wake_rd, drain, sizeof drain) > 0) {
+        for (int i = 0; i < n; i++) {
+            uint64_t tag = evs[i].data.u64;
+            if (tag == TAG_WAKE) {
+                char drain[64];
+                while (read(s->wake_rd, drain, sizeof drain) > 0) {
+                }
+            } else if (tag == TAG_UDP) {
+                uint64_t id = handle_udp(s);
+                if (id)
+                    last_id = id;
+            } else if (tag == TAG_TCP) {
+                handle_accept(s);
+            } else {
+                struct server_conn *c = evs[i].data.ptr;
+                int ci = find_conn(s, c);
+                if (ci >= 0 && ((evs[i].events & (EPOLLERR | EPOLLHUP)) || handle_conn(s, c, &last_id)))
+                    conn_close(s, (uint32_t)ci);
             }
         }
-        if (pfds[1].revents & POLLIN) {
-            uint64_t id = handle_udp(s);
-            if (id)
-                last_id = id;
-        }
-        int changed = 0;
-        for (int i = npfds - 1; i >= POLL_FIXED; i--) {
-            if (!pfds[i].revents)
-                continue;
-            uint32_t ci = (uint32_t)(i - POLL_FIXED);
-            if ((pfds[i].revents & (POLLERR | POLLNVAL)) || handle_conn(s, s->conns[ci], &last_id)) {
-                conn_close(s, ci);
-                changed = 1;
-            }
-        }
-        if (pfds[2].revents & POLLIN) {
-            handle_accept(s);
-            changed = 1;
-        }
-        if (changed)
-            npfds = build_pollset(s, pfds);
     }
 out:
     pthread_mutex_lock(&s->qlock);
@@ -851,7 +866,6 @@ out:
         pthread_join(s->threads[i], NULL);
     while (s->nconns)
         conn_close(s, s->nconns - 1);
-    free(pfds);
     if (s->cfg.ready_file)
         unlink(s->cfg.ready_file);
     return rc;
@@ -869,6 +883,8 @@ void server_destroy(struct server *s)
         close(s->wake_rd);
     if (s->wake_wr >= 0)
         close(s->wake_wr);
+    if (s->epfd >= 0)
+        close(s->epfd);
     for (uint32_t i = 0; i < s->qlen; i++)
         free(s->queue[(s->qhead + i) % s->cfg.queue].body);
     replycache_free(&s->cache);

@@ -33,6 +33,7 @@ static void usage(FILE *f)
             "  --transport T          udp, tcp or both (default both)\n"
             "  --executors N          executor threads; 0 = inline mode on the listener (default 2)\n"
             "  --cpu LIST             pin: listener on the first CPU, executors round robin\n"
+            "  --no-nb-select         skip DCE's zero-timeout select before the blocking one (S12)\n"
             "  --max-pdu N            UDP PDU limit, header included (default 4096)\n"
             "  --max-msg N            largest request or reply body (default 262144)\n"
             "  --reply-cache N        at-most-once entries (default 1024)\n"
@@ -59,7 +60,7 @@ int main(int argc, char **argv)
         { "reasm-slots", 1, 0, 'a' },   { "reasm-bytes", 1, 0, 'A' },   { "reasm-timeout-ms", 1, 0, 'o' },
         { "queue", 1, 0, 'q' },         { "max-conns", 1, 0, 'c' },     { "duration", 1, 0, 'd' },
         { "ready-file", 1, 0, 'y' },    { "stats-json", 1, 0, 'J' },    { "drop-rate", 1, 0, 'D' },
-        { "drop-seed", 1, 0, 'E' },     { "help", 0, 0, 'h' },          { 0, 0, 0, 0 },
+        { "drop-seed", 1, 0, 'E' },     { "help", 0, 0, 'h' },          { "no-nb-select", 0, 0, 'N' },          { 0, 0, 0, 0 },
     };
     struct server_config cfg;
     struct server_stats st;
@@ -70,7 +71,7 @@ int main(int argc, char **argv)
     server_config_defaults(&cfg);
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
-        case 'b': cfg.bind = optarg; break;
+        case 'b': { struct sockaddr_in sa; cfg.bind = optarg; rc = xport_resolve(optarg, 0, &sa); break; }
         case 'p': rc = util_parse_u64(optarg, 1, 65535, &v); cfg.port = (uint16_t)v; break;
         case 't':
             if (!strcmp(optarg, "both")) cfg.udp = cfg.tcp = 1;
@@ -97,6 +98,7 @@ int main(int argc, char **argv)
         case 'c': rc = util_parse_u64(optarg, 0, 4096, &v); cfg.max_conns = (uint32_t)v; break;
         case 'd': rc = util_parse_double(optarg, 0, 86400 * 7, &cfg.duration); break;
         case 'y': cfg.ready_file = optarg; break;
+        case 'N': cfg.nb_select = 0; break;
         case 'J': cfg.stats_json = optarg; break;
         case 'D': rc = util_parse_double(optarg, 0, 0.5, &cfg.drop_rate); break;
         case 'E': rc = util_parse_u64(optarg, 0, UINT64_MAX, &cfg.drop_seed); break;

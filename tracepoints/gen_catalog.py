@@ -15,7 +15,7 @@ import tomllib
 
 C_TYPES = {"u64": "uint64_t", "u32": "uint32_t", "u16": "uint16_t"}
 SIDES = {"client": "C", "server": "S"}
-NA_CONDITIONS = {"tcp", "single_window", "virtual_link", "inline", "busy_poll", "oneway"}
+NA_CONDITIONS = {"tcp", "single_window", "virtual_link", "inline", "busy_poll", "oneway", "no_nb_select"}
 
 
 class CatalogError(Exception):

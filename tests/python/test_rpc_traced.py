@@ -63,7 +63,7 @@ def _lttng(*args):
     return r.stdout
 
 
-def _capture(tmp_path, transport, executors, runs):
+def _capture(tmp_path, transport, executors, runs, extra=()):
     """Trace one server and the given client runs; return the trace directory."""
     name = f"rpcscope-test-{uuid.uuid4().hex[:8]}"
     out = tmp_path / name
@@ -76,7 +76,7 @@ def _capture(tmp_path, transport, executors, runs):
         ready = tmp_path / f"ready-{port}"
         server = subprocess.Popen([BIN / "rpc-server", "--port", str(port), "--transport", transport,
                                    "--executors", str(executors), "--duration", "60",
-                                   "--ready-file", ready], stderr=subprocess.PIPE)
+                                   "--ready-file", ready, *extra], stderr=subprocess.PIPE)
         try:
             for _ in range(200):
                 if ready.exists():
@@ -86,7 +86,7 @@ def _capture(tmp_path, transport, executors, runs):
             for proc, size, calls in runs:
                 r = subprocess.run([BIN / "rpc-client", "--port", str(port), "--transport", transport,
                                     "--proc", proc, "--size", str(size), "--calls", str(calls),
-                                    "--warmup", "0", "--json"], capture_output=True, text=True, timeout=60)
+                                    "--warmup", "0", "--json", *extra], capture_output=True, text=True, timeout=60)
                 assert r.returncode == 0, r.stderr
         finally:
             server.terminate()
@@ -159,9 +159,10 @@ def _required(side, conditions):
     return {s["id"] for s in STEPS if s["side"] == side and s["user_events"] and applicable(s["id"], conditions)}
 
 
-@pytest.mark.parametrize("transport,executors", [("udp", 2), ("udp", 0), ("tcp", 2)])
-def test_every_user_step_in_order(tmp_path, sessiond, transport, executors):
-    trace = _capture(tmp_path, transport, executors, [("null", 0, 20), ("maxarg", 24096, 5)])
+@pytest.mark.parametrize("transport,executors,extra", [
+    ("udp", 2, ()), ("udp", 0, ()), ("tcp", 2, ()), ("udp", 0, ("--no-nb-select",))])
+def test_every_user_step_in_order(tmp_path, sessiond, transport, executors, extra):
+    trace = _capture(tmp_path, transport, executors, [("null", 0, 20), ("maxarg", 24096, 5)], extra)
     events = _read(trace)
     assert events, "the trace holds no rpcscope events"
     names = {e["name"] for e in events}
@@ -176,6 +177,9 @@ def test_every_user_step_in_order(tmp_path, sessiond, transport, executors):
     assert len(sizes) == 21 + 6, f"expected 27 calls, saw {len(sizes)}"
 
     base = {"virtual_link"} | ({"tcp"} if transport == "tcp" else set()) | ({"inline"} if not executors else set())
+    if extra:
+        base.add("no_nb_select")
+        assert not any(e["name"].endswith(("c11_begin", "s12_begin")) for e in events)
     steps_by_call = collections.defaultdict(lambda: collections.defaultdict(set))
     for side, evs in (("client", client), ("server", server)):
         for e in evs:

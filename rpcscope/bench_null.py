@@ -4,7 +4,8 @@ Client and server are pinned to the same CPU (on this VM a reply that must
 wake an idle vCPU costs ~40 us against ~5 us on a shared one), on loopback,
 with the untraced build (make TRACE=0). The server runs in inline mode and
 in executor-pool mode; the pool pays one extra thread hand-off (step S5).
-The two programs run alternately, several rounds each, and the medians of
+A third mode, inline-lean, drops DCE's zero-timeout select before each
+blocking one (--no-nb-select). The programs run alternately, several rounds each, and the medians of
 the rounds' p50s are compared, so slow drift on the machine hits both alike.
 """
 import argparse
@@ -65,18 +66,18 @@ def sockperf_p50_ns(cpu, seconds):
     return float(m.group(1)) * 1000.0
 
 
-def rpc_p50_ns(cpu, executors, calls, warmup, build="notrace"):
+def rpc_p50_ns(cpu, executors, calls, warmup, build="notrace", extra=()):
     bindir = ROOT / "build" / build / "bin"
     port = _free_port()
     with tempfile.TemporaryDirectory() as tmp:
         ready = pathlib.Path(tmp) / "ready"
         server = subprocess.Popen([bindir / "rpc-server", "--port", str(port), "--transport", "udp",
                                    "--executors", str(executors), "--cpu", str(cpu), "--duration", "600",
-                                   "--ready-file", ready], stderr=subprocess.DEVNULL)
+                                   "--ready-file", ready, *extra], stderr=subprocess.DEVNULL)
         try:
             _wait_file(ready)
             r = subprocess.run([bindir / "rpc-client", "--port", str(port), "--cpu", str(cpu), "--proc", "null",
-                                "--calls", str(calls), "--warmup", str(warmup), "--json"],
+                                "--calls", str(calls), "--warmup", str(warmup), "--json", *extra],
                                capture_output=True, text=True, timeout=600)
         finally:
             server.terminate()
@@ -93,20 +94,23 @@ def run(args):
     bindir = ROOT / "build" / "notrace" / "bin"
     if not (bindir / "rpc-client").exists():
         raise UserError(f"{bindir}/rpc-client is missing: run `make TRACE=0`")
-    rows = {"sockperf": [], "inline": [], "pool": []}
+    # inline-lean: inline without DCE's zero-timeout select before each
+    # blocking one (C11, S12), to show what that step costs.
+    modes = {"inline": (0, ()), "inline-lean": (0, ("--no-nb-select",)), "pool": (args.executors, ())}
+    rows = {"sockperf": [], **{m: [] for m in modes}}
     steps = [(r, k) for r in range(args.rounds) for k in rows]
     for _, kind in tqdm(steps, desc="bench-null", unit="run", disable=args.json or not sys.stderr.isatty()):
         if kind == "sockperf":
             rows[kind].append(sockperf_p50_ns(args.cpu, args.seconds))
         else:
-            rows[kind].append(rpc_p50_ns(args.cpu, 0 if kind == "inline" else args.executors, args.calls,
-                                         args.warmup))
+            executors, extra = modes[kind]
+            rows[kind].append(rpc_p50_ns(args.cpu, executors, args.calls, args.warmup, extra=extra))
     ref = statistics.median(rows["sockperf"])
     result = {
         "cpu": args.cpu, "rounds": args.rounds, "calls": args.calls, "build": "notrace",
         "sockperf_p50_ns": ref,
         "modes": [{"mode": m, "p50_ns": statistics.median(rows[m]), "ratio": statistics.median(rows[m]) / ref,
-                   "rounds_p50_ns": rows[m]} for m in ("inline", "pool")],
+                   "rounds_p50_ns": rows[m]} for m in modes],
         "sockperf_rounds_p50_ns": rows["sockperf"],
         "goal_inline_ratio": 1.3,
     }

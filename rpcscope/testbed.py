@@ -18,7 +18,9 @@ Everything the testbed makes is named here and recorded in the state
 directory, so that `down` (and `up`, after a crashed run) removes all of it.
 """
 import argparse
+import contextlib
 import datetime
+import fcntl
 import ipaddress
 import json
 import os
@@ -48,6 +50,8 @@ PRIVSEP_DIR = pathlib.Path("/run/sshd")
 # `down` removes them so that the machine is left as it was.
 HOST_FILE_ROOTS = (pathlib.Path("/opt/rpcscope"), pathlib.Path("/var/lib/rpcscope"))
 CMD_TIMEOUT = 20          # seconds for any one command the testbed runs
+LOCK_PATH = pathlib.Path(os.environ.get("RPCSCOPE_TESTBED_LOCK", "/run/rpcscope-testbed.lock"))
+LOCK_WAIT = 300           # seconds `up`/`down` wait for another one to finish
 SYS_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 EPILOG = """examples:
@@ -156,6 +160,41 @@ def tcp_reachable(addr, port=SSHD_PORT, timeout=1.0):
             return True
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def exclusive(wait=LOCK_WAIT, remove_after=False, path=None):
+    """One `up` or `down` at a time on this machine (they share names and the state directory).
+
+    `down` removes the lock file when it is done (leaving nothing behind); a
+    waiter that then holds a lock on the removed file notices and locks anew.
+    """
+    path = pathlib.Path(path or LOCK_PATH)
+    deadline = time.monotonic() + wait
+    while True:
+        f = open(path, "a")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            if time.monotonic() > deadline:
+                raise UserError(f"another `rpcscope testbed` command has held {path} for {wait}s; "
+                                f"wait for it to finish and try again") from None
+            time.sleep(0.2)
+            continue
+        try:
+            same = os.fstat(f.fileno()).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        f.close()
+    try:
+        yield
+    finally:
+        if remove_after:
+            path.unlink(missing_ok=True)
+        f.close()
 
 
 # ---------------------------------------------------------------- parsing input
@@ -691,6 +730,11 @@ def cmd_up(args):
     require_root()
     cfg = make_config(args)
     require_capabilities(cfg)
+    with exclusive():
+        return _up(args, cfg)
+
+
+def _up(args, cfg):
     quiet = args.json
     lines = []
     say = (lambda s: lines.append(s)) if quiet else print
@@ -764,6 +808,11 @@ def _leftovers(old):
 
 def cmd_down(args):
     require_root()
+    with exclusive(remove_after=True):
+        return _down(args)
+
+
+def _down(args):
     st = load_state()
     lines = []
     removed = teardown(st, say=(lambda s: lines.append(s)) if args.json else print)

@@ -30,6 +30,7 @@ RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sy
 STATE_DIR = pathlib.Path("/run/rpcscope/testbed")
 INVENTORY = REPO / "ansible" / "inventories" / "local" / "hosts.yml"
 CLIENT, SERVER = "rpcs-client", "rpcs-server"
+TEST_LOCK = "/run/lock/rpcscope-testbed-test.lock"
 CLIENT_ADDR, SERVER_ADDR = "198.18.0.2", "198.18.0.3"
 
 pytestmark = [
@@ -120,11 +121,20 @@ def rtt_p50_echo4000(calls=60):
             srv.wait(timeout=5)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def quiet_machine():
+    """One test session at a time drives the machine's testbed (two clones testing at once would
+    tear down each other's hosts); and none while someone's testbed is up."""
+    from rpcscope.testbed import exclusive
+    with exclusive(wait=1200, remove_after=True, path=TEST_LOCK):
+        if STATE_DIR.exists():
+            pytest.skip("a testbed is already up on this machine; the integration test would replace it "
+                        "(run `rpcscope testbed down` first)")
+        yield
+
+
 @pytest.fixture(scope="module")
-def testbed():
-    if STATE_DIR.exists():
-        pytest.skip("a testbed is already up on this machine; the integration test would replace it "
-                    "(run `rpcscope testbed down` first)")
+def testbed(quiet_machine):
     try:
         yield
     finally:

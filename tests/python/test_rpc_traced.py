@@ -64,19 +64,23 @@ def _lttng(*args):
 
 
 def _capture(tmp_path, transport, executors, runs, extra=()):
-    """Trace one server and the given client runs; return the trace directory."""
+    """Trace one server and the given client runs; return the trace directory and
+    the PIDs started (other rpcscope programs on the machine may register with
+    the same session daemon: their events are not this test's)."""
+    pids = set()
     name = f"rpcscope-test-{uuid.uuid4().hex[:8]}"
     out = tmp_path / name
     _lttng("create", name, f"--output={out}")
     try:
         _lttng("enable-event", "-u", f"{PROVIDER}:*", "-s", name)
-        _lttng("add-context", "-u", "-t", "vtid", "-t", "procname", "-s", name)
+        _lttng("add-context", "-u", "-t", "vpid", "-t", "vtid", "-t", "procname", "-s", name)
         _lttng("start", name)
         port = _free_port()
         ready = tmp_path / f"ready-{port}"
         server = subprocess.Popen([BIN / "rpc-server", "--port", str(port), "--transport", transport,
                                    "--executors", str(executors), "--duration", "60",
                                    "--ready-file", ready, *extra], stderr=subprocess.PIPE)
+        pids.add(server.pid)
         try:
             for _ in range(200):
                 if ready.exists():
@@ -84,26 +88,31 @@ def _capture(tmp_path, transport, executors, runs, extra=()):
                 time.sleep(0.02)
             assert ready.exists(), "rpc-server did not start"
             for proc, size, calls in runs:
-                r = subprocess.run([BIN / "rpc-client", "--port", str(port), "--transport", transport,
-                                    "--proc", proc, "--size", str(size), "--calls", str(calls),
-                                    "--warmup", "0", "--json", *extra], capture_output=True, text=True, timeout=60)
-                assert r.returncode == 0, r.stderr
+                client = subprocess.Popen([BIN / "rpc-client", "--port", str(port), "--transport", transport,
+                                           "--proc", proc, "--size", str(size), "--calls", str(calls),
+                                           "--warmup", "0", "--json", *extra],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                pids.add(client.pid)
+                _, err = client.communicate(timeout=60)
+                assert client.returncode == 0, err
         finally:
             server.terminate()
             server.wait(timeout=10)
         _lttng("stop", name)
     finally:
         subprocess.run(["lttng", "destroy", name], capture_output=True)
-    return out
+    return out, pids
 
 
-def _read(trace_dir):
+def _read(trace_dir, pids):
     import bt2
 
     events = []
     for msg in bt2.TraceCollectionMessageIterator(str(trace_dir)):
         if type(msg) is bt2._EventMessageConst:
             ev = msg.event
+            if int(ev.common_context_field["vpid"]) not in pids:
+                continue
             events.append({
                 "name": ev.name,
                 "ts": msg.default_clock_snapshot.ns_from_origin,
@@ -162,8 +171,8 @@ def _required(side, conditions):
 @pytest.mark.parametrize("transport,executors,extra", [
     ("udp", 2, ()), ("udp", 0, ()), ("tcp", 2, ()), ("udp", 0, ("--no-nb-select",))])
 def test_every_user_step_in_order(tmp_path, sessiond, transport, executors, extra):
-    trace = _capture(tmp_path, transport, executors, [("null", 0, 20), ("maxarg", 24096, 5)], extra)
-    events = _read(trace)
+    trace, pids = _capture(tmp_path, transport, executors, [("null", 0, 20), ("maxarg", 24096, 5)], extra)
+    events = _read(trace, pids)
     assert events, "the trace holds no rpcscope events"
     names = {e["name"] for e in events}
     assert all(n.startswith(PROVIDER + ":") for n in names)

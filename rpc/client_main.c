@@ -52,7 +52,7 @@ int main(int argc, char **argv)
     };
     struct bench_config cfg;
     struct bench_result res;
-    int json = 0, opt, rc = UTIL_OK;
+    int json = 0, opt, rc = UTIL_OK, longindex = -1;
     uint64_t v;
 
     memset(&cfg, 0, sizeof cfg);
@@ -64,7 +64,7 @@ int main(int argc, char **argv)
     cfg.check = 1;
     cfg.max_seconds = 300;
 
-    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "h", opts, &longindex)) != -1) {
         switch (opt) {
         case 's': { struct sockaddr_in sa; cfg.client.server = optarg; rc = xport_resolve(optarg, 0, &sa); break; }
         case 'p': rc = util_parse_u64(optarg, 1, 65535, &v); cfg.client.port = (uint16_t)v; break;
@@ -107,9 +107,10 @@ int main(int argc, char **argv)
         default: usage(stderr); return 2;
         }
         if (rc) {
-            fprintf(stderr, "rpc-client: %s\n", util_error());
+            fprintf(stderr, "rpc-client: --%s: %s\n", longindex >= 0 ? opts[longindex].name : "?", util_error());
             return 2;
         }
+        longindex = -1;
     }
     if (optind < argc) {
         fprintf(stderr, "rpc-client: unexpected argument '%s' (see --help)\n", argv[optind]);

@@ -65,11 +65,11 @@ int main(int argc, char **argv)
     struct server_config cfg;
     struct server_stats st;
     struct sigaction sa;
-    int opt, rc = UTIL_OK;
+    int opt, rc = UTIL_OK, longindex = -1;
     uint64_t v;
 
     server_config_defaults(&cfg);
-    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "h", opts, &longindex)) != -1) {
         switch (opt) {
         case 'b': { struct sockaddr_in sa; cfg.bind = optarg; rc = xport_resolve(optarg, 0, &sa); break; }
         case 'p': rc = util_parse_u64(optarg, 1, 65535, &v); cfg.port = (uint16_t)v; break;
@@ -106,9 +106,10 @@ int main(int argc, char **argv)
         default: usage(stderr); return 2;
         }
         if (rc) {
-            fprintf(stderr, "rpc-server: %s\n", util_error());
+            fprintf(stderr, "rpc-server: --%s: %s\n", longindex >= 0 ? opts[longindex].name : "?", util_error());
             return 2;
         }
+        longindex = -1;
     }
     if (optind < argc) {
         fprintf(stderr, "rpc-server: unexpected argument '%s' (see --help)\n", argv[optind]);

@@ -251,6 +251,24 @@ class TestLifeCycle:
         assert shaped > unshaped + 2_000_000 and shaped > 5 * unshaped, (unshaped, shaped)
         rpcscope_json("testbed", "up")   # back to unshaped for what follows
 
+    def test_mtu_loss_and_cpus_are_applied_and_undone(self, testbed):
+        cpus = "0:1" if len(os.sched_getaffinity(0)) >= 2 and {0, 1} <= os.sched_getaffinity(0) else "0"
+        r = rpcscope_json("testbed", "up", "--mtu", "9000", "--loss", "2", "--cpus", cpus)
+        assert r["action"] == "reconfigured"
+        st = json.loads(rpcscope("testbed", "status", "--json").stdout)
+        assert st["healthy"] and st["host_to_host"] and st["link"]["mtu"] == 9000 and st["link"]["loss_percent"] == 2
+        assert "mtu 9000" in sh("ip", "-n", CLIENT, "link", "show", "dev", "rpcs-c0").stdout
+        assert "numgen random mod 10000 < 200" in sh("nft", "list", "table", "bridge", "rpcscope_testbed").stdout
+        want = cpus.split(":")
+        for host, cpu in zip((CLIENT, SERVER), want * (2 // len(want))):
+            pid = (STATE_DIR / "hosts" / host / "sshd.pid").read_text().strip()
+            status = pathlib.Path(f"/proc/{pid}/status").read_text()
+            assert f"Cpus_allowed_list:\t{cpu}\n" in status, (host, cpu)
+        r = rpcscope_json("testbed", "up")
+        assert r["action"] == "reconfigured"
+        assert "rpcscope_testbed" not in sh("nft", "list", "tables").stdout
+        assert "mtu 1500" in sh("ip", "-n", CLIENT, "link", "show", "dev", "rpcs-c0").stdout
+
     def test_teardown_playbook(self, testbed):
         p = ansible_playbook("teardown.yml")
         assert p.returncode == 0, p.stdout[-5000:] + p.stderr[-2000:]

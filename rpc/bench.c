@@ -266,7 +266,7 @@ out:
 void bench_print(const struct bench_config *cfg, const struct bench_result *r, FILE *f, int json)
 {
     const char *wire = cfg->client.drep == WIRE_DREP_BIG ? "network" : "native";
-    const char *wait = cfg->client.busy_poll ? "busy" : "block";
+    const char *wait = client_wait_name(cfg->client.wait);
     if (json) {
         fprintf(f, "{\"transport\": \"%s\", \"proc\": \"%s\", \"size\": %u, \"calls\": %llu, \"errors\": %llu, "
                    "\"mismatches\": %llu, \"threads\": %d, \"wait\": \"%s\", \"wire\": \"%s\", \"max_pdu\": %u, \"nb_select\": %s, "

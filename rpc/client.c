@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "trace.h"
@@ -65,8 +66,17 @@ int client_open(struct client *c, const struct client_config *cfg, uint64_t seed
         goto out;
     c->epfd = epoll_create1(EPOLL_CLOEXEC);
     struct epoll_event ev = { .events = EPOLLIN };
-    if (c->epfd < 0 || epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0)
+    if (c->epfd < 0 || epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0) {
         rc = util_fail_errno("epoll(client socket)");
+        goto out;
+    }
+    if (cfg->wait == CLIENT_WAIT_RECV) {
+        /* The blocking recvfrom wakes at least every retransmission period. */
+        uint32_t ms = cfg->transport == XPORT_TCP ? cfg->deadline_ms : cfg->rexmit_ms;
+        struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+        if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0)
+            rc = util_fail_errno("setsockopt(SO_RCVTIMEO)");
+    }
 out:
     if (rc)
         client_close(c);
@@ -86,6 +96,20 @@ void client_close(struct client *c)
     free(c->rxmap);
     c->fd = c->epfd = -1;
     c->tx = c->scratch = c->rx = c->pkt = c->rxmap = NULL;
+}
+
+int client_parse_wait(const char *s, int *wait)
+{
+    if (!strcmp(s, "select") || !strcmp(s, "block")) *wait = CLIENT_WAIT_SELECT;
+    else if (!strcmp(s, "recv")) *wait = CLIENT_WAIT_RECV;
+    else if (!strcmp(s, "busy")) *wait = CLIENT_WAIT_BUSY;
+    else return util_fail(UTIL_EINVAL, "'%s' is not a wait mode (select, recv or busy)", s);
+    return UTIL_OK;
+}
+
+const char *client_wait_name(int wait)
+{
+    return wait == CLIENT_WAIT_RECV ? "recv" : wait == CLIENT_WAIT_BUSY ? "busy" : "select";
 }
 
 uint64_t client_next_call_id(const struct client *c) { return wire_call_id(c->activity, c->seq + 1); }
@@ -149,7 +173,7 @@ static int wait_readable(struct client *c, uint64_t until, int with_select)
             n = 0;
             break;
         }
-        n = epoll_wait(c->epfd, &ev, 1, c->cfg.busy_poll ? 0 : (int)((until - now + 999999) / 1000000));
+        n = epoll_wait(c->epfd, &ev, 1, c->cfg.wait == CLIENT_WAIT_BUSY ? 0 : (int)((until - now + 999999) / 1000000));
         if (n > 0 || (n < 0 && errno != EINTR))
             break;
     }
@@ -211,8 +235,20 @@ static int invoke_udp(struct client *c, uint32_t total, uint32_t nfrags, struct 
         int first = 1, resend = 0;
         while (!resend) {
             struct wire_hdr h;
-            ssize_t n;
-            int ready = wait_readable(c, until, first);
+            ssize_t n = -1;
+            int ready;
+            if (c->cfg.wait == CLIENT_WAIT_RECV) {
+                /* C14 to C18 in one blocking recvfrom (see client_wait). */
+                RPCS_TRACE(c14_begin, c->call_id);
+                n = recv(c->fd, c->pkt, c->pkt_cap, 0);
+                ready = n >= 0 || errno == EINTR || errno == ECONNREFUSED;
+                if (n < 0 && ready)
+                    continue;
+                if (n < 0 && errno != EAGAIN)
+                    return util_fail_errno("recv(udp reply)");
+            } else {
+                ready = wait_readable(c, until, first);
+            }
             first = 0;
             if (ready < 0)
                 return ready;
@@ -229,8 +265,10 @@ static int invoke_udp(struct client *c, uint32_t total, uint32_t nfrags, struct 
                 until = now + rexmit_ns;
                 continue;
             }
-            RPCS_TRACE(c18_begin, c->call_id, 0, 0);
-            n = recv(c->fd, c->pkt, c->pkt_cap, MSG_DONTWAIT);
+            if (c->cfg.wait != CLIENT_WAIT_RECV) {
+                RPCS_TRACE(c18_begin, c->call_id, 0, 0);
+                n = recv(c->fd, c->pkt, c->pkt_cap, MSG_DONTWAIT);
+            }
             if (n < 0) {
                 RPCS_TRACE(c18_end, c->call_id, 0, 0);
                 if (errno == EAGAIN || errno == EINTR || errno == ECONNREFUSED)
@@ -312,6 +350,7 @@ static int invoke_tcp(struct client *c, uint32_t total, struct marshal_dec *resu
     uint32_t len = WIRE_TCP_MARK + WIRE_HDR_LEN + total;
     uint64_t until = util_now_ns() + (uint64_t)c->cfg.deadline_ms * 1000000u;
     size_t have = 0;
+    (void)until;
     struct wire_hdr h;
     int rc, last;
 
@@ -324,14 +363,22 @@ static int invoke_tcp(struct client *c, uint32_t total, struct marshal_dec *resu
     RPCS_TRACE(c10_end, c->call_id);
     int first = 1;
     for (;;) {
-        int ready = wait_readable(c, until, first);
-        first = 0;
-        if (ready < 0)
-            return ready;
-        if (!ready)
-            return util_fail(UTIL_ETIMEDOUT, "call %u (tcp): no reply within %u ms", c->seq, c->cfg.deadline_ms);
-        RPCS_TRACE(c18_begin, c->call_id, 0, (uint32_t)have);
-        ssize_t n = recv(c->fd, c->pkt + have, c->pkt_cap - have, MSG_DONTWAIT);
+        ssize_t n;
+        if (c->cfg.wait == CLIENT_WAIT_RECV) {
+            RPCS_TRACE(c14_begin, c->call_id);
+            n = recv(c->fd, c->pkt + have, c->pkt_cap - have, 0);
+            if (n < 0 && errno == EAGAIN)
+                return util_fail(UTIL_ETIMEDOUT, "call %u (tcp): no reply within %u ms", c->seq, c->cfg.deadline_ms);
+        } else {
+            int ready = wait_readable(c, until, first);
+            first = 0;
+            if (ready < 0)
+                return ready;
+            if (!ready)
+                return util_fail(UTIL_ETIMEDOUT, "call %u (tcp): no reply within %u ms", c->seq, c->cfg.deadline_ms);
+            RPCS_TRACE(c18_begin, c->call_id, 0, (uint32_t)have);
+            n = recv(c->fd, c->pkt + have, c->pkt_cap - have, MSG_DONTWAIT);
+        }
         RPCS_TRACE(c18_end, c->call_id, 0, n > 0 ? (uint32_t)(have + (size_t)n) : (uint32_t)have);
         if (n == 0)
             return util_fail(UTIL_EPROTO, "recv(tcp): the server closed the connection");

@@ -14,6 +14,16 @@
 
 #define CLIENT_DEFAULT_MAX_MSG (256u << 10)
 
+/* How a client waits for its reply. SELECT is DCE's structure: a select
+ * (epoll_wait) that sleeps (C14-C17), then recvfrom (C18). RECV sleeps inside
+ * a blocking recvfrom with a receive timeout, as sockperf does: one syscall
+ * less and a cheaper wake-up, but the select steps C11 and C17 do not exist
+ * and C18 begins when the kernel switches the thread back in. BUSY spins on
+ * a zero-timeout select. */
+enum client_wait { CLIENT_WAIT_SELECT = 0, CLIENT_WAIT_RECV = 1, CLIENT_WAIT_BUSY = 2 };
+int client_parse_wait(const char *s, int *wait);
+const char *client_wait_name(int wait);
+
 struct client_config {
     const char *server;
     uint16_t port;
@@ -21,7 +31,7 @@ struct client_config {
     uint32_t max_pdu;       /* UDP PDU limit, header included */
     uint32_t max_msg;       /* largest request or reply body */
     uint8_t drep;           /* wire byte order */
-    int busy_poll;          /* spin instead of sleeping while waiting */
+    int wait;               /* CLIENT_WAIT_*: how the client waits for a reply */
     int nb_select;          /* DCE's zero-timeout select before the blocking wait (C11) */
     uint32_t rexmit_ms;     /* wait this long before asking the server what it has */
     uint32_t deadline_ms;   /* give a call up after this long */

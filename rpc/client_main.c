@@ -23,7 +23,9 @@ static void usage(FILE *f)
             "  --warmup N          warm-up calls per thread, not measured (default 100)\n"
             "  --threads N         client threads, each with its own binding (default 1)\n"
             "  --cpu LIST          pin client threads to CPUs, round robin (e.g. 0 or 0,1)\n"
-            "  --wait MODE         block (sleep in poll) or busy (spin) while waiting (default block)\n"
+            "  --wait MODE         select: sleep in epoll_wait, then recvfrom (DCE's steps; default)\n"
+            "                      recv: sleep in a blocking recvfrom (no select steps C11, C17)\n"
+            "                      busy: spin on a zero-timeout epoll_wait\n"
             "  --wire ORDER        network (big-endian) or native byte order with a tag (default network)\n"
             "  --max-pdu N         UDP PDU limit in bytes, header included (default 4096)\n"
             "  --max-msg N         largest request or reply body (default 262144)\n"
@@ -86,8 +88,7 @@ int main(int argc, char **argv)
             }
             break;
         case 'W':
-            if (!strcmp(optarg, "busy")) cfg.client.busy_poll = 1;
-            else if (strcmp(optarg, "block")) rc = util_fail(UTIL_EINVAL, "--wait must be block or busy");
+            rc = client_parse_wait(optarg, &cfg.client.wait);
             break;
         case 'o':
             if (!strcmp(optarg, "native")) cfg.client.drep = wire_native_drep();

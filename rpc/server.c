@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -507,8 +508,10 @@ static uint64_t handle_udp(struct server *s)
     uint64_t id;
     ssize_t n;
 
-    RPCS_TRACE(s4_begin, 0, 0, 0);
-    n = recvfrom(s->udp_fd, x->pkt, 65536, MSG_DONTWAIT, (struct sockaddr *)&from, &flen);
+    if (!s->cfg.wait_recv)
+        RPCS_TRACE(s4_begin, 0, 0, 0);
+    /* In recv-wait mode this recvfrom is also the wait (S14 to S4), bounded by SO_RCVTIMEO. */
+    n = recvfrom(s->udp_fd, x->pkt, 65536, s->cfg.wait_recv ? 0 : MSG_DONTWAIT, (struct sockaddr *)&from, &flen);
     if (n < 0) {
         RPCS_TRACE(s4_end, 0, 0, 0);
         return 0;
@@ -698,6 +701,18 @@ int server_create(const struct server_config *cfg, struct server **out)
         goto out;
     if (cfg->tcp && (rc = xport_tcp_listen(&local, &s->tcp_fd)))
         goto out;
+    if (cfg->wait_recv) {
+        /* Wake at least every 100 ms to see a stop request, the deadline and reassembly expiry. */
+        struct timeval tv = { .tv_sec = 0, .tv_usec = 100000 };
+        if (cfg->tcp || !cfg->udp) {
+            rc = util_fail(UTIL_EINVAL, "--wait recv needs --transport udp: the listener can sleep in one socket only");
+            goto out;
+        }
+        if (setsockopt(s->udp_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0) {
+            rc = util_fail_errno("setsockopt(SO_RCVTIMEO)");
+            goto out;
+        }
+    }
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (s->epfd < 0) {
         rc = util_fail_errno("epoll_create1");
@@ -812,6 +827,13 @@ int server_run(struct server *s)
         if (now - last_expire > 100000000u) {
             reasm_expire(&s->reasm, now);
             last_expire = now;
+        }
+        if (s->cfg.wait_recv) {
+            RPCS_TRACE(s14_begin, last_id);
+            uint64_t id = handle_udp(s);
+            if (id)
+                last_id = id;
+            continue;
         }
         if (s->cfg.nb_select) {
             RPCS_TRACE(s12_begin, last_id);

@@ -33,6 +33,8 @@ static void usage(FILE *f)
             "  --transport T          udp, tcp or both (default both)\n"
             "  --executors N          executor threads; 0 = inline mode on the listener (default 2)\n"
             "  --cpu LIST             pin: listener on the first CPU, executors round robin\n"
+            "  --wait MODE            select (epoll_wait, DCE's steps; default) or recv (UDP only:\n"
+            "                         sleep in a blocking recvfrom; no select steps S3, S12)\n"
             "  --no-nb-select         skip DCE's zero-timeout select before the blocking one (S12)\n"
             "  --max-pdu N            UDP PDU limit, header included (default 4096)\n"
             "  --max-msg N            largest request or reply body (default 262144)\n"
@@ -60,7 +62,7 @@ int main(int argc, char **argv)
         { "reasm-slots", 1, 0, 'a' },   { "reasm-bytes", 1, 0, 'A' },   { "reasm-timeout-ms", 1, 0, 'o' },
         { "queue", 1, 0, 'q' },         { "max-conns", 1, 0, 'c' },     { "duration", 1, 0, 'd' },
         { "ready-file", 1, 0, 'y' },    { "stats-json", 1, 0, 'J' },    { "drop-rate", 1, 0, 'D' },
-        { "drop-seed", 1, 0, 'E' },     { "help", 0, 0, 'h' },          { "no-nb-select", 0, 0, 'N' },          { 0, 0, 0, 0 },
+        { "drop-seed", 1, 0, 'E' },     { "help", 0, 0, 'h' },          { "no-nb-select", 0, 0, 'N' },          { "wait", 1, 0, 'w' },          { 0, 0, 0, 0 },
     };
     struct server_config cfg;
     struct server_stats st;
@@ -99,6 +101,11 @@ int main(int argc, char **argv)
         case 'd': rc = util_parse_double(optarg, 0, 86400 * 7, &cfg.duration); break;
         case 'y': cfg.ready_file = optarg; break;
         case 'N': cfg.nb_select = 0; break;
+        case 'w':
+            if (!strcmp(optarg, "recv")) cfg.wait_recv = 1;
+            else if (strcmp(optarg, "select") && strcmp(optarg, "block"))
+                rc = util_fail(UTIL_EINVAL, "'%s' is not a wait mode (select or recv)", optarg);
+            break;
         case 'J': cfg.stats_json = optarg; break;
         case 'D': rc = util_parse_double(optarg, 0, 0.5, &cfg.drop_rate); break;
         case 'E': rc = util_parse_u64(optarg, 0, UINT64_MAX, &cfg.drop_seed); break;
@@ -113,6 +120,10 @@ int main(int argc, char **argv)
     }
     if (optind < argc) {
         fprintf(stderr, "rpc-server: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+    if (cfg.wait_recv && (cfg.tcp || !cfg.udp)) {
+        fprintf(stderr, "rpc-server: --wait recv needs --transport udp: the listener can sleep in one socket only\n");
         return 2;
     }
     rc = server_create(&cfg, &the_server);

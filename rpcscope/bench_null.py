@@ -4,8 +4,10 @@ Client and server are pinned to the same CPU (on this VM a reply that must
 wake an idle vCPU costs ~40 us against ~5 us on a shared one), on loopback,
 with the untraced build (make TRACE=0). The server runs in inline mode and
 in executor-pool mode; the pool pays one extra thread hand-off (step S5).
-A third mode, inline-lean, drops DCE's zero-timeout select before each
-blocking one (--no-nb-select). The programs run alternately, several rounds each, and the medians of
+Each mode is measured as DCE structures the wait (a select that sleeps,
+then recvfrom), without the zero-timeout select before it (-lean,
+--no-nb-select), and sleeping in a blocking recvfrom as sockperf does
+(-recv, --wait recv). The programs run alternately, several rounds each, and the medians of
 the rounds' p50s are compared, so slow drift on the machine hits both alike.
 """
 import argparse
@@ -94,9 +96,12 @@ def run(args):
     bindir = ROOT / "build" / "notrace" / "bin"
     if not (bindir / "rpc-client").exists():
         raise UserError(f"{bindir}/rpc-client is missing: run `make TRACE=0`")
-    # inline-lean: inline without DCE's zero-timeout select before each
-    # blocking one (C11, S12), to show what that step costs.
-    modes = {"inline": (0, ()), "inline-lean": (0, ("--no-nb-select",)), "pool": (args.executors, ())}
+    # inline/pool: DCE's structure (select, then recvfrom). inline-lean: no
+    # zero-timeout select before each blocking one (C11, S12). *-recv: sleep in
+    # a blocking recvfrom as sockperf does (no select steps at all).
+    recv = ("--wait", "recv")
+    modes = {"inline": (0, ()), "inline-lean": (0, ("--no-nb-select",)), "inline-recv": (0, recv),
+             "pool": (args.executors, ()), "pool-recv": (args.executors, recv)}
     rows = {"sockperf": [], **{m: [] for m in modes}}
     steps = [(r, k) for r in range(args.rounds) for k in rows]
     for _, kind in tqdm(steps, desc="bench-null", unit="run", disable=args.json or not sys.stderr.isatty()):
@@ -122,7 +127,8 @@ def run(args):
     table([{"what": "sockperf pp (64 B)", "p50_us": ref / 1e3, "ratio": 1.0}] +
           [{"what": f"rpc null, {m['mode']}", "p50_us": m["p50_ns"] / 1e3, "ratio": m["ratio"]}
            for m in result["modes"]], ["what", "p50_us", "ratio"])
-    print(f"goal: inline ratio <= 1.3 (pool mode adds the S5 hand-off to an executor thread)")
+    print("goal: inline ratio <= 1.3; pool mode adds the S5 hand-off to an executor thread;"
+          " -recv modes have no select steps (C11, C17, S3, S12)")
     return 0
 
 

@@ -15,7 +15,7 @@ import tomllib
 
 C_TYPES = {"u64": "uint64_t", "u32": "uint32_t", "u16": "uint16_t"}
 SIDES = {"client": "C", "server": "S"}
-NA_CONDITIONS = {"tcp", "single_window", "virtual_link", "inline", "busy_poll", "oneway", "no_nb_select"}
+NA_CONDITIONS = {"tcp", "single_window", "virtual_link", "inline", "busy_poll", "oneway", "no_nb_select", "recv_wait"}
 
 
 class CatalogError(Exception):
@@ -62,6 +62,9 @@ def check(cat, path):
         for n in s.get("next", []):
             if n not in ids:
                 raise CatalogError(f"{where}: next names unknown step {n}")
+        for cond, marks in s.get("absent_marks", {}).items():
+            if cond not in NA_CONDITIONS or not set(marks) <= set(s.get("user", [])):
+                raise CatalogError(f"{where}: absent_marks {cond}: {marks} must be known marks of the step")
         for m in s.get("user", []):
             if not re.fullmatch(r"[a-z]+", m):
                 raise CatalogError(f"{where}: mark {m!r} must be lowercase letters")
@@ -129,6 +132,7 @@ def python_module(cat):
             "kernel_inside": s.get("kernel_inside", "").split("|") if s.get("kernel_inside") else [],
             "kernel_end": s.get("kernel_end", "").split("|") if s.get("kernel_end") else [],
             "rtp": s["rtp"], "not_applicable": s.get("not_applicable", []),
+            "absent_marks": {c: [f"{s['id'].lower()}_{m}" for m in ms] for c, ms in s.get("absent_marks", {}).items()},
             "next": s.get("next", []), "per": s["per"],
         })
     evs = [{"name": f"{cat['provider']}:{n}", "event_class": c, "step": sid, "mark": m}

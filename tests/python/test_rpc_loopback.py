@@ -803,3 +803,38 @@ def test_untraced_build_has_no_lttng(rpc_bin):
         assert any("lttng" in l.lower() for l in nm.splitlines()), name
         assert any("lttng" in l.lower() for l in nm_dyn.splitlines()), name
         assert "liblttng-ust" in ldd, ldd
+
+
+# ================================================================== 6. the recv wait mode
+
+RECV = ["--wait", "recv"]
+
+
+@pytest.mark.parametrize("executors", [2, 0], ids=["pool", "inline"])
+def test_recv_wait_serves_every_proc(rpc_server, rpc_client, executors):
+    """--wait recv on both sides (sleep in a blocking recvfrom): every procedure, single and multi-fragment."""
+    srv = rpc_server(transport="udp", executors=executors, extra=RECV)
+    for proc, size in [("null", 0), ("incr", 0), ("maxarg", 24096), ("maxresult", 20000), ("add", 0),
+                       ("sum", 1000), ("concat", 300), ("echo", 16000), ("courier", 400)]:
+        run = rpc_client(srv, transport="udp", proc=proc, size=size, calls=50, warmup=2, extra=RECV)
+        r = run.assert_ok(50)
+        assert r["wait"] == "recv", r
+
+
+def test_recv_wait_loss_incr_runs_exactly_once(rpc_server, rpc_client):
+    """Loss recovery when both sides sleep in recvfrom: the receive timeout drives the retransmission."""
+    srv = rpc_server(transport="udp", executors=0, extra=[*RECV, *DROP, "--drop-seed", "55"])
+    calls, warmup = 300, 5
+    run = rpc_client(srv, transport="udp", proc="incr", calls=calls, warmup=warmup,
+                     extra=[*RECV, *DROP, "--drop-seed", "66", "--rexmit-ms", "5"], timeout=90)
+    r = run.assert_ok(calls)
+    assert r["last_counter"] == 1 + warmup + calls, run.describe()
+    st = srv.stop()
+    assert st["executed"] == 1 + warmup + calls, st
+    assert r["client_stats"]["timeouts"] > 0, r
+
+
+def test_recv_wait_server_refuses_tcp(rpc_bin):
+    cp = subprocess.run([str(rpc_bin("rpc-server")), "--wait", "recv", "--transport", "both"],
+                        capture_output=True, text=True, timeout=30)
+    assert cp.returncode == 2 and "--wait recv needs --transport udp" in cp.stderr, cp.stderr

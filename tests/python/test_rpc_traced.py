@@ -133,22 +133,23 @@ def _read(trace_dir, pids):
     return events
 
 
-def _user_next(step_id, seen=None):
-    """Steps with user events that can follow step_id, skipping kernel-only steps."""
+def _user_next(step_id, conditions, seen=None):
+    """Steps with user events that can follow step_id, skipping kernel-only steps
+    and steps that do not apply under the run's conditions."""
     out = set()
     seen = seen or set()
     for n in STEP[step_id]["next"]:
         if n in seen:
             continue
         seen.add(n)
-        if STEP[n]["user_events"]:
+        if STEP[n]["user_events"] and applicable(n, conditions):
             out.add(n)
         else:
-            out |= _user_next(n, seen)
+            out |= _user_next(n, conditions, seen)
     return out
 
 
-def _check_order(events):
+def _check_order(events, conditions):
     """Per thread, consecutive steps must follow the catalog's edges."""
     by_tid = collections.defaultdict(list)
     for e in events:
@@ -160,7 +161,7 @@ def _check_order(events):
             if not steps or steps[-1] != s:
                 steps.append(s)
         for a, b in zip(steps, steps[1:]):
-            assert b in _user_next(a), f"thread {tid}: step {b} after {a} is not an edge of the catalog " \
+            assert b in _user_next(a, conditions), f"thread {tid}: step {b} after {a} is not an edge of the catalog " \
                                        f"(sequence {steps[:40]})"
 
 
@@ -169,15 +170,14 @@ def _required(side, conditions):
 
 
 @pytest.mark.parametrize("transport,executors,extra", [
-    ("udp", 2, ()), ("udp", 0, ()), ("tcp", 2, ()), ("udp", 0, ("--no-nb-select",))])
+    ("udp", 2, ()), ("udp", 0, ()), ("tcp", 2, ()), ("udp", 0, ("--no-nb-select",)),
+    ("udp", 0, ("--wait", "recv")), ("udp", 2, ("--wait", "recv"))])
 def test_every_user_step_in_order(tmp_path, sessiond, transport, executors, extra):
     trace, pids = _capture(tmp_path, transport, executors, [("null", 0, 20), ("maxarg", 24096, 5)], extra)
     events = _read(trace, pids)
     assert events, "the trace holds no rpcscope events"
     names = {e["name"] for e in events}
     assert all(n.startswith(PROVIDER + ":") for n in names)
-    _check_order(events)
-
     # Calls by id: which side emitted what, and what size each call was.
     client = [e for e in events if e["procname"].startswith("rpc-client")]
     server = [e for e in events if e["procname"].startswith("rpc-server")]
@@ -186,9 +186,15 @@ def test_every_user_step_in_order(tmp_path, sessiond, transport, executors, extr
     assert len(sizes) == 21 + 6, f"expected 27 calls, saw {len(sizes)}"
 
     base = {"virtual_link"} | ({"tcp"} if transport == "tcp" else set()) | ({"inline"} if not executors else set())
-    if extra:
+    if "--no-nb-select" in extra:
         base.add("no_nb_select")
-        assert not any(e["name"].endswith(("c11_begin", "s12_begin")) for e in events)
+    if "recv" in extra:
+        base.add("recv_wait")
+    # Marks the catalog says are absent under these conditions must be absent; no others.
+    absent = {m for st in STEPS for c, ms in st["absent_marks"].items() if c in base for m in ms}
+    not_applicable = {e for st in STEPS if not applicable(st["id"], base) for e in st["user_events"]}
+    assert not names & (absent | not_applicable), sorted(names & (absent | not_applicable))
+    _check_order(events, base)
     steps_by_call = collections.defaultdict(lambda: collections.defaultdict(set))
     for side, evs in (("client", client), ("server", server)):
         for e in evs:

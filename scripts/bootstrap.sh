@@ -11,7 +11,7 @@ PACKAGES=(
   lttng-tools liblttng-ust-dev babeltrace2 python3-bt2 linux-perf valgrind
   python3-venv python3-dev sockperf
   openssh-server openssh-client openssh-sftp-server iproute2 nftables procps psmisc
-  util-linux git tar
+  util-linux git tar python3-apt
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -1,0 +1,576 @@
+"""Reading traces: the one module of rpcscope that decodes CTF.
+
+Every other part of the analysis sees events as columns (NumPy arrays) in one
+vocabulary, whether they came from LTTng-UST, from `perf data convert
+--to-ctf` (names like ``syscalls:sys_enter_sendto``, ``net:net_dev_xmit``,
+``irq:softirq_entry``) or from LTTng's kernel tracer (``syscall_entry_sendto``,
+``net_dev_xmit``, ``irq_softirq_entry``, ``net_if_receive_skb``).
+
+    from rpcscope.analysis.traceread import read_trace, KIND
+    ev = read_trace("runs/x/cases/udp-null-0/kernel", cache_dir="runs/x/analysis/cache")
+    ev.ts, ev.kind, ev.tid, ...          # columns, one row per event, time-sorted
+    ev.name_of(i)                        # "sendto", "c3_begin", "net_dev_xmit", ...
+    ev.problems                          # discarded events, truncated streams, ...
+
+Columns (all the same length):
+    ts      int64   CLOCK_MONOTONIC ns: the raw clock value of the trace's clock
+                    (LTTng's clock class carries an offset to the epoch, perf's
+                    does not; both count CLOCK_MONOTONIC, so the raw value is the
+                    comparable one on one host)
+    cpu     int16   CPU the event was recorded on (-1 unknown)
+    tid     int32   thread that was running (UST: vtid; perf: perf_tid; LTTng
+                    kernel: the tid context, or the CPU's current thread from
+                    sched_switch; -1 unknown)
+    pid     int32   process (UST: vpid; perf: perf_pid; -1 unknown)
+    kind    uint8   KIND code (user event, syscall entry/exit, net xmit, ...)
+    name    int32   index into `names`: user event without provider ("c3_begin"),
+                    syscall name ("sendto"), or the normalised kernel event name
+    call_id uint64  user: the call id
+    frag    int32   user: fragment or window number (-1 none)
+    nbytes  int64   user: bytes; net: skb len; syscall exit: return value
+    skb     uint64  net and copy events: skbaddr
+    dev     int32   net: index into `names` of the device name (-1 none)
+    tid2    int32   sched_switch: next tid; sched_waking/wakeup: the woken tid
+    state   int64   sched_switch: prev_state
+    vec     int32   softirq: vector (3 = NET_RX); irq: irq number; waking: target CPU
+    src     uint8   index into `sources` (one per trace directory read)
+"""
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+from array import array
+
+import numpy as np
+
+READER_VERSION = 1
+
+# Kinds of events: the vocabulary the rest of the analysis uses.
+KIND = {
+    "other": 0,
+    "user": 1,              # an rpcscope LTTng-UST event
+    "syscall_entry": 2,
+    "syscall_exit": 3,
+    "net_queue": 4,         # net_dev_queue
+    "net_start_xmit": 5,    # net_dev_start_xmit (perf only)
+    "net_xmit": 6,          # net_dev_xmit: the device hand-off
+    "net_receive": 7,       # netif_receive_skb
+    "net_rx": 8,            # netif_rx
+    "softirq_entry": 9,
+    "softirq_exit": 10,
+    "softirq_raise": 11,
+    "irq_entry": 12,
+    "irq_exit": 13,
+    "sched_waking": 14,
+    "sched_wakeup": 15,
+    "sched_switch": 16,
+    "copy_to_user": 17,     # skb_copy_datagram_iovec
+}
+KIND_NAME = {v: k for k, v in KIND.items()}
+NET_RX_VEC = 3
+
+COLUMNS = {
+    "ts": "q", "cpu": "h", "tid": "i", "pid": "i", "kind": "B", "name": "i", "call_id": "Q",
+    "frag": "i", "nbytes": "q", "skb": "Q", "dev": "i", "tid2": "i", "state": "q", "vec": "i", "src": "B",
+}
+_NP = {"q": np.int64, "h": np.int16, "i": np.int32, "B": np.uint8, "Q": np.uint64}
+
+# Kernel events without a subsystem prefix, as LTTng's kernel tracer names them,
+# and with it, as perf/tracefs names them: both map to one kind.
+_KERNEL_NAMES = {
+    "net_dev_queue": "net_queue", "net:net_dev_queue": "net_queue",
+    "net:net_dev_start_xmit": "net_start_xmit", "net_dev_start_xmit": "net_start_xmit",
+    "net_dev_xmit": "net_xmit", "net:net_dev_xmit": "net_xmit",
+    "net_if_receive_skb": "net_receive", "netif_receive_skb": "net_receive", "net:netif_receive_skb": "net_receive",
+    "net_if_rx": "net_rx", "netif_rx": "net_rx", "net:netif_rx": "net_rx",
+    "irq_softirq_entry": "softirq_entry", "softirq_entry": "softirq_entry", "irq:softirq_entry": "softirq_entry",
+    "irq_softirq_exit": "softirq_exit", "softirq_exit": "softirq_exit", "irq:softirq_exit": "softirq_exit",
+    "irq_softirq_raise": "softirq_raise", "softirq_raise": "softirq_raise", "irq:softirq_raise": "softirq_raise",
+    "irq_handler_entry": "irq_entry", "irq:irq_handler_entry": "irq_entry",
+    "irq_handler_exit": "irq_exit", "irq:irq_handler_exit": "irq_exit",
+    "sched_waking": "sched_waking", "sched:sched_waking": "sched_waking",
+    "sched_wakeup": "sched_wakeup", "sched:sched_wakeup": "sched_wakeup",
+    "sched_switch": "sched_switch", "sched:sched_switch": "sched_switch",
+    "skb_copy_datagram_iovec": "copy_to_user", "skb:skb_copy_datagram_iovec": "copy_to_user",
+}
+
+
+def normalise(raw):
+    """(kind, name) for a raw event name of any of the three tracers.
+
+    >>> normalise("syscalls:sys_enter_sendto"), normalise("syscall_entry_sendto")
+    (('syscall_entry', 'sendto'), ('syscall_entry', 'sendto'))
+    """
+    if raw.startswith("rpcscope:"):
+        return "user", raw[len("rpcscope:"):]
+    for prefix, kind in (("syscalls:sys_enter_", "syscall_entry"), ("syscalls:sys_exit_", "syscall_exit"),
+                         ("syscall_entry_", "syscall_entry"), ("syscall_exit_", "syscall_exit"),
+                         ("compat_syscall_entry_", "syscall_entry"), ("compat_syscall_exit_", "syscall_exit")):
+        if raw.startswith(prefix):
+            return kind, raw[len(prefix):]
+    kind = _KERNEL_NAMES.get(raw)
+    if kind is not None:
+        base = raw.split(":", 1)[-1]
+        # One name per kind whatever the tracer called it.
+        return kind, {"net_receive": "netif_receive_skb", "net_rx": "netif_rx",
+                      "softirq_entry": "softirq_entry", "softirq_exit": "softirq_exit",
+                      "softirq_raise": "softirq_raise", "irq_entry": "irq_handler_entry",
+                      "irq_exit": "irq_handler_exit"}.get(kind, base)
+    return "other", raw
+
+
+class TraceError(Exception):
+    """A trace that cannot be read at all (missing, not CTF)."""
+
+
+class Events:
+    """Columns of one or more traces, sorted by time, plus what went wrong reading them."""
+
+    def __init__(self, cols, names, sources, problems, threads):
+        self.cols = cols
+        self.names = names
+        self.sources = sources      # [{"path", "clock": {...}, "tracer", "events", "partial"}]
+        self.problems = problems    # [{"source", "what", "message", "count"?, "begin_ns"?, "end_ns"?}]
+        self.threads = threads      # {tid: {"pid", "procname"}} as far as the trace says
+        self._name_ids = {n: i for i, n in enumerate(names)}
+
+    def __getattr__(self, key):
+        cols = self.__dict__.get("cols")
+        if cols is not None and key in cols:
+            return cols[key]
+        raise AttributeError(key)
+
+    def __len__(self):
+        return len(self.cols["ts"])
+
+    @property
+    def partial(self):
+        return any(p["what"] in ("truncated", "corrupt", "missing") for p in self.problems)
+
+    @property
+    def lossy(self):
+        return any(p["what"] in ("discarded_events", "discarded_packets") for p in self.problems)
+
+    def name_of(self, i):
+        return self.names[int(self.cols["name"][i])]
+
+    def name_id(self, name):
+        """The name's index, or -1 when no event has it."""
+        return self._name_ids.get(name, -1)
+
+    def mask(self, kind=None, name=None):
+        m = np.ones(len(self), bool)
+        if kind is not None:
+            m &= self.cols["kind"] == KIND[kind]
+        if name is not None:
+            m &= self.cols["name"] == self.name_id(name)
+        return m
+
+    def select(self, m):
+        return Events({k: v[m] for k, v in self.cols.items()}, self.names, self.sources, self.problems, self.threads)
+
+    def summary(self):
+        kinds = np.bincount(self.cols["kind"], minlength=len(KIND)) if len(self) else np.zeros(len(KIND), int)
+        return {"events": len(self), "by_kind": {KIND_NAME[k]: int(n) for k, n in enumerate(kinds) if n},
+                "problems": self.problems, "partial": self.partial, "lossy": self.lossy}
+
+
+# ---------------------------------------------------------------- decoding with bt2
+
+class _Builder:
+    def __init__(self):
+        self.c = {k: array(t) for k, t in COLUMNS.items()}
+        self.names = []
+        self.ids = {}
+        self.threads = {}
+
+    def intern(self, s):
+        i = self.ids.get(s)
+        if i is None:
+            i = self.ids[s] = len(self.names)
+            self.names.append(s)
+        return i
+
+    def columns(self):
+        out = {}
+        for k, a in self.c.items():
+            out[k] = np.frombuffer(a, dtype=_NP[COLUMNS[k]]).copy() if len(a) else np.zeros(0, _NP[COLUMNS[k]])
+            a.clear() if hasattr(a, "clear") else None
+        return out
+
+
+def _field(ev, name, default=None):
+    """A field from any scope (payload, contexts, packet context), or default."""
+    for getter in ("payload_field", "specific_context_field", "common_context_field"):
+        f = getattr(ev, getter)
+        if f is not None and name in f:
+            return f[name]
+    pkt = ev.packet
+    if pkt is not None and pkt.context_field is not None and name in pkt.context_field:
+        return pkt.context_field[name]
+    return default
+
+
+def _int(v, default=-1):
+    return default if v is None else int(v)
+
+
+def _decoder(ev, b):
+    """Build, once per event class, a function that appends one event's row."""
+    raw = ev.name
+    kind, name = normalise(raw)
+    kcode = KIND[kind]
+    nid = b.intern(name)
+    payload = ev.payload_field
+    names = set(payload.keys()) if payload is not None else set()
+    ctx = ev.common_context_field
+    ctx_names = set(ctx.keys()) if ctx is not None else set()
+
+    def has(n):
+        return n in names
+
+    # Thread and process: UST contexts vtid/vpid, LTTng kernel contexts tid/pid,
+    # perf's perf_tid/perf_pid payload fields; else -1 (filled from sched_switch).
+    tid_key = next((k for k in ("vtid", "tid") if k in ctx_names), None)
+    pid_key = next((k for k in ("vpid", "pid") if k in ctx_names), None)
+    proc_key = "procname" if "procname" in ctx_names else None
+    perf = has("perf_tid")
+
+    def common(ev, ts, cpu, c):
+        if perf:
+            p = ev.payload_field
+            tid, pid = int(p["perf_tid"]), int(p["perf_pid"])
+        else:
+            cc = ev.common_context_field
+            tid = int(cc[tid_key]) if tid_key else -1
+            pid = int(cc[pid_key]) if pid_key else -1
+            if proc_key and tid >= 0 and tid not in b.threads:
+                b.threads[tid] = {"pid": pid, "procname": str(cc[proc_key])}
+        c["ts"].append(ts)
+        c["cpu"].append(cpu)
+        c["tid"].append(tid)
+        c["pid"].append(pid)
+        c["kind"].append(kcode)
+        c["name"].append(nid)
+
+    def put(c, call_id=0, frag=-1, nbytes=-1, skb=0, dev=-1, tid2=-1, state=-1, vec=-1):
+        c["call_id"].append(call_id)
+        c["frag"].append(frag)
+        c["nbytes"].append(nbytes)
+        c["skb"].append(skb)
+        c["dev"].append(dev)
+        c["tid2"].append(tid2)
+        c["state"].append(state)
+        c["vec"].append(vec)
+
+    if kind == "user":
+        fkey = "frag" if has("frag") else ("window" if has("window") else None)
+        bkey = "bytes" if has("bytes") else ("frags" if has("frags") else None)
+
+        def f(ev, ts, cpu, c):
+            common(ev, ts, cpu, c)
+            p = ev.payload_field
+            put(c, call_id=int(p["call_id"]), frag=int(p[fkey]) if fkey else -1,
+                nbytes=int(p[bkey]) if bkey else -1)
+    elif kind == "syscall_exit":
+        def f(ev, ts, cpu, c):
+            common(ev, ts, cpu, c)
+            put(c, nbytes=int(ev.payload_field["ret"]) if has("ret") else -1)
+    elif kind in ("net_queue", "net_start_xmit", "net_xmit", "net_receive", "net_rx", "copy_to_user"):
+        def f(ev, ts, cpu, c):
+            common(ev, ts, cpu, c)
+            p = ev.payload_field
+            put(c, skb=int(p["skbaddr"]), nbytes=int(p["len"]) if has("len") else -1,
+                dev=b.intern(str(p["name"])) if has("name") else -1)
+    elif kind in ("softirq_entry", "softirq_exit", "softirq_raise"):
+        def f(ev, ts, cpu, c):
+            common(ev, ts, cpu, c)
+            put(c, vec=int(ev.payload_field["vec"]))
+    elif kind in ("irq_entry", "irq_exit"):
+        def f(ev, ts, cpu, c):
+            common(ev, ts, cpu, c)
+            put(c, vec=int(ev.payload_field["irq"]))
+    elif kind in ("sched_waking", "sched_wakeup"):
+        tkey = "pid" if has("pid") and perf else "tid"
+        ckey = "comm" if has("comm") else None
+
+        def f(ev, ts, cpu, c):
+            common(ev, ts, cpu, c)
+            p = ev.payload_field
+            wakee = int(p[tkey])
+            if ckey and wakee not in b.threads:
+                b.threads[wakee] = {"pid": -1, "procname": str(p[ckey])}
+            put(c, tid2=wakee, vec=int(p["target_cpu"]) if has("target_cpu") else -1)
+    elif kind == "sched_switch":
+        prev_key, next_key = ("prev_pid", "next_pid") if has("prev_pid") else ("prev_tid", "next_tid")
+
+        def f(ev, ts, cpu, c):
+            common(ev, ts, cpu, c)
+            p = ev.payload_field
+            nxt = int(p["next_tid" if next_key == "next_tid" else "next_pid"])
+            if nxt not in b.threads and has("next_comm"):
+                b.threads[nxt] = {"pid": -1, "procname": str(p["next_comm"])}
+            put(c, tid2=nxt, state=int(p["prev_state"]))
+            if not perf and tid_key is None:
+                c["tid"][-1] = int(p[prev_key])
+    else:
+        def f(ev, ts, cpu, c):
+            common(ev, ts, cpu, c)
+            put(c)
+    return f
+
+
+def _cpu_of(ev):
+    pkt = ev.packet
+    if pkt is not None and pkt.context_field is not None and "cpu_id" in pkt.context_field:
+        return int(pkt.context_field["cpu_id"])
+    return -1
+
+
+def _decode(path, b, src, problems, stream_files=None):
+    """Append the events of the CTF trace(s) under path to builder b.
+
+    Returns (events, clock info, error message or None)."""
+    import bt2
+
+    decoders = {}
+    cpus = {}
+    clock = None
+    n = 0
+    c = b.c
+    err = None
+    E, DE, DP = bt2._EventMessageConst, bt2._DiscardedEventsMessageConst, bt2._DiscardedPacketsMessageConst
+    try:
+        it = bt2.TraceCollectionMessageIterator(str(path))
+        for msg in it:
+            t = type(msg)
+            if t is E:
+                ev = msg.event
+                key = ev.cls.addr
+                f = decoders.get(key)
+                if f is None:
+                    f = decoders[key] = _decoder(ev, b)
+                cs = msg.default_clock_snapshot
+                if clock is None:
+                    cc = cs.clock_class
+                    clock = {"name": cc.name, "uuid": str(cc.uuid) if cc.uuid else None,
+                             "frequency": cc.frequency, "origin_is_unix_epoch": cc.origin_is_unix_epoch,
+                             "offset_ns": cc.offset.seconds * 10**9 + cc.offset.cycles * 10**9 // cc.frequency}
+                    freq = cc.frequency
+                v = cs.value if freq == 1_000_000_000 else cs.value * 1_000_000_000 // freq
+                pkt = ev.packet
+                cpu = cpus.get(pkt.addr) if pkt is not None else -1
+                if cpu is None:
+                    cpu = cpus[pkt.addr] = _cpu_of(ev)
+                f(ev, v, cpu, c)
+                c["src"].append(src)
+                n += 1
+            elif t is DE or t is DP:
+                what = "discarded_events" if t is DE else "discarded_packets"
+                p = {"source": src, "what": what, "count": msg.count}
+                if msg.stream.cls.discarded_events_have_default_clock_snapshots if t is DE else \
+                        msg.stream.cls.discarded_packets_have_default_clock_snapshots:
+                    p["begin_ns"] = msg.beginning_default_clock_snapshot.value
+                    p["end_ns"] = msg.end_default_clock_snapshot.value
+                problems.append(p)
+            elif t is bt2._PacketBeginningMessageConst:
+                pass
+    except Exception as e:  # bt2._Error, or a decoding error of ours on a corrupt field
+        err = " ".join(str(e).split())[:400] or type(e).__name__
+    return n, clock, err
+
+
+def _stream_files(trace_dir):
+    """Data stream files of every CTF trace under trace_dir: {trace dir: [files]}."""
+    out = {}
+    for meta in sorted(pathlib.Path(trace_dir).rglob("metadata")):
+        d = meta.parent
+        out[d] = sorted(p for p in d.iterdir() if p.is_file() and p.name != "metadata"
+                        and not p.name.startswith(".") and p.stat().st_size > 0)
+    return out
+
+
+def _salvage(trace_dir, b, src, problems):
+    """After a decoding error: read each stream file on its own (metadata beside it),
+    keeping every stream that decodes and the good prefix of the one that does not."""
+    bad = []
+    with tempfile.TemporaryDirectory(prefix="rpcscope-salvage-") as tmp:
+        for tdir, files in _stream_files(trace_dir).items():
+            for f in files:
+                d = pathlib.Path(tmp) / f"{len(bad)}-{os.getpid()}-{f.name}"
+                d.mkdir()
+                os.symlink(tdir / "metadata", d / "metadata")
+                idx = tdir / "index" / (f.name + ".idx")
+                os.symlink(f, d / f.name)
+                del idx  # the index is optional: ctf.fs rebuilds packet boundaries itself
+                before = len(b.c["ts"])
+                n, clock, err = _decode(d, b, src, problems)
+                if err:
+                    bad.append({"stream": str(f), "events_kept": len(b.c["ts"]) - before, "error": err})
+                shutil.rmtree(d)
+    return bad
+
+
+def _cache_key(path):
+    h = hashlib.sha256(f"rpcscope-traceread-{READER_VERSION}\0{os.path.realpath(path)}".encode())
+    for tdir, files in _stream_files(path).items():
+        for f in [tdir / "metadata", *files]:
+            st = f.stat()
+            h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()[:20]
+
+
+def _save(cache_dir, key, ev):
+    d = pathlib.Path(cache_dir) / f"trace-{key}"
+    tmp = pathlib.Path(cache_dir) / f".tmp-{key}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for k, v in ev.cols.items():
+        np.save(tmp / f"{k}.npy", v)
+    (tmp / "meta.json").write_text(json.dumps({
+        "version": READER_VERSION, "names": ev.names, "sources": ev.sources, "problems": ev.problems,
+        "threads": {str(k): v for k, v in ev.threads.items()}}))
+    shutil.rmtree(d, ignore_errors=True)
+    os.replace(tmp, d)
+
+
+def _load(cache_dir, key):
+    d = pathlib.Path(cache_dir) / f"trace-{key}"
+    try:
+        meta = json.loads((d / "meta.json").read_text())
+        if meta.get("version") != READER_VERSION:
+            return None
+        cols = {k: np.load(d / f"{k}.npy", mmap_mode="r") for k in COLUMNS}
+    except (OSError, ValueError):
+        return None
+    return Events(cols, meta["names"], meta["sources"], meta["problems"],
+                  {int(k): v for k, v in meta["threads"].items()})
+
+
+def read_trace(path, cache_dir=None, src=0, backend="auto"):
+    """Decode every CTF trace under path (a LTTng session output, one LTTng
+    trace, or perf's converted CTF) into time-sorted Events.
+
+    Problems do not raise: a missing directory, discarded events or packets, and
+    a stream that stops decoding (truncated, corrupt) are in .problems, and
+    .partial says whether events are missing beyond what the tracer counted.
+    With cache_dir, the decoded columns are kept there (one directory of .npy
+    files per trace, memory-mapped on the next read) and reused while the trace's
+    files are unchanged.  backend: "python" (bt2), "native" (build/analysis/ctfcols
+    over libbabeltrace2, when built) or "auto" (native when available)."""
+    path = pathlib.Path(path)
+    if not path.exists() or not _stream_files(path):
+        what = "missing" if not path.exists() else "corrupt"
+        msg = f"no trace at {path}" if not path.exists() else f"no CTF trace (no metadata file) under {path}"
+        empty = {k: np.zeros(0, _NP[t]) for k, t in COLUMNS.items()}
+        return Events(empty, [], [{"path": str(path), "clock": None, "tracer": None, "events": 0, "partial": True}],
+                      [{"source": src, "what": what, "message": msg}], {})
+    key = _cache_key(path) if cache_dir else None
+    if key:
+        cached = _load(cache_dir, key)
+        if cached is not None:
+            return cached
+    ev = None
+    if backend in ("auto", "native"):
+        from . import native
+        if native.available():
+            ev = native.read(path, src)
+        elif backend == "native":
+            raise TraceError("the native extractor is not built: run `make analysis`")
+    if ev is None:
+        ev = _read_python(path, src)
+    if key:
+        _save(cache_dir, key, ev)
+    return ev
+
+
+def _read_python(path, src):
+    b = _Builder()
+    problems = []
+    n, clock, err = _decode(path, b, src, problems)
+    partial = False
+    if err:
+        # Start over stream by stream, so that one bad stream costs only its own tail.
+        b = _Builder()
+        problems = [p for p in problems if p["what"] not in ("discarded_events", "discarded_packets")]
+        bad = _salvage(path, b, src, problems)
+        for x in bad:
+            problems.append({"source": src, "what": _classify(x["error"]), "stream": x["stream"],
+                             "events_kept": x["events_kept"], "message": x["error"]})
+        if not bad:
+            problems.append({"source": src, "what": "corrupt", "message": err})
+        partial = True
+        clock = clock or _first_clock(path)
+    cols = b.columns()
+    _fill_tids(cols)
+    order = np.argsort(cols["ts"], kind="stable")
+    if len(order) and np.any(order != np.arange(len(order))):
+        cols = {k: v[order] for k, v in cols.items()}
+    tracer = _tracer_of(b.names, clock)
+    sources = [{"path": str(path), "clock": clock, "tracer": tracer, "events": len(cols["ts"]), "partial": partial}]
+    return Events(cols, b.names, sources, problems, b.threads)
+
+
+def _classify(err):
+    e = err.lower()
+    if any(w in e for w in ("truncat", "end of", "eof", "premature", "not enough", "remaining")):
+        return "truncated"
+    return "corrupt"
+
+
+def _first_clock(path):
+    return None
+
+
+def _tracer_of(names, clock):
+    if clock and clock.get("name") == "perf_clock":
+        return "perf"
+    if any(n.startswith(("c", "s")) and n[1:2].isdigit() for n in names):
+        return "lttng-ust"
+    return "lttng-kernel" if clock else None
+
+
+def _fill_tids(cols):
+    """Kernel events without a tid (LTTng kernel trace without the tid context):
+    the thread is the one the CPU last switched to."""
+    tid = cols["tid"]
+    missing = tid < 0
+    if not missing.any():
+        return
+    cur = {}
+    kind, cpu, tid2 = cols["kind"], cols["cpu"], cols["tid2"]
+    order = np.argsort(cols["ts"], kind="stable")
+    sw = KIND["sched_switch"]
+    for i in order:
+        c = int(cpu[i])
+        if kind[i] == sw:
+            cur[c] = int(tid2[i])
+        elif tid[i] < 0 and c in cur:
+            tid[i] = cur[c]
+
+
+def merge(events_list):
+    """Merge Events of several sources (each read with its own src index) by time."""
+    names, ids = [], {}
+    cols = {k: [] for k in COLUMNS}
+    sources, problems, threads = [], [], {}
+    for ev in events_list:
+        remap = np.array([ids.setdefault(n, len(ids)) for n in ev.names] or [0], np.int32)
+        for n in ev.names:
+            if n not in names:
+                names.append(n)
+        for k in COLUMNS:
+            v = np.asarray(ev.cols[k])
+            if k in ("name", "dev"):
+                v = np.where(v >= 0, remap[np.maximum(v, 0)], -1).astype(np.int32)
+            cols[k].append(v)
+        sources += ev.sources
+        problems += ev.problems
+        for t, v in ev.threads.items():
+            threads.setdefault(t, v)
+    names = sorted(ids, key=ids.get)
+    cat = {k: np.concatenate(v) if v else np.zeros(0, _NP[COLUMNS[k]]) for k, v in cols.items()}
+    order = np.argsort(cat["ts"], kind="stable")
+    return Events({k: v[order] for k, v in cat.items()}, names, sources, problems, threads)

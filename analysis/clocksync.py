@@ -197,3 +197,35 @@ def _edge(gap, cands, a_best, lower):
         if abs(hi - lo) <= 1e-16 * max(1.0, abs(lo)):
             break
     return float(lo)
+
+
+# User marks that bound a packet's one-way trip: (send mark, receive mark) per
+# direction, client -> server and server -> client. They are looser than the
+# kernel's device hand-off and receive (the user marks sit outside the
+# syscalls), which only widens the hull: the bound stays honest.
+USER_PACKET_MARKS = {"a_to_b": ("c7_begin", "s4_end"), "b_to_a": ("s8_begin", "c18_end")}
+
+
+def match_user_packets(ev_a, ev_b, marks=USER_PACKET_MARKS):
+    """Pairs of (send ts, receive ts) matched by call id and fragment number, in
+    each direction, from the user events of host A (the client) and host B.
+    ev_a, ev_b: rpcscope.analysis.traceread.Events. Only the first send and the
+    first receive of each (call id, fragment) count: a retransmission would pair
+    a receive with the wrong send."""
+    out = {}
+    for direction, (send, recv) in marks.items():
+        snd_ev, rcv_ev = (ev_a, ev_b) if direction == "a_to_b" else (ev_b, ev_a)
+        s = _first_by_key(snd_ev, send)
+        r = _first_by_key(rcv_ev, recv)
+        keys = sorted(set(s) & set(r))
+        out[direction] = (np.array([s[k] for k in keys], np.int64), np.array([r[k] for k in keys], np.int64))
+    return out
+
+
+def _first_by_key(ev, name):
+    m = ev.mask(kind="user", name=name)
+    ts, cid, frag = ev.ts[m], ev.call_id[m], ev.frag[m]
+    d = {}
+    for t, c, f in zip(ts.tolist(), cid.tolist(), frag.tolist()):
+        d.setdefault((c, f), t)
+    return d

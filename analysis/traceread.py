@@ -343,7 +343,11 @@ def _decode(path, b, src, problems, stream_files=None):
     err = None
     E, DE, DP = bt2._EventMessageConst, bt2._DiscardedEventsMessageConst, bt2._DiscardedPacketsMessageConst
     try:
-        it = bt2.TraceCollectionMessageIterator(str(path))
+        # An explicit source.ctf.fs per trace directory: bt2 2.0's auto-discovery
+        # aborts the process on unparsable metadata instead of raising.
+        dirs = [str(d) for d in _stream_files(path)]
+        fs = bt2.find_plugin("ctf").source_component_classes["fs"]
+        it = bt2.TraceCollectionMessageIterator([bt2.ComponentSpec(fs, {"inputs": dirs})])
         for msg in it:
             t = type(msg)
             if t is E:
@@ -378,8 +382,19 @@ def _decode(path, b, src, problems, stream_files=None):
             elif t is bt2._PacketBeginningMessageConst:
                 pass
     except Exception as e:  # bt2._Error, or a decoding error of ours on a corrupt field
-        err = " ".join(str(e).split())[:400] or type(e).__name__
+        err = _error_text(e)
     return n, clock, err
+
+
+def _error_text(e):
+    """bt2's error, deepest cause first, without the addresses of its components."""
+    try:
+        causes = [" ".join(c.message.split()) for c in e]
+    except TypeError:
+        causes = []
+    causes = [c for c in causes if not c.startswith("Component initialization method failed")]
+    text = "; ".join(causes[:3]) if causes else " ".join(str(e).split())
+    return text[:400] or type(e).__name__
 
 
 def _stream_files(trace_dir):
@@ -394,23 +409,70 @@ def _stream_files(trace_dir):
 
 def _salvage(trace_dir, b, src, problems):
     """After a decoding error: read each stream file on its own (metadata beside it),
-    keeping every stream that decodes and the good prefix of the one that does not."""
+    keeping every stream that decodes and the good packets of the one that does not."""
     bad = []
     with tempfile.TemporaryDirectory(prefix="rpcscope-salvage-") as tmp:
-        for tdir, files in _stream_files(trace_dir).items():
+        for k, (tdir, files) in enumerate(_stream_files(trace_dir).items()):
             for f in files:
-                d = pathlib.Path(tmp) / f"{len(bad)}-{os.getpid()}-{f.name}"
+                d = pathlib.Path(tmp) / f"{k}-{f.name}"
                 d.mkdir()
                 os.symlink(tdir / "metadata", d / "metadata")
-                idx = tdir / "index" / (f.name + ".idx")
                 os.symlink(f, d / f.name)
-                del idx  # the index is optional: ctf.fs rebuilds packet boundaries itself
                 before = len(b.c["ts"])
                 n, clock, err = _decode(d, b, src, problems)
+                what = "corrupt"
+                if err and len(b.c["ts"]) == before:
+                    # ctf.fs indexes every packet before it decodes any: a stream cut
+                    # inside a packet fails as a whole. Keep its complete packets.
+                    if _decode_prefix(d, f, b, src, problems):
+                        what = "truncated"
                 if err:
-                    bad.append({"stream": str(f), "events_kept": len(b.c["ts"]) - before, "error": err})
+                    err = err.replace(str(d / f.name), str(f)).replace(str(d), str(tdir))
+                    bad.append({"stream": str(f), "events_kept": len(b.c["ts"]) - before, "error": err,
+                                "what": what})
                 shutil.rmtree(d)
     return bad
+
+
+_MAGIC = (b"\xc1\x1f\xfc\xc1", b"\xc1\xfc\x1f\xc1")   # CTF packet magic, little and big endian
+
+
+def _decode_prefix(d, f, b, src, problems):
+    """Decode the longest prefix of stream f that ends on a packet boundary;
+    True if one decodes."""
+    data = f.read_bytes()
+    starts = sorted({i for m in _MAGIC for i in _find_all(data, m)} - {0})
+    if not starts:
+        return False
+    (d / f.name).unlink()
+
+    def ok(end):
+        (d / f.name).write_bytes(data[:end])
+        scratch = _Builder()
+        return _decode(d, scratch, src, [])[2] is None
+
+    lo, hi = -1, len(starts) - 1     # starts[lo] decodes (lo = -1: none known), find the largest
+    if ok(starts[hi]):
+        lo = hi
+    else:
+        hi -= 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if ok(starts[mid]):
+                lo = mid
+            else:
+                hi = mid - 1
+    if lo < 0:
+        return False
+    (d / f.name).write_bytes(data[:starts[lo]])
+    return _decode(d, b, src, problems)[2] is None
+
+
+def _find_all(data, pat):
+    i = data.find(pat)
+    while i >= 0:
+        yield i
+        i = data.find(pat, i + 1)
 
 
 def _cache_key(path):
@@ -497,7 +559,7 @@ def _read_python(path, src):
         problems = [p for p in problems if p["what"] not in ("discarded_events", "discarded_packets")]
         bad = _salvage(path, b, src, problems)
         for x in bad:
-            problems.append({"source": src, "what": _classify(x["error"]), "stream": x["stream"],
+            problems.append({"source": src, "what": x["what"], "stream": x["stream"],
                              "events_kept": x["events_kept"], "message": x["error"]})
         if not bad:
             problems.append({"source": src, "what": "corrupt", "message": err})
@@ -511,13 +573,6 @@ def _read_python(path, src):
     tracer = _tracer_of(b.names, clock)
     sources = [{"path": str(path), "clock": clock, "tracer": tracer, "events": len(cols["ts"]), "partial": partial}]
     return Events(cols, b.names, sources, problems, b.threads)
-
-
-def _classify(err):
-    e = err.lower()
-    if any(w in e for w in ("truncat", "end of", "eof", "premature", "not enough", "remaining")):
-        return "truncated"
-    return "corrupt"
 
 
 def _first_clock(path):

@@ -21,7 +21,7 @@ PY := $(VENV)/bin/python
 
 WARN := -Wall -Wextra -Werror
 CFLAGS ?= -O2 -g
-BASE_CFLAGS := $(WARN) -std=gnu11 -D_GNU_SOURCE -pthread -Irpc -I$(GEN) -fno-strict-aliasing
+BASE_CFLAGS := $(WARN) -std=gnu11 -D_GNU_SOURCE -pthread -Irpc -I$(GEN) -Istubs/runtime -Ibuild/stubs -fno-strict-aliasing
 ifeq ($(TRACE),0)
 TRACE_CFLAGS := -DRPCS_TRACE_ENABLED=0
 TRACE_LIBS :=
@@ -35,10 +35,16 @@ ALL_CFLAGS := $(BASE_CFLAGS) $(TRACE_CFLAGS) $(CFLAGS)
 LDLIBS := -pthread $(TRACE_LIBS)
 
 # The reference RPC: one library, two programs.
-RPC_MODULES := util wire marshal procs xport reasm replycache server client bench
+RPC_MODULES := util wire marshal procs xport reasm replycache server client bench stubcall
 RPC_SRCS := $(addprefix rpc/,$(addsuffix .c,$(RPC_MODULES)))
-RPC_HDRS := $(wildcard rpc/*.h) $(GEN)/rpcscope_tp.h
+RPC_HDRS := $(wildcard rpc/*.h) $(GEN)/rpcscope_tp.h $(RPC_STUB_HDRS)
 RPC_OBJS := $(patsubst rpc/%.c,$(BUILD)/obj/%.o,$(RPC_SRCS))
+# The stub study's runtime and generated stubs (stubs/stubs.mk makes them), so
+# the RPC can serve and call its procedures through any stub variant.
+RPC_STUB_GEN := $(patsubst stubs/idl/%.idl,build/stubs/%_stubs.c,$(wildcard stubs/idl/*.idl)) build/stubs/stubreg.c
+RPC_STUB_SRCS := stubs/runtime/stubrt.c stubs/runtime/interp.c $(RPC_STUB_GEN)
+RPC_STUB_HDRS := stubs/runtime/stubrt.h stubs/runtime/interp.h $(RPC_STUB_GEN:.c=.h)
+RPC_STUB_OBJS := $(patsubst %.c,$(BUILD)/obj/stubs/%.o,$(notdir $(RPC_STUB_SRCS)))
 RPC_LIB := $(BUILD)/librpcs.a
 BINS := $(BUILD)/bin/rpc-server $(BUILD)/bin/rpc-client
 
@@ -67,7 +73,15 @@ $(BUILD)/obj/rpcscope_tp.o: $(GEN)/rpcscope_tp.c $(GEN)/rpcscope_tp.h
 	@mkdir -p $(@D)
 	$(CC) -O2 -g -fPIC -I$(GEN) -c -o $@ $<
 
-$(RPC_LIB): $(RPC_OBJS) $(TP_OBJ)
+$(BUILD)/obj/stubs/%.o: stubs/runtime/%.c $(RPC_STUB_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/obj/stubs/%.o: build/stubs/%.c $(RPC_STUB_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(RPC_LIB): $(RPC_OBJS) $(RPC_STUB_OBJS) $(TP_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
@@ -85,13 +99,13 @@ ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-s
 FUZZ_DIR := build/fuzz
 FUZZ_SECONDS ?= 20
 
-$(ASAN_DIR)/%: tests/c/%.c tests/c/check.h $(RPC_SRCS) $(RPC_HDRS)
+$(ASAN_DIR)/%: tests/c/%.c tests/c/check.h $(RPC_SRCS) $(RPC_STUB_SRCS) $(RPC_HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) -DRPCS_TRACE_ENABLED=0 $(ASAN_FLAGS) -Itests/c -o $@ $< $(RPC_SRCS) -pthread
+	$(CC) $(BASE_CFLAGS) -DRPCS_TRACE_ENABLED=0 $(ASAN_FLAGS) -Itests/c -o $@ $< $(RPC_SRCS) $(RPC_STUB_SRCS) -pthread
 
-$(FUZZ_DIR)/fuzz_pdu: tests/c/fuzz_pdu.c $(RPC_SRCS) $(RPC_HDRS)
+$(FUZZ_DIR)/fuzz_pdu: tests/c/fuzz_pdu.c $(RPC_SRCS) $(RPC_STUB_SRCS) $(RPC_HDRS)
 	@mkdir -p $(@D)
-	clang $(BASE_CFLAGS) -DRPCS_TRACE_ENABLED=0 -O1 -g -fsanitize=fuzzer,address,undefined -o $@ tests/c/fuzz_pdu.c $(RPC_SRCS) -pthread
+	clang $(BASE_CFLAGS) -DRPCS_TRACE_ENABLED=0 -O1 -g -fsanitize=fuzzer,address,undefined -o $@ tests/c/fuzz_pdu.c $(RPC_SRCS) $(RPC_STUB_SRCS) -pthread
 
 # ---------------------------------------------------------------- bootstrap, tests, jobs
 $(VENV_STAMP): pyproject.toml scripts/bootstrap.sh
@@ -151,3 +165,4 @@ clean:
 	rm -rf build tracepoints/catalog_gen.py
 
 include stubs/stubs.mk
+include analysis/analysis.mk

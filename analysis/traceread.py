@@ -490,12 +490,27 @@ def _save(cache_dir, key, ev):
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     for k, v in ev.cols.items():
-        np.save(tmp / f"{k}.npy", v)
-    (tmp / "meta.json").write_text(json.dumps({
-        "version": READER_VERSION, "names": ev.names, "sources": ev.sources, "problems": ev.problems,
-        "threads": {str(k): v for k, v in ev.threads.items()}}))
+        np.ascontiguousarray(v, dtype=_NP[COLUMNS[k]]).tofile(tmp / f"{k}.bin")
+    _write_meta(tmp, ev)
     shutil.rmtree(d, ignore_errors=True)
     os.replace(tmp, d)
+
+
+def _write_meta(d, ev):
+    (pathlib.Path(d) / "meta.json").write_text(json.dumps({
+        "version": READER_VERSION, "names": ev.names, "sources": ev.sources, "problems": ev.problems,
+        "threads": {str(k): v for k, v in ev.threads.items()}}))
+
+
+def _map_columns(d, n=None):
+    cols = {}
+    for k, t in COLUMNS.items():
+        f = pathlib.Path(d) / f"{k}.bin"
+        size = f.stat().st_size // np.dtype(_NP[t]).itemsize
+        if n is not None and size != n:
+            raise ValueError(f"{f}: {size} rows, expected {n}")
+        cols[k] = np.memmap(f, dtype=_NP[t], mode="r") if size else np.zeros(0, _NP[t])
+    return cols
 
 
 def _load(cache_dir, key):
@@ -504,11 +519,49 @@ def _load(cache_dir, key):
         meta = json.loads((d / "meta.json").read_text())
         if meta.get("version") != READER_VERSION:
             return None
-        cols = {k: np.load(d / f"{k}.npy", mmap_mode="r") for k in COLUMNS}
-    except (OSError, ValueError):
+        cols = _map_columns(d)
+    except (OSError, ValueError, KeyError):
         return None
     return Events(cols, meta["names"], meta["sources"], meta["problems"],
                   {int(k): v for k, v in meta["threads"].items()})
+
+
+def _read_native(path, src, cache_dir, key):
+    """Decode with the native extractor straight into the cache directory (or a
+    temporary one); None when it stopped on an error (the Python path salvages)."""
+    from . import native
+    base = pathlib.Path(cache_dir) if key else pathlib.Path(tempfile.mkdtemp(prefix="rpcscope-ctfcols-"))
+    tmp = base / f".tmp-native-{os.getpid()}" if key else base
+    try:
+        meta = native.extract(list(_stream_files(path)), tmp)
+        if meta.get("error"):
+            return None
+        cols = _map_columns(tmp, meta["events"])
+        problems = [{"source": src, **p} for p in meta["problems"]]
+        names = meta["names"]
+        if len(cols["ts"]) and np.any(np.diff(cols["ts"]) < 0):
+            order = np.argsort(cols["ts"], kind="stable")
+            cols = {k: np.asarray(v)[order] for k, v in cols.items()}
+        _fill_tids(cols)
+        sources = [{"path": str(path), "clock": meta["clock"], "tracer": _tracer_of(names, meta["clock"]),
+                    "events": int(meta["events"]), "partial": False}]
+        ev = Events(cols, names, sources, problems, {int(k): v for k, v in meta["threads"].items()})
+        if not key:
+            return Events({k: np.array(v) for k, v in cols.items()}, names, sources, problems, ev.threads)
+        if isinstance(cols["ts"], np.memmap):   # in time order: only filled tids to write back
+            for k, v in cols.items():
+                if not isinstance(v, np.memmap) and len(v):
+                    np.ascontiguousarray(v, dtype=_NP[COLUMNS[k]]).tofile(tmp / f"{k}.bin.new")
+                    os.replace(tmp / f"{k}.bin.new", tmp / f"{k}.bin")
+            _write_meta(tmp, ev)
+            d = base / f"trace-{key}"
+            shutil.rmtree(d, ignore_errors=True)
+            os.replace(tmp, d)
+            return _load(cache_dir, key)
+        _save(cache_dir, key, ev)
+        return ev
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def read_trace(path, cache_dir=None, src=0, backend="auto"):
@@ -533,18 +586,26 @@ def read_trace(path, cache_dir=None, src=0, backend="auto"):
     if key:
         cached = _load(cache_dir, key)
         if cached is not None:
-            return cached
-    ev = None
+            return _with_src(cached, src)
     if backend in ("auto", "native"):
         from . import native
         if native.available():
-            ev = native.read(path, src)
+            ev = _read_native(path, src, cache_dir, key)
+            if ev is not None:
+                return _with_src(ev, src)
         elif backend == "native":
             raise TraceError("the native extractor is not built: run `make analysis`")
-    if ev is None:
-        ev = _read_python(path, src)
+    ev = _read_python(path, src)
     if key:
         _save(cache_dir, key, ev)
+    return ev
+
+
+def _with_src(ev, src):
+    if src and len(ev):
+        ev.cols["src"] = np.full(len(ev), src, np.uint8)
+        for p in ev.problems:
+            p["source"] = src
     return ev
 
 
@@ -566,10 +627,10 @@ def _read_python(path, src):
         partial = True
         clock = clock or _first_clock(path)
     cols = b.columns()
-    _fill_tids(cols)
-    order = np.argsort(cols["ts"], kind="stable")
-    if len(order) and np.any(order != np.arange(len(order))):
+    if len(cols["ts"]) and np.any(np.diff(cols["ts"]) < 0):
+        order = np.argsort(cols["ts"], kind="stable")
         cols = {k: v[order] for k, v in cols.items()}
+    _fill_tids(cols)
     tracer = _tracer_of(b.names, clock)
     sources = [{"path": str(path), "clock": clock, "tracer": tracer, "events": len(cols["ts"]), "partial": partial}]
     return Events(cols, b.names, sources, problems, b.threads)
@@ -589,21 +650,19 @@ def _tracer_of(names, clock):
 
 def _fill_tids(cols):
     """Kernel events without a tid (LTTng kernel trace without the tid context):
-    the thread is the one the CPU last switched to."""
-    tid = cols["tid"]
-    missing = tid < 0
-    if not missing.any():
+    the thread is the one the CPU last switched to. Rows must be in time order."""
+    missing = np.nonzero(np.asarray(cols["tid"]) < 0)[0]
+    if not len(missing):
         return
-    cur = {}
-    kind, cpu, tid2 = cols["kind"], cols["cpu"], cols["tid2"]
-    order = np.argsort(cols["ts"], kind="stable")
-    sw = KIND["sched_switch"]
-    for i in order:
-        c = int(cpu[i])
-        if kind[i] == sw:
-            cur[c] = int(tid2[i])
-        elif tid[i] < 0 and c in cur:
-            tid[i] = cur[c]
+    tid = cols["tid"] = np.array(cols["tid"])
+    cpu = np.asarray(cols["cpu"])
+    sw = np.nonzero(np.asarray(cols["kind"]) == KIND["sched_switch"])[0]
+    for c in np.unique(cpu[missing]):
+        s = sw[cpu[sw] == c]
+        m = missing[cpu[missing] == c]
+        k = np.searchsorted(s, m) - 1       # the last switch on this CPU before the event
+        ok = k >= 0
+        tid[m[ok]] = np.asarray(cols["tid2"])[s[k[ok]]]
 
 
 def merge(events_list):

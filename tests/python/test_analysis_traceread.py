@@ -153,3 +153,61 @@ def test_merge_keeps_names_apart(fx):
     assert {m.name_of(i) for i in np.nonzero(m.src == 0)[0]} == {"c7_begin", "c18_end"}
     assert m.name_of(int(np.nonzero(m.kind == KIND["net_xmit"])[0][0])) == "net_dev_xmit"
     assert m.names[m.dev[m.kind == KIND["net_xmit"]][0]] in ("veth-c", "veth-s")
+
+
+# ---------------------------------------------------------------- the native extractor
+
+from rpcscope.analysis import native  # noqa: E402
+
+needs_native = pytest.mark.skipif(not native.available(), reason="build/analysis/ctfcols not built (make analysis)")
+
+
+@needs_native
+@pytest.mark.parametrize("name", ["lttng-kernel", "perf", "discarded", "ust-client", "multi-packet"])
+def test_native_and_python_decode_identically(fx, name, tmp_path):
+    py = read_trace(fx / name, backend="python")
+    nat = read_trace(fx / name, backend="native")
+    assert len(nat) == len(py) > 0
+    a, b = _named(py), _named(nat)
+    for k in a:
+        assert np.array_equal(a[k], b[k]), k
+    assert np.array_equal(py.call_id, nat.call_id) and np.array_equal(py.frag, nat.frag)
+    assert nat.problems == py.problems
+    assert nat.threads == py.threads
+    assert nat.sources[0]["clock"] == py.sources[0]["clock"]
+    assert nat.sources[0]["tracer"] == py.sources[0]["tracer"]
+    # Cached: memory-mapped straight from the extractor's files.
+    c1 = read_trace(fx / name, cache_dir=tmp_path / "c", backend="native", src=2)
+    c2 = read_trace(fx / name, cache_dir=tmp_path / "c", backend="native", src=2)
+    assert isinstance(c2.ts, np.memmap) and np.array_equal(c1.ts, c2.ts) and set(c2.src.tolist()) == {2}
+
+
+@needs_native
+def test_native_falls_back_to_salvage_on_a_truncated_stream(fx, tmp_path):
+    t = tmp_path / "trunc"
+    shutil.copytree(fx / "multi-packet", t)
+    f = t / "chan_1"
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 3])
+    ev = read_trace(t, cache_dir=tmp_path / "cache")
+    assert ev.partial and any(p["what"] == "truncated" for p in ev.problems)
+    again = read_trace(t, cache_dir=tmp_path / "cache")
+    assert again.partial and len(again) == len(ev)
+
+
+def test_tids_from_sched_switch_when_the_trace_has_no_tid_context(fx, tmp_path):
+    spec = make_ctf.as_lttng_kernel(make_ctf.kernel_rounds(20))
+    for e in spec["events"]:
+        e["common"] = {"procname": e["common"]["procname"]}
+    spec["common"], spec["common_types"] = ["procname"], {"procname": ""}
+    make_ctf.write_trace(tmp_path / "notid", spec)
+    ref = read_trace(fx / "lttng-kernel", backend="python")
+    backends = ["python"] + (["native"] if native.available() else [])
+    for backend in backends:
+        for cache in (None, tmp_path / f"cache-{backend}", tmp_path / f"cache-{backend}"):
+            ev = read_trace(tmp_path / "notid", backend=backend, cache_dir=cache)
+            n = len(ev)
+            # The first events of each CPU precede any switch: unknown; the rest are the
+            # switched-in thread, which is the thread the tid context would have named.
+            known = ev.tid >= 0
+            assert known.sum() > n // 2
+            assert np.array_equal(ev.tid[known], ref.tid[:n][known]), backend

@@ -1,0 +1,616 @@
+/*
+ * ctfcols: decode CTF traces into the columns of rpcscope.analysis.traceread.
+ *
+ *   ctfcols OUT_DIR TRACE_DIR...
+ *
+ * Reads every TRACE_DIR (a directory holding a CTF `metadata` file) with
+ * libbabeltrace2's source.ctf.fs and utils.muxer, and writes OUT_DIR/<column>.bin
+ * (raw little-endian arrays, one per column, same order and types as
+ * traceread.COLUMNS) and OUT_DIR/meta.json (names, threads, problems, clock).
+ * Memory stays flat: rows go straight to buffered column files.
+ *
+ * The normalisation of event names and fields mirrors traceread.py's Python
+ * decoder exactly; tests compare the two backends column by column.
+ * Exit status: 0 success, 1 a decoding error (meta.json has "error"; the columns
+ * hold what was decoded before it), 2 bad usage or output error.
+ */
+#include <babeltrace2/babeltrace.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { K_OTHER, K_USER, K_SYS_ENTRY, K_SYS_EXIT, K_NET_QUEUE, K_NET_START_XMIT, K_NET_XMIT, K_NET_RECEIVE,
+       K_NET_RX, K_SOFTIRQ_ENTRY, K_SOFTIRQ_EXIT, K_SOFTIRQ_RAISE, K_IRQ_ENTRY, K_IRQ_EXIT, K_WAKING,
+       K_WAKEUP, K_SWITCH, K_COPY };
+
+/* ---------------------------------------------------------------- columns */
+
+enum { C_TS, C_CPU, C_TID, C_PID, C_KIND, C_NAME, C_CALL_ID, C_FRAG, C_NBYTES, C_SKB, C_DEV, C_TID2, C_STATE,
+       C_VEC, C_SRC, NCOL };
+static const char *col_name[NCOL] = {"ts", "cpu", "tid", "pid", "kind", "name", "call_id", "frag", "nbytes",
+                                     "skb", "dev", "tid2", "state", "vec", "src"};
+static FILE *col_file[NCOL];
+
+struct row {
+	int64_t ts; int16_t cpu; int32_t tid, pid; uint8_t kind; int32_t name; uint64_t call_id; int32_t frag;
+	int64_t nbytes; uint64_t skb; int32_t dev, tid2; int64_t state; int32_t vec; uint8_t src;
+};
+
+static void put_row(const struct row *r)
+{
+	fwrite(&r->ts, 8, 1, col_file[C_TS]);
+	fwrite(&r->cpu, 2, 1, col_file[C_CPU]);
+	fwrite(&r->tid, 4, 1, col_file[C_TID]);
+	fwrite(&r->pid, 4, 1, col_file[C_PID]);
+	fwrite(&r->kind, 1, 1, col_file[C_KIND]);
+	fwrite(&r->name, 4, 1, col_file[C_NAME]);
+	fwrite(&r->call_id, 8, 1, col_file[C_CALL_ID]);
+	fwrite(&r->frag, 4, 1, col_file[C_FRAG]);
+	fwrite(&r->nbytes, 8, 1, col_file[C_NBYTES]);
+	fwrite(&r->skb, 8, 1, col_file[C_SKB]);
+	fwrite(&r->dev, 4, 1, col_file[C_DEV]);
+	fwrite(&r->tid2, 4, 1, col_file[C_TID2]);
+	fwrite(&r->state, 8, 1, col_file[C_STATE]);
+	fwrite(&r->vec, 4, 1, col_file[C_VEC]);
+	fwrite(&r->src, 1, 1, col_file[C_SRC]);
+}
+
+/* ---------------------------------------------------------------- interned names */
+
+static char **names;
+static size_t n_names, cap_names;
+#define HBITS 16
+static int32_t htab[1 << HBITS];
+
+static uint32_t hash(const char *s)
+{
+	uint32_t h = 2166136261u;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 16777619u;
+	return h;
+}
+
+static int32_t intern(const char *s)
+{
+	uint32_t h = hash(s) & ((1 << HBITS) - 1);
+	while (htab[h]) {
+		if (!strcmp(names[htab[h] - 1], s))
+			return htab[h] - 1;
+		h = (h + 1) & ((1 << HBITS) - 1);
+	}
+	if (n_names + 1 >= (1 << HBITS) / 2) {
+		fprintf(stderr, "ctfcols: too many distinct names\n");
+		exit(2);
+	}
+	if (n_names == cap_names) {
+		cap_names = cap_names ? cap_names * 2 : 256;
+		names = realloc(names, cap_names * sizeof *names);
+	}
+	names[n_names] = strdup(s);
+	htab[h] = (int32_t)++n_names;
+	return (int32_t)(n_names - 1);
+}
+
+/* ---------------------------------------------------------------- threads and problems (JSON text) */
+
+struct thread { int32_t tid, pid; int32_t procname; };
+static struct thread *threads;
+static size_t n_threads, cap_threads;
+#define TBITS 16
+static int32_t ttab[1 << TBITS];   /* tid -> index + 1, open addressing */
+
+static void add_thread(int32_t tid, int32_t pid, const char *procname)
+{
+	uint32_t h = ((uint32_t)tid * 2654435761u) >> (32 - TBITS);
+	while (ttab[h]) {
+		if (threads[ttab[h] - 1].tid == tid)
+			return;
+		h = (h + 1) & ((1 << TBITS) - 1);
+	}
+	if (n_threads + 1 >= (1 << TBITS) / 2)
+		return;
+	if (n_threads == cap_threads) {
+		cap_threads = cap_threads ? cap_threads * 2 : 256;
+		threads = realloc(threads, cap_threads * sizeof *threads);
+	}
+	threads[n_threads] = (struct thread){tid, pid, intern(procname)};
+	ttab[h] = (int32_t)++n_threads;
+}
+
+static char *problems;
+static size_t problems_len;
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+static void add_problem(const char *what, int64_t count, int have_range, uint64_t b, uint64_t e)
+{
+	char buf[256];
+	int n = snprintf(buf, sizeof buf, "%s{\"what\": \"%s\", \"count\": %s", problems_len ? ", " : "", what,
+			 count < 0 ? "null" : "");
+	if (count >= 0)
+		n += snprintf(buf + n, sizeof buf - n, "%" PRId64, count);
+	if (have_range)
+		n += snprintf(buf + n, sizeof buf - n, ", \"begin_ns\": %" PRIu64 ", \"end_ns\": %" PRIu64, b, e);
+	n += snprintf(buf + n, sizeof buf - n, "}");
+	problems = realloc(problems, problems_len + n + 1);
+	memcpy(problems + problems_len, buf, n + 1);
+	problems_len += n;
+}
+
+/* ---------------------------------------------------------------- per event class decoders */
+
+enum { F_NONE = -1 };
+struct decoder {
+	const bt_event_class *cls;
+	uint8_t kind;
+	int32_t name;
+	int perf;                     /* perf_tid / perf_pid in the payload */
+	int ctx_tid, ctx_pid, ctx_proc; /* common context member indexes */
+	int f_call_id, f_frag, f_nbytes, f_skb, f_dev, f_tid2, f_state, f_vec, f_comm, f_prev;
+	int f_perf_tid, f_perf_pid;
+	struct decoder *next;
+};
+#define DBITS 12
+static struct decoder *dtab[1 << DBITS];
+
+static int member(const bt_field_class *sc, const char *name)
+{
+	if (!sc)
+		return F_NONE;
+	uint64_t n = bt_field_class_structure_get_member_count(sc);
+	for (uint64_t i = 0; i < n; i++) {
+		const bt_field_class_structure_member *m = bt_field_class_structure_borrow_member_by_index_const(sc, i);
+		if (!strcmp(bt_field_class_structure_member_get_name(m), name))
+			return (int)i;
+	}
+	return F_NONE;
+}
+
+static int first_member(const bt_field_class *sc, const char *a, const char *b)
+{
+	int i = member(sc, a);
+	return i != F_NONE || !b ? i : member(sc, b);
+}
+
+static int starts(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
+
+static const struct { const char *raw; uint8_t kind; const char *name; } kernel_names[] = {
+	{"net_dev_queue", K_NET_QUEUE, "net_dev_queue"}, {"net:net_dev_queue", K_NET_QUEUE, "net_dev_queue"},
+	{"net:net_dev_start_xmit", K_NET_START_XMIT, "net_dev_start_xmit"},
+	{"net_dev_start_xmit", K_NET_START_XMIT, "net_dev_start_xmit"},
+	{"net_dev_xmit", K_NET_XMIT, "net_dev_xmit"}, {"net:net_dev_xmit", K_NET_XMIT, "net_dev_xmit"},
+	{"net_if_receive_skb", K_NET_RECEIVE, "netif_receive_skb"},
+	{"netif_receive_skb", K_NET_RECEIVE, "netif_receive_skb"},
+	{"net:netif_receive_skb", K_NET_RECEIVE, "netif_receive_skb"},
+	{"net_if_rx", K_NET_RX, "netif_rx"}, {"netif_rx", K_NET_RX, "netif_rx"}, {"net:netif_rx", K_NET_RX, "netif_rx"},
+	{"irq_softirq_entry", K_SOFTIRQ_ENTRY, "softirq_entry"}, {"softirq_entry", K_SOFTIRQ_ENTRY, "softirq_entry"},
+	{"irq:softirq_entry", K_SOFTIRQ_ENTRY, "softirq_entry"},
+	{"irq_softirq_exit", K_SOFTIRQ_EXIT, "softirq_exit"}, {"softirq_exit", K_SOFTIRQ_EXIT, "softirq_exit"},
+	{"irq:softirq_exit", K_SOFTIRQ_EXIT, "softirq_exit"},
+	{"irq_softirq_raise", K_SOFTIRQ_RAISE, "softirq_raise"}, {"softirq_raise", K_SOFTIRQ_RAISE, "softirq_raise"},
+	{"irq:softirq_raise", K_SOFTIRQ_RAISE, "softirq_raise"},
+	{"irq_handler_entry", K_IRQ_ENTRY, "irq_handler_entry"}, {"irq:irq_handler_entry", K_IRQ_ENTRY, "irq_handler_entry"},
+	{"irq_handler_exit", K_IRQ_EXIT, "irq_handler_exit"}, {"irq:irq_handler_exit", K_IRQ_EXIT, "irq_handler_exit"},
+	{"sched_waking", K_WAKING, "sched_waking"}, {"sched:sched_waking", K_WAKING, "sched_waking"},
+	{"sched_wakeup", K_WAKEUP, "sched_wakeup"}, {"sched:sched_wakeup", K_WAKEUP, "sched_wakeup"},
+	{"sched_switch", K_SWITCH, "sched_switch"}, {"sched:sched_switch", K_SWITCH, "sched_switch"},
+	{"skb_copy_datagram_iovec", K_COPY, "skb_copy_datagram_iovec"},
+	{"skb:skb_copy_datagram_iovec", K_COPY, "skb_copy_datagram_iovec"},
+};
+
+static void normalise(const char *raw, uint8_t *kind, int32_t *name)
+{
+	static const struct { const char *p; uint8_t k; } sys[] = {
+		{"syscalls:sys_enter_", K_SYS_ENTRY}, {"syscalls:sys_exit_", K_SYS_EXIT},
+		{"syscall_entry_", K_SYS_ENTRY}, {"syscall_exit_", K_SYS_EXIT},
+		{"compat_syscall_entry_", K_SYS_ENTRY}, {"compat_syscall_exit_", K_SYS_EXIT}};
+	if (starts(raw, "rpcscope:")) {
+		*kind = K_USER;
+		*name = intern(raw + strlen("rpcscope:"));
+		return;
+	}
+	for (size_t i = 0; i < sizeof sys / sizeof sys[0]; i++)
+		if (starts(raw, sys[i].p)) {
+			*kind = sys[i].k;
+			*name = intern(raw + strlen(sys[i].p));
+			return;
+		}
+	for (size_t i = 0; i < sizeof kernel_names / sizeof kernel_names[0]; i++)
+		if (!strcmp(raw, kernel_names[i].raw)) {
+			*kind = kernel_names[i].kind;
+			*name = intern(kernel_names[i].name);
+			return;
+		}
+	*kind = K_OTHER;
+	*name = intern(raw);
+}
+
+static struct decoder *decoder_of(const bt_event_class *cls)
+{
+	uint32_t h = (uint32_t)(((uintptr_t)cls >> 4) * 2654435761u) >> (32 - DBITS);
+	for (struct decoder *d = dtab[h]; d; d = d->next)
+		if (d->cls == cls)
+			return d;
+	struct decoder *d = calloc(1, sizeof *d);
+	d->cls = cls;
+	const char *raw = bt_event_class_get_name(cls);
+	normalise(raw ? raw : "", &d->kind, &d->name);
+	const bt_field_class *p = bt_event_class_borrow_payload_field_class_const(cls);
+	const bt_field_class *cc = bt_stream_class_borrow_event_common_context_field_class_const(
+		bt_event_class_borrow_stream_class_const(cls));
+	d->f_perf_tid = member(p, "perf_tid");
+	d->f_perf_pid = member(p, "perf_pid");
+	d->perf = d->f_perf_tid != F_NONE && d->f_perf_pid != F_NONE;
+	d->ctx_tid = first_member(cc, "vtid", "tid");
+	d->ctx_pid = first_member(cc, "vpid", "pid");
+	d->ctx_proc = member(cc, "procname");
+	d->f_call_id = d->f_frag = d->f_nbytes = d->f_skb = d->f_dev = d->f_tid2 = d->f_state = d->f_vec = F_NONE;
+	d->f_comm = d->f_prev = F_NONE;
+	switch (d->kind) {
+	case K_USER:
+		d->f_call_id = member(p, "call_id");
+		d->f_frag = first_member(p, "frag", "window");
+		d->f_nbytes = first_member(p, "bytes", "frags");
+		break;
+	case K_SYS_EXIT:
+		d->f_nbytes = member(p, "ret");
+		break;
+	case K_NET_QUEUE: case K_NET_START_XMIT: case K_NET_XMIT: case K_NET_RECEIVE: case K_NET_RX: case K_COPY:
+		d->f_skb = member(p, "skbaddr");
+		d->f_nbytes = member(p, "len");
+		d->f_dev = member(p, "name");
+		break;
+	case K_SOFTIRQ_ENTRY: case K_SOFTIRQ_EXIT: case K_SOFTIRQ_RAISE:
+		d->f_vec = member(p, "vec");
+		break;
+	case K_IRQ_ENTRY: case K_IRQ_EXIT:
+		d->f_vec = member(p, "irq");
+		break;
+	case K_WAKING: case K_WAKEUP:
+		d->f_tid2 = member(p, d->perf && member(p, "pid") != F_NONE ? "pid" : "tid");
+		d->f_vec = member(p, "target_cpu");
+		d->f_comm = member(p, "comm");
+		break;
+	case K_SWITCH:
+		d->f_tid2 = first_member(p, "next_pid", "next_tid");
+		d->f_prev = first_member(p, "prev_pid", "prev_tid");
+		d->f_state = member(p, "prev_state");
+		d->f_comm = member(p, "next_comm");
+		break;
+	}
+	d->next = dtab[h];
+	dtab[h] = d;
+	return d;
+}
+
+static int64_t ival(const bt_field *s, int idx, int64_t dflt)
+{
+	if (idx == F_NONE || !s)
+		return dflt;
+	const bt_field *f = bt_field_structure_borrow_member_field_by_index_const(s, (uint64_t)idx);
+	bt_field_class_type t = bt_field_get_class_type(f);
+	if (bt_field_class_type_is(t, BT_FIELD_CLASS_TYPE_UNSIGNED_INTEGER))
+		return (int64_t)bt_field_integer_unsigned_get_value(f);
+	if (bt_field_class_type_is(t, BT_FIELD_CLASS_TYPE_SIGNED_INTEGER))
+		return bt_field_integer_signed_get_value(f);
+	return dflt;
+}
+
+static const char *sval(const bt_field *s, int idx)
+{
+	if (idx == F_NONE || !s)
+		return NULL;
+	const bt_field *f = bt_field_structure_borrow_member_field_by_index_const(s, (uint64_t)idx);
+	return bt_field_get_class_type(f) == BT_FIELD_CLASS_TYPE_STRING ? bt_field_string_get_value(f) : NULL;
+}
+
+/* ---------------------------------------------------------------- the sink */
+
+struct state {
+	uint8_t src;
+	uint64_t events;
+	const bt_packet *last_packet;
+	int16_t last_cpu;
+	const bt_clock_class *clock;
+	uint64_t freq;
+};
+
+static int16_t cpu_of(const bt_event *ev)
+{
+	const bt_packet *pkt = bt_event_borrow_packet_const(ev);
+	if (!pkt)
+		return -1;
+	const bt_field *ctx = bt_packet_borrow_context_field_const(pkt);
+	if (!ctx)
+		return -1;
+	const bt_field *f = bt_field_structure_borrow_member_field_by_name_const(ctx, "cpu_id");
+	if (!f)
+		return -1;
+	return (int16_t)bt_field_integer_unsigned_get_value(f);
+}
+
+static void on_event(struct state *st, const bt_message *msg)
+{
+	const bt_event *ev = bt_message_event_borrow_event_const(msg);
+	struct decoder *d = decoder_of(bt_event_borrow_class_const(ev));
+	const bt_clock_snapshot *cs = bt_message_event_borrow_default_clock_snapshot_const(msg);
+	if (!st->clock) {
+		st->clock = bt_clock_snapshot_borrow_clock_class_const(cs);
+		st->freq = bt_clock_class_get_frequency(st->clock);
+	}
+	uint64_t v = bt_clock_snapshot_get_value(cs);
+	struct row r = {0};
+	r.ts = (int64_t)(st->freq == 1000000000ull ? v : (uint64_t)((unsigned __int128)v * 1000000000u / st->freq));
+	const bt_packet *pkt = bt_event_borrow_packet_const(ev);
+	if (pkt != st->last_packet) {
+		st->last_packet = pkt;
+		st->last_cpu = cpu_of(ev);
+	}
+	r.cpu = st->last_cpu;
+	const bt_field *p = bt_event_borrow_payload_field_const(ev);
+	const bt_field *cc = bt_event_borrow_common_context_field_const(ev);
+	if (d->perf) {
+		r.tid = (int32_t)ival(p, d->f_perf_tid, -1);
+		r.pid = (int32_t)ival(p, d->f_perf_pid, -1);
+	} else {
+		r.tid = (int32_t)ival(cc, d->ctx_tid, -1);
+		r.pid = (int32_t)ival(cc, d->ctx_pid, -1);
+		if (d->ctx_proc != F_NONE && r.tid >= 0) {
+			const char *pn = sval(cc, d->ctx_proc);
+			if (pn)
+				add_thread(r.tid, r.pid, pn);
+		}
+	}
+	r.kind = d->kind;
+	r.name = d->name;
+	r.call_id = (uint64_t)ival(p, d->f_call_id, 0);
+	r.frag = (int32_t)ival(p, d->f_frag, -1);
+	r.nbytes = ival(p, d->f_nbytes, -1);
+	r.skb = (uint64_t)ival(p, d->f_skb, 0);
+	const char *dev = sval(p, d->f_dev);
+	r.dev = dev ? intern(dev) : -1;
+	r.tid2 = (int32_t)ival(p, d->f_tid2, -1);
+	r.state = ival(p, d->f_state, -1);
+	r.vec = (int32_t)ival(p, d->f_vec, -1);
+	r.src = st->src;
+	if (d->kind == K_SWITCH && !d->perf && d->ctx_tid == F_NONE)
+		r.tid = (int32_t)ival(p, d->f_prev, -1);
+	if (d->f_comm != F_NONE && r.tid2 >= 0) {
+		const char *comm = sval(p, d->f_comm);
+		if (comm)
+			add_thread(r.tid2, -1, comm);
+	}
+	put_row(&r);
+	st->events++;
+}
+
+static void on_discarded(const bt_message *msg, int events)
+{
+	uint64_t count = 0, b = 0, e = 0;
+	int have_count, have_range;
+	const bt_stream *stream;
+	if (events) {
+		have_count = bt_message_discarded_events_get_count(msg, &count) == BT_PROPERTY_AVAILABILITY_AVAILABLE;
+		stream = bt_message_discarded_events_borrow_stream_const(msg);
+		have_range = bt_stream_class_discarded_events_have_default_clock_snapshots(
+			bt_stream_borrow_class_const(stream));
+		if (have_range) {
+			b = bt_clock_snapshot_get_value(
+				bt_message_discarded_events_borrow_beginning_default_clock_snapshot_const(msg));
+			e = bt_clock_snapshot_get_value(
+				bt_message_discarded_events_borrow_end_default_clock_snapshot_const(msg));
+		}
+	} else {
+		have_count = bt_message_discarded_packets_get_count(msg, &count) == BT_PROPERTY_AVAILABILITY_AVAILABLE;
+		stream = bt_message_discarded_packets_borrow_stream_const(msg);
+		have_range = bt_stream_class_discarded_packets_have_default_clock_snapshots(
+			bt_stream_borrow_class_const(stream));
+		if (have_range) {
+			b = bt_clock_snapshot_get_value(
+				bt_message_discarded_packets_borrow_beginning_default_clock_snapshot_const(msg));
+			e = bt_clock_snapshot_get_value(
+				bt_message_discarded_packets_borrow_end_default_clock_snapshot_const(msg));
+		}
+	}
+	add_problem(events ? "discarded_events" : "discarded_packets", have_count ? (int64_t)count : -1,
+		    have_range, b, e);
+}
+
+static bt_graph_simple_sink_component_consume_func_status consume(bt_message_iterator *it, void *data)
+{
+	struct state *st = data;
+	bt_message_array_const msgs;
+	uint64_t n;
+	switch (bt_message_iterator_next(it, &msgs, &n)) {
+	case BT_MESSAGE_ITERATOR_NEXT_STATUS_END:
+		return BT_GRAPH_SIMPLE_SINK_COMPONENT_CONSUME_FUNC_STATUS_END;
+	case BT_MESSAGE_ITERATOR_NEXT_STATUS_AGAIN:
+		return BT_GRAPH_SIMPLE_SINK_COMPONENT_CONSUME_FUNC_STATUS_AGAIN;
+	case BT_MESSAGE_ITERATOR_NEXT_STATUS_MEMORY_ERROR:
+		return BT_GRAPH_SIMPLE_SINK_COMPONENT_CONSUME_FUNC_STATUS_MEMORY_ERROR;
+	case BT_MESSAGE_ITERATOR_NEXT_STATUS_OK:
+		break;
+	default:
+		return BT_GRAPH_SIMPLE_SINK_COMPONENT_CONSUME_FUNC_STATUS_ERROR;
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		switch (bt_message_get_type(msgs[i])) {
+		case BT_MESSAGE_TYPE_EVENT:
+			on_event(st, msgs[i]);
+			break;
+		case BT_MESSAGE_TYPE_DISCARDED_EVENTS:
+			on_discarded(msgs[i], 1);
+			break;
+		case BT_MESSAGE_TYPE_DISCARDED_PACKETS:
+			on_discarded(msgs[i], 0);
+			break;
+		default:
+			break;
+		}
+		bt_message_put_ref(msgs[i]);
+	}
+	return BT_GRAPH_SIMPLE_SINK_COMPONENT_CONSUME_FUNC_STATUS_OK;
+}
+
+/* The deepest causes of libbabeltrace2's current error, as one line. */
+static void error_text(char *buf, size_t size)
+{
+	const bt_error *err = bt_current_thread_take_error();
+	buf[0] = 0;
+	if (!err) {
+		snprintf(buf, size, "unknown babeltrace2 error");
+		return;
+	}
+	size_t len = 0;
+	uint64_t n = bt_error_get_cause_count(err);
+	for (uint64_t i = 0, shown = 0; i < n && shown < 3; i++) {
+		const char *m = bt_error_cause_get_message(bt_error_borrow_cause_by_index(err, i));
+		if (!strncmp(m, "Component initialization method failed", 38))
+			continue;
+		len += snprintf(buf + len, len < size ? size - len : 0, "%s%s", shown ? "; " : "", m);
+		shown++;
+	}
+	for (char *c = buf; *c; c++)
+		if (*c == '\n')
+			*c = ' ';
+	bt_error_release(err);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: ctfcols OUT_DIR TRACE_DIR...\n");
+		return 2;
+	}
+	const char *out = argv[1];
+	char path[4096];
+	for (int c = 0; c < NCOL; c++) {
+		snprintf(path, sizeof path, "%s/%s.bin", out, col_name[c]);
+		col_file[c] = fopen(path, "wb");
+		if (!col_file[c]) {
+			fprintf(stderr, "ctfcols: cannot write %s: %s\n", path, strerror(errno));
+			return 2;
+		}
+		setvbuf(col_file[c], NULL, _IOFBF, 1 << 18);
+	}
+	struct state st = {.src = 0, .last_cpu = -1};
+	char err[2048] = "";
+	const bt_plugin *ctf = NULL, *utils = NULL;
+	bt_graph *g = bt_graph_create(0);
+	bt_value *params = bt_value_map_create(), *inputs = bt_value_array_create();
+	for (int i = 2; i < argc; i++)
+		bt_value_array_append_string_element(inputs, argv[i]);
+	bt_value_map_insert_entry(params, "inputs", inputs);
+	const bt_component_source *src = NULL;
+	const bt_component_filter *mux = NULL;
+	const bt_component_sink *sink = NULL;
+	if (bt_plugin_find("ctf", BT_TRUE, BT_TRUE, BT_TRUE, BT_TRUE, BT_TRUE, &ctf) != BT_PLUGIN_FIND_STATUS_OK ||
+	    bt_plugin_find("utils", BT_TRUE, BT_TRUE, BT_TRUE, BT_TRUE, BT_TRUE, &utils) != BT_PLUGIN_FIND_STATUS_OK) {
+		snprintf(err, sizeof err, "babeltrace2's ctf or utils plugin is missing");
+		goto done;
+	}
+	if (bt_graph_add_source_component(g, bt_plugin_borrow_source_component_class_by_name_const(ctf, "fs"), "src",
+					  params, BT_LOGGING_LEVEL_NONE, &src) != BT_GRAPH_ADD_COMPONENT_STATUS_OK ||
+	    bt_graph_add_filter_component(g, bt_plugin_borrow_filter_component_class_by_name_const(utils, "muxer"),
+					  "mux", NULL, BT_LOGGING_LEVEL_NONE, &mux) != BT_GRAPH_ADD_COMPONENT_STATUS_OK ||
+	    bt_graph_add_simple_sink_component(g, "sink", NULL, consume, NULL, &st, &sink) !=
+		    BT_GRAPH_ADD_COMPONENT_STATUS_OK) {
+		error_text(err, sizeof err);
+		goto done;
+	}
+	for (uint64_t i = 0; i < bt_component_source_get_output_port_count(src); i++) {
+		const bt_port_output *op = bt_component_source_borrow_output_port_by_index_const(src, i);
+		const bt_port_input *ip = bt_component_filter_borrow_input_port_by_index_const(
+			mux, bt_component_filter_get_input_port_count(mux) - 1);
+		if (bt_graph_connect_ports(g, op, ip, NULL) != BT_GRAPH_CONNECT_PORTS_STATUS_OK) {
+			error_text(err, sizeof err);
+			goto done;
+		}
+	}
+	if (bt_graph_connect_ports(g, bt_component_filter_borrow_output_port_by_index_const(mux, 0),
+				   bt_component_sink_borrow_input_port_by_index_const(sink, 0), NULL) !=
+	    BT_GRAPH_CONNECT_PORTS_STATUS_OK) {
+		error_text(err, sizeof err);
+		goto done;
+	}
+	bt_graph_run_status rs;
+	while ((rs = bt_graph_run(g)) == BT_GRAPH_RUN_STATUS_AGAIN)
+		;
+	if (rs != BT_GRAPH_RUN_STATUS_OK)
+		error_text(err, sizeof err);
+done:
+	for (int c = 0; c < NCOL; c++)
+		if (fclose(col_file[c])) {
+			fprintf(stderr, "ctfcols: write error: %s\n", strerror(errno));
+			return 2;
+		}
+	snprintf(path, sizeof path, "%s/meta.json", out);
+	FILE *m = fopen(path, "w");
+	if (!m) {
+		fprintf(stderr, "ctfcols: cannot write %s\n", path);
+		return 2;
+	}
+	fprintf(m, "{\"events\": %" PRIu64 ", \"names\": [", st.events);
+	for (size_t i = 0; i < n_names; i++) {
+		fputs(i ? ", " : "", m);
+		json_str(m, names[i]);
+	}
+	fputs("], \"threads\": {", m);
+	for (size_t i = 0; i < n_threads; i++) {
+		fprintf(m, "%s\"%d\": {\"pid\": %d, \"procname\": ", i ? ", " : "", threads[i].tid, threads[i].pid);
+		json_str(m, names[threads[i].procname]);
+		fputc('}', m);
+	}
+	fprintf(m, "}, \"problems\": [%s], \"clock\": ", problems ? problems : "");
+	if (st.clock) {
+		int64_t off_s;
+		uint64_t off_c;
+		bt_clock_class_get_offset(st.clock, &off_s, &off_c);
+		const char *cn = bt_clock_class_get_name(st.clock);
+		bt_uuid u = bt_clock_class_get_uuid(st.clock);
+		fputs("{\"name\": ", m);
+		if (cn)
+			json_str(m, cn);
+		else
+			fputs("null", m);
+		if (u)
+			fprintf(m, ", \"uuid\": \"%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x\"",
+				u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+				u[14], u[15]);
+		else
+			fputs(", \"uuid\": null", m);
+		fprintf(m, ", \"frequency\": %" PRIu64 ", \"origin_is_unix_epoch\": %s, \"offset_ns\": %" PRId64 "}",
+			st.freq, bt_clock_class_origin_is_unix_epoch(st.clock) ? "true" : "false",
+			(int64_t)(off_s * 1000000000LL + (int64_t)((unsigned __int128)off_c * 1000000000u / st.freq)));
+	} else {
+		fputs("null", m);
+	}
+	fputs(", \"error\": ", m);
+	if (err[0])
+		json_str(m, err);
+	else
+		fputs("null", m);
+	fputs("}\n", m);
+	fclose(m);
+	bt_value_put_ref(params);
+	bt_value_put_ref(inputs);
+	bt_graph_put_ref(g);
+	bt_plugin_put_ref(ctf);
+	bt_plugin_put_ref(utils);
+	return err[0] ? 1 : 0;
+}

@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "rpcscope.testbed",
     "rpcscope.deploy",
     "rpcscope.stubs.cli",
+    "rpcscope.collectors.cli",
 ]
 
 EPILOG = """examples:

@@ -1,0 +1,744 @@
+"""`rpcscope capture` on the local testbed: user and kernel traces of chosen payload sizes.
+
+For each (transport, size) case, in one run:
+  1. untraced: the TRACE=0 build's server and client (or the traced build with
+     no session recording, --untraced stopped), warm-up then the measured calls;
+  2. traced: an LTTng-UST session recording the rpc provider of exactly the
+     case's two processes (lttng track --vpid), and the kernel collector (perf
+     record -a -k mono with per-event filters, or LTTng's kernel tracer), the
+     same warm-up and calls; discarded events and lost packets read back;
+  3. the kernel trace converted to CTF, its clock class aligned with the UST
+     trace's, events and bytes counted, the manifest rewritten.
+
+The two namespace hosts share one kernel and one filesystem: one lttng-sessiond
+and one kernel collector serve both (the manifest says so). Processes started
+here run in their own session (Ctrl-C reaches only rpcscope), are tracked by
+pid and stopped by pid when the run ends, however it ends.
+"""
+import contextlib
+import datetime
+import json
+import os
+import pathlib
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+
+from rpcscope import ROOT
+from rpcscope.output import UserError
+
+from . import lttng, perf
+
+FORMAT = 1
+PROCS = ("null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway")
+MAX_MSG = 256 << 10           # rpc-client/rpc-server --max-msg default
+BASE_PORT = 7300
+SERVER_SAFETY_S = 900         # a server left behind exits on its own after this long
+UDP_FRAG_BODY = 4016          # body bytes per 4096-byte PDU
+TRACE_BIN = ROOT / "build" / "trace" / "bin"
+NOTRACE_BIN = ROOT / "build" / "notrace" / "bin"
+
+
+# ---------------------------------------------------------------- input
+
+def proc_max_size(proc, max_msg=MAX_MSG):
+    if proc in ("null", "incr", "add"):
+        return 0
+    if proc == "sum":
+        return (max_msg - 4) // 4
+    if proc == "concat":
+        return max_msg - 16
+    return max_msg - 8
+
+
+def parse_sizes(text):
+    try:
+        sizes = [int(s) for s in str(text).split(",") if s.strip() != ""]
+    except ValueError:
+        raise UserError(f"--sizes {text!r}: give byte counts separated by commas, e.g. 0,1392,4016,8032") from None
+    if not sizes or any(s < 0 for s in sizes):
+        raise UserError(f"--sizes {text!r}: give one or more non-negative byte counts, e.g. 0,4016")
+    if len(set(sizes)) != len(sizes):
+        raise UserError(f"--sizes {text!r}: a size is repeated")
+    return sizes
+
+
+def parse_transports(text):
+    ts = [t.strip() for t in str(text).split(",") if t.strip()]
+    bad = [t for t in ts if t not in ("udp", "tcp")]
+    if not ts or bad:
+        raise UserError(f"--transport {text!r}: use udp, tcp or udp,tcp")
+    return ts
+
+
+def case_id(transport, proc, size):
+    return f"{transport}-{proc}-{size}"
+
+
+def fragments(size, transport):
+    return 1 if transport == "tcp" else max(1, -(-(size + 16) // UDP_FRAG_BODY))
+
+
+def validate(p):
+    """Every check that needs no testbed: bad parameters fail here with the fix named."""
+    if p["proc"] not in PROCS:
+        raise UserError(f"unknown procedure {p['proc']!r}; use one of: {', '.join(PROCS)}")
+    limit = proc_max_size(p["proc"])
+    too_big = [s for s in p["sizes"] if s > limit]
+    if too_big:
+        what = "takes no payload: use --sizes 0" if limit == 0 else f"allows at most {limit} bytes"
+        raise UserError(f"--sizes {','.join(map(str, too_big))}: procedure {p['proc']} {what}")
+    if p["calls"] < 1 or p["calls"] > 10_000_000:
+        raise UserError(f"--calls {p['calls']}: give 1 to 10000000 calls per size")
+    if p["warmup"] < 0:
+        raise UserError(f"--warmup {p['warmup']}: must be 0 or more")
+    if p["wait"] == "recv" and "tcp" in p["transports"]:
+        pass  # the client sleeps in recv; the server has no recv mode on TCP and uses select (recorded)
+    if p["placement"] == "split" and len(os.sched_getaffinity(0)) < 2:
+        raise UserError("--placement split needs two CPUs (one per host); this machine offers "
+                        f"{sorted(os.sched_getaffinity(0))}: use --placement same")
+
+
+def placement_cpus(placement):
+    cpus = sorted(os.sched_getaffinity(0))
+    if placement == "split":
+        return {"client": cpus[0], "server": cpus[1]}
+    return {"client": cpus[0], "server": cpus[0]}
+
+
+# ---------------------------------------------------------------- preflight: before anything starts
+
+def require_tool(name, fix):
+    path = shutil.which(name)
+    if not path:
+        raise UserError(f"'{name}' was not found on PATH; {fix}")
+    return path
+
+
+def lttng_kernel_available():
+    p = lttng.run_lttng(["list", "--kernel"], check=False)
+    return p.returncode == 0
+
+
+def preflight(p, testbed_state):
+    if os.geteuid() != 0:
+        raise UserError("capture runs processes in the testbed's network namespaces and records kernel events, "
+                        "which needs root; run it as root (e.g. sudo .venv/bin/rpcscope capture ...)")
+    from rpcscope import testbed
+    if not testbed_state:
+        raise UserError("the local testbed is down; start it with `rpcscope testbed up` and try again")
+    problems = testbed.health(testbed_state)
+    if problems:
+        raise UserError(f"the local testbed is not healthy ({'; '.join(problems)}); "
+                        f"repair it with `rpcscope testbed up`")
+    require_tool("ip", "install iproute2 (make bootstrap does)")
+    require_tool("taskset", "install util-linux (make bootstrap does)")
+    require_tool("lttng", "install lttng-tools (make bootstrap does)")
+    require_tool("lttng-sessiond", "install lttng-tools (make bootstrap does)")
+    require_tool("babeltrace2", "install babeltrace2 (make bootstrap does)")
+    for d, hint in ((TRACE_BIN, "make"), (NOTRACE_BIN, "make TRACE=0")):
+        for prog in ("rpc-server", "rpc-client"):
+            if not (d / prog).exists():
+                raise UserError(f"{d / prog} is missing; build it with `{hint}`")
+    if p["kernel"] in ("perf", "auto"):
+        if p["kernel"] == "perf" or not _lttng_modules_loaded():
+            require_tool("perf", "install linux-perf (make bootstrap does), or use --kernel none")
+            if not (perf.TRACEFS / "events").is_dir():
+                raise UserError(f"tracefs is not mounted at {perf.TRACEFS}; mount it with "
+                                f"`mount -t tracefs nodev {perf.TRACEFS}` (make bootstrap does), or use --kernel none")
+            probe = subprocess.run(["perf", "stat", "-x,", "-e", "sched:sched_switch", "--", "true"],
+                                   capture_output=True, text=True, timeout=30)
+            if probe.returncode != 0:
+                raise UserError(f"perf may not record tracepoints here ({probe.stderr.strip()[-200:]}); run as root "
+                                f"with kernel.perf_event_paranoid <= 1, or use --kernel none")
+    if p["kernel"] == "lttng" and not _lttng_modules_loaded():
+        raise UserError("--kernel lttng: LTTng's kernel tracer (lttng-modules) is not loaded on this machine "
+                        "(modprobe lttng-tracer; install lttng-modules-dkms); use --kernel perf or auto")
+
+
+def _lttng_modules_loaded():
+    try:
+        return any(line.startswith("lttng_tracer ") for line in open("/proc/modules"))
+    except OSError:
+        return False
+
+
+def choose_kernel_collector(kind):
+    if kind == "auto":
+        return "lttng" if _lttng_modules_loaded() else "perf"
+    return kind
+
+
+# ---------------------------------------------------------------- facts about the machine
+
+def _read(path, default=None):
+    try:
+        return pathlib.Path(path).read_text().strip()
+    except OSError:
+        return default
+
+
+def cpu_model():
+    for line in (_read("/proc/cpuinfo", "") or "").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def clocksource():
+    return _read("/sys/devices/system/clocksource/clocksource0/current_clocksource", "unknown")
+
+
+def git_commit():
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "rpc", "tracepoints"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return head + ("+dirty" if dirty else "") if head else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def tool_versions(kernel):
+    out = {"lttng": lttng.version()}
+    if kernel == "perf" or shutil.which("perf"):
+        out["perf"] = perf.version()
+    p = subprocess.run(["babeltrace2", "--version"], capture_output=True, text=True, timeout=10)
+    m = re.search(r"(\d+\.\d+\.\d+)", p.stdout)
+    out["babeltrace2"] = m.group(1) if m else p.stdout.strip()
+    return out
+
+
+# ---------------------------------------------------------------- counting
+
+def bt_count(path, timeout=600):
+    """(events, discarded events, discarded packets) of a CTF trace, read by babeltrace2's counter."""
+    p = subprocess.run(["babeltrace2", str(path), "-c", "sink.utils.counter"], capture_output=True, text=True,
+                       timeout=timeout)
+    if p.returncode != 0:
+        raise UserError(f"babeltrace2 cannot read {path}: {p.stderr.strip()[-300:]}")
+    # The counter prints a block every 10000 events; the last block is the total.
+    block = p.stdout.strip().split("\n\n")[-1]
+
+    def field(name):
+        m = re.search(rf"(\d+) {name}", block)
+        return int(m.group(1)) if m else 0
+
+    return field("Event messages?"), field("Discarded event messages?"), field("Discarded packet messages?")
+
+
+def dir_bytes(path):
+    path = pathlib.Path(path)
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+
+# ---------------------------------------------------------------- processes
+
+class Processes:
+    """Every process this capture starts; stop_all() ends each one by its own pid."""
+
+    def __init__(self):
+        self.procs = []
+
+    def spawn(self, argv, log_path=None, stdin=subprocess.DEVNULL, stdout=None):
+        err = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        try:
+            pr = subprocess.Popen(argv, stdin=stdin, stdout=stdout if stdout is not None else subprocess.DEVNULL,
+                                  stderr=err, start_new_session=True)
+        finally:
+            if log_path:
+                err.close()
+        self.procs.append(pr)
+        return pr
+
+    @staticmethod
+    def stop(pr, sig=signal.SIGTERM, timeout=10):
+        if pr.poll() is None:
+            try:
+                pr.send_signal(sig)
+                pr.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pr.kill()
+                pr.wait(timeout=10)
+        return pr.returncode
+
+    def stop_all(self):
+        for pr in reversed(self.procs):
+            with contextlib.suppress(Exception):
+                self.stop(pr, timeout=5)
+
+
+class Sessiond:
+    """A root lttng-sessiond: the one running, or one started here and stopped at the end (left as found)."""
+
+    def __init__(self):
+        self.started_pid = None
+
+    @staticmethod
+    def running():
+        p = subprocess.run(["pgrep", "-u", "root", "-x", "lttng-sessiond"], capture_output=True, text=True)
+        return [int(x) for x in p.stdout.split()]
+
+    def ensure(self):
+        if self.running():
+            return
+        p = subprocess.run(["lttng-sessiond", "--daemonize"], capture_output=True, text=True, timeout=30)
+        if p.returncode != 0:
+            raise UserError(f"lttng-sessiond could not start: {p.stderr.strip()[-300:]}")
+        pids = self.running()
+        self.started_pid = max(pids) if pids else None
+
+    def restore(self):
+        pid = self.started_pid
+        if not pid:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        for _ in range(100):
+            if not _alive(pid):
+                break
+            time.sleep(0.05)
+        self.started_pid = None
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    st = _read(f"/proc/{pid}/stat", "")
+    return bool(st) and st.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+# ---------------------------------------------------------------- the capture
+
+class Capture:
+    def __init__(self, params, out_dir, testbed_state, progress=None, log=print):
+        self.p = params
+        self.out = pathlib.Path(out_dir)
+        self.tb = testbed_state
+        self.progress = progress
+        self.log = log
+        self.procs = Processes()
+        self.sessiond = Sessiond()
+        self.sessions = []             # lttng sessions created and not yet destroyed
+        self.perf = None
+        self.hosts = {h["role"]: h for h in testbed_state["hosts"]}
+        self.cpus = placement_cpus(params["placement"])
+        self.kernel = choose_kernel_collector(params["kernel"])
+        self.tag = uuid.uuid4().hex[:8]
+        self.manifest = None
+        self.port = BASE_PORT
+
+    # ------------------------------------------------------------ helpers
+    def step(self, desc):
+        if self.progress is not None:
+            self.progress.set_description(desc)
+
+    def advance(self):
+        if self.progress is not None:
+            self.progress.update(1)
+
+    def ns(self, role):
+        return self.hosts[role]["name"]
+
+    def addr(self, role):
+        return self.hosts[role]["address"]
+
+    def devices(self):
+        devs = []
+        for role in ("client", "server"):
+            h = self.hosts[role]
+            devs += [h["ifname"], h["peer_ifname"]]
+        return devs
+
+    def server_wait(self, transport):
+        w = self.p["wait"]
+        return "recv" if (w == "recv" and transport == "udp") else "select"
+
+    def next_port(self):
+        self.port += 1
+        return self.port
+
+    def write_manifest(self):
+        tmp = self.out / "manifest.json.tmp"
+        tmp.write_text(json.dumps(self.manifest, indent=2) + "\n")
+        tmp.replace(self.out / "manifest.json")
+
+    # ------------------------------------------------------------ rpc processes
+    def start_server(self, ns, bind, port, transport, cpu, traced, log_dir, tag, wait):
+        bindir = TRACE_BIN if traced else NOTRACE_BIN
+        ready = log_dir / f"server-{tag}.ready"
+        ready.unlink(missing_ok=True)
+        argv = ["ip", "netns", "exec", ns, "taskset", "-c", str(cpu), str(bindir / "rpc-server"),
+                "--bind", bind, "--port", str(port), "--transport", transport,
+                "--executors", str(self.p["executors"]), "--cpu", str(cpu), "--wait", wait,
+                "--duration", str(SERVER_SAFETY_S), "--ready-file", str(ready),
+                "--stats-json", str(log_dir / f"server-{tag}-stats.json")]
+        pr = self.procs.spawn(argv, log_dir / f"server-{tag}.log")
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and pr.poll() is None and not ready.exists():
+            time.sleep(0.01)
+        if not ready.exists():
+            self.procs.stop(pr)
+            log = _read(log_dir / f"server-{tag}.log", "")[-400:]
+            raise UserError(f"rpc-server did not start in {ns} on {bind}:{port}: {log}")
+        ready.unlink(missing_ok=True)
+        return pr
+
+    def client_argv(self, ns, server, port, transport, size, calls, warmup, cpu, traced):
+        bindir = TRACE_BIN if traced else NOTRACE_BIN
+        max_s = max(30, int(calls * 0.005) + 30)
+        return ["ip", "netns", "exec", ns, "taskset", "-c", str(cpu), "sh", "-c", 'read _go && exec "$@"', "sh",
+                str(bindir / "rpc-client"), "--server", server, "--port", str(port), "--transport", transport,
+                "--proc", self.p["proc"], "--size", str(size), "--calls", str(calls), "--warmup", str(warmup),
+                "--cpu", str(cpu), "--wait", self.p["wait"], "--max-seconds", str(max_s), "--json"], max_s + 60
+
+    def spawn_client(self, argv, log_path):
+        """Start the client held before exec: its pid (which exec keeps) is known before it runs."""
+        pr = self.procs.spawn(argv, log_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        return pr
+
+    def release_and_wait(self, pr, timeout, what):
+        try:
+            out, _ = pr.communicate(input=b"go\n", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.procs.stop(pr, signal.SIGKILL)
+            raise UserError(f"{what}: rpc-client did not finish within {timeout}s") from None
+        lines = out.decode(errors="replace").strip().splitlines()
+        if pr.returncode != 0 or not lines or not lines[-1].startswith("{"):
+            raise UserError(f"{what}: rpc-client failed (exit {pr.returncode}): {' '.join(lines[-3:])}")
+        res = json.loads(lines[-1])
+        if res.get("errors") or res.get("mismatches"):
+            raise UserError(f"{what}: rpc-client reported {res.get('errors')} errors, "
+                            f"{res.get('mismatches')} wrong results: {res.get('first_error')}")
+        return res
+
+    def run_pair(self, transport, size, calls, warmup, traced, log_dir, tag, trace_hook=None,
+                 server_ns=None, client_ns=None, server_addr=None, cpus=None):
+        """One server and one client run; trace_hook(server_pid, client_pid) -> stop() is called
+        once both pids are known and before the client runs."""
+        cpus = cpus or self.cpus
+        sns = server_ns or self.ns("server")
+        cns = client_ns or self.ns("client")
+        saddr = server_addr or self.addr("server")
+        port = self.next_port()
+        srv = self.start_server(sns, saddr, port, transport, cpus["server"], traced, log_dir, tag,
+                                self.server_wait(transport))
+        stop_trace = None
+        try:
+            argv, timeout = self.client_argv(cns, saddr, port, transport, size, calls, warmup, cpus["client"], traced)
+            cl = self.spawn_client(argv, log_dir / f"client-{tag}.log")
+            if trace_hook:
+                stop_trace = trace_hook(srv.pid, cl.pid)
+            res = self.release_and_wait(cl, timeout, f"{transport} {self.p['proc']} {size} ({tag})")
+            if stop_trace:
+                st, stop_trace = stop_trace, None
+                st()
+        finally:
+            if stop_trace:
+                with contextlib.suppress(Exception):
+                    stop_trace()
+            self.procs.stop(srv)
+        return res, {"server": srv.pid, "client": cl.pid}
+
+    # ------------------------------------------------------------ tracing
+    def ust_start(self, out_dir, calls, frags, pids):
+        name = f"rpcs-capture-{self.tag}-{len(self.sessions)}-{int(time.time() * 1000) % 100000}"
+        sub, num = lttng.ust_buffer_size(calls, frags)
+        self.sessions.append(name)
+        for cmd in lttng.ust_session_commands(name, out_dir, sub, num, vpids=pids):
+            lttng.run_lttng(cmd)
+        lttng.run_lttng(["start", name])
+        return name
+
+    def ust_stop(self, name):
+        lttng.run_lttng(["stop", name])
+        st = lttng.channel_stats(name).get(lttng.UST_CHANNEL, {"discarded_events": 0, "lost_packets": 0})
+        lttng.run_lttng(["destroy", name])
+        self.sessions.remove(name)
+        return st
+
+    def kernel_start(self, case_dir, pids):
+        if self.kernel == "perf":
+            evs = perf.event_set(self.p["executors"], bool(self.tb["link"].get("rate_bit")),
+                                 available={e for e in perf.event_set(1, True) if perf.tracepoint_available(e)})
+            self.perf = perf.PerfRecorder(case_dir, case_dir / "kernel.perf.data", evs, self.devices())
+            self.perf.start()
+            return evs
+        if self.kernel == "lttng":
+            name = f"rpcs-capture-k-{self.tag}-{len(self.sessions)}"
+            evs = perf.event_set(self.p["executors"], False)
+            sysc = sorted({e.split("_", 2)[2] for e in evs if e.startswith("syscalls:")})
+            self.sessions.append(name)
+            for cmd in lttng.lttng_kernel_commands(name, case_dir / "kernel", [e for e in evs if not e.startswith("syscalls:")],
+                                                   sysc, self.devices(), perf.PROCNAMES):
+                lttng.run_lttng(cmd)
+            lttng.run_lttng(["start", name])
+            self._ksession = name
+            return evs
+        return []
+
+    def kernel_stop(self):
+        if self.kernel == "perf" and self.perf:
+            self.perf.stop()
+        elif self.kernel == "lttng":
+            name = self._ksession
+            lttng.run_lttng(["stop", name])
+            st = lttng.channel_stats(name).get(lttng.KERNEL_CHANNEL, {})
+            lttng.run_lttng(["destroy", name])
+            self.sessions.remove(name)
+            self._klost = st.get("discarded_events", 0) + st.get("lost_packets", 0)
+
+    def kernel_finish(self, case_dir, ust_dir):
+        """Convert, align clocks, count; returns (events, lost, per-event counts)."""
+        kdir = case_dir / "kernel"
+        if self.kernel == "perf":
+            st = perf.stats(self.perf.data)
+            perf.convert_to_ctf(self.perf.data, kdir)
+            clock = perf.ust_clock(ust_dir)
+            if clock:
+                perf.align_clock(kdir, clock)
+            if not self.p["keep_perf_data"]:
+                self.perf.data.unlink(missing_ok=True)
+            self.perf = None
+            events, _, _ = bt_count(kdir)
+            return events, st["lost"], st["samples"]
+        if self.kernel == "lttng":
+            events, _, _ = bt_count(kdir)
+            return events, self._klost, {}
+        return 0, 0, {}
+
+    # ------------------------------------------------------------ calibration
+    def calibrate(self):
+        """Per host, on the host's loopback, client and server on the host's CPU: the cost of one user
+        event (traced vs not, divided by events per call) and of one kernel event of each kind."""
+        out = {}
+        calls, warmup = self.p["calibration_calls"], max(100, self.p["calibration_calls"] // 10)
+        cdir = self.out / "calibration"
+        cdir.mkdir(exist_ok=True)
+        for role in ("client", "server"):
+            host = self.ns(role)
+            cpu = self.cpus[role]
+            cpus = {"client": cpu, "server": cpu}
+            kw = dict(server_ns=host, client_ns=host, server_addr="127.0.0.1", cpus=cpus)
+            total = calls + warmup
+
+            def run(tag, hook=None):
+                res, _ = self.run_pair("udp", 0, calls, warmup, True, cdir, f"{host}-{tag}", hook, **kw)
+                return res["rtt_ns"]["p50"]
+
+            self.step(f"calibration {host}: baseline")
+            base = [run("base")]
+            counted = {}
+
+            def ust_hook(spid, cpid):
+                d = cdir / f"{host}-ust"
+                shutil.rmtree(d, ignore_errors=True)
+                name = self.ust_start(d, total, 1, [spid, cpid])
+                return lambda: counted.__setitem__("ust", (self.ust_stop(name), d))
+
+            self.step(f"calibration {host}: user events")
+            p50_ust = run("ust", ust_hook)
+            n_ust, _, _ = bt_count(counted["ust"][1])
+            shutil.rmtree(counted["ust"][1], ignore_errors=True)
+            result = {"ust_event_ns": round((p50_ust - base[0]) / max(1e-9, n_ust / total), 1),
+                      "ust_events_per_call": round(n_ust / total, 2), "kernel_event_ns": {},
+                      "kernel_events_per_call": {}, "baseline_p50_ns": base[0], "calls": calls}
+            if self.kernel == "perf" and self.p["calibration"] != "none":
+                avail = [e for e in perf.event_set(self.p["executors"]) if perf.tracepoint_available(e)]
+                groups = [[e] for e in avail] if self.p["calibration"] == "full" else [avail]
+                for evs in groups:
+                    label = evs[0] if len(evs) == 1 else "all"
+                    data = cdir / f"{host}-{label.replace(':', '_')}.perf.data"
+
+                    def k_hook(spid, cpid, evs=evs, data=data):
+                        rec = perf.PerfRecorder(cdir, data, evs, ["lo"])
+                        self.perf = rec
+                        rec.start()
+                        return rec.stop
+
+                    self.step(f"calibration {host}: kernel {label}")
+                    p50 = run(label.replace(":", "_"), k_hook)
+                    self.perf = None
+                    n = sum(perf.stats(data)["samples"].values())
+                    data.unlink(missing_ok=True)
+                    base.append(run("base"))  # the baseline drifts: measure it around each
+                    b = sorted(base)[len(base) // 2]
+                    per_call = n / total
+                    result["kernel_events_per_call"][label] = round(per_call, 2)
+                    result["kernel_event_ns"][label] = round((p50 - b) / per_call, 1) if per_call >= 0.5 else None
+                result["baseline_p50_ns"] = sorted(base)[len(base) // 2]
+            out[host] = result
+            self.advance()
+        shutil.rmtree(cdir, ignore_errors=True)
+        return out
+
+    # ------------------------------------------------------------ one case
+    def run_case(self, transport, size):
+        cid = case_id(transport, self.p["proc"], size)
+        cdir = self.out / "cases" / cid
+        cdir.mkdir(parents=True)
+        calls, warmup = self.p["calls"], self.p["warmup"]
+        case = {"id": cid, "transport": transport, "proc": self.p["proc"], "size": size, "calls": calls,
+                "warmup": warmup, "dir": f"cases/{cid}", "complete": False}
+        self.manifest["cases"].append(case)
+
+        # untraced
+        self.step(f"{cid}: untraced")
+        traced_build = self.p["untraced"] == "stopped"
+        res_u, pids_u = self.run_pair(transport, size, calls, warmup, traced_build, cdir, "untraced")
+        (cdir / "client-untraced.json").write_text(json.dumps(res_u, indent=2) + "\n")
+        case["untraced"] = _rtt(res_u)
+        case["untraced_build"] = "trace (no session recording)" if traced_build else "notrace (TRACE=0)"
+        self.advance()
+
+        # traced
+        self.step(f"{cid}: traced")
+        ust_dir = cdir / "ust"
+        frags = fragments(size, transport)
+        got = {}
+
+        def hook(spid, cpid):
+            name = self.ust_start(ust_dir, calls + warmup, frags, [spid, cpid])
+            got["kernel_events"] = self.kernel_start(cdir, [spid, cpid])
+
+            def stop():
+                self.kernel_stop()
+                got["ust"] = self.ust_stop(name)
+            return stop
+
+        res_t, pids = self.run_pair(transport, size, calls, warmup, True, cdir, "traced", hook)
+        (cdir / "client-traced.json").write_text(json.dumps(res_t, indent=2) + "\n")
+        case["pids"] = pids
+        case["traced"] = _rtt(res_t)
+        self.advance()
+
+        # convert, count
+        self.step(f"{cid}: convert and count")
+        n_ust, d_ust, dp_ust = bt_count(ust_dir)
+        n_k, k_lost, per_event = self.kernel_finish(cdir, ust_dir)
+        total = calls + warmup
+        losses = {"ust_discarded": got["ust"]["discarded_events"] + d_ust,
+                  "ust_lost_packets": got["ust"]["lost_packets"] + dp_ust, "kernel_lost": k_lost}
+        case.update({
+            "events": {"ust": n_ust, "kernel": n_k},
+            "events_per_call": {"ust": round(n_ust / total, 2), "kernel": round(n_k / total, 2)},
+            "kernel_events_by_name": per_event,
+            "kernel_event_set": got.get("kernel_events", []),
+            "losses": losses,
+            "lossy": any(losses.values()),
+            "trace_bytes": {"ust": dir_bytes(ust_dir), "kernel": dir_bytes(cdir / "kernel")},
+        })
+        case["trace_bytes_per_1000_calls"] = round((case["trace_bytes"]["ust"] + case["trace_bytes"]["kernel"])
+                                                   * 1000 / total)
+        for f in cdir.glob("server-*.log"):
+            if f.stat().st_size == 0:
+                f.unlink()
+        case["complete"] = True
+        self.write_manifest()
+        self.advance()
+        return case
+
+    # ------------------------------------------------------------ the whole run
+    def base_manifest(self):
+        kernel_release = platform.release()
+        link = self.tb["link"]
+        from rpcscope.testbed import fmt_rate
+        hosts = {}
+        for role in ("client", "server"):
+            h = self.hosts[role]
+            hosts[h["name"]] = {"role": role, "address": h["address"], "kernel": kernel_release,
+                                "cpu_model": cpu_model(), "cpus": [self.cpus[role]], "clocksource": clocksource(),
+                                "ifname": h["ifname"]}
+        return {
+            "format": FORMAT, "complete": False, "interrupted": False,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "finished": None, "git_commit": git_commit(), "params": self.p,
+            "testbed": {"kind": "local", "shared_kernel": True, "shared_sessiond": True,
+                        "link": {"rate": fmt_rate(link.get("rate_bit")), "rate_bit": link.get("rate_bit"),
+                                 "mtu": link.get("mtu"), "loss": link.get("loss_percent")},
+                        "devices": self.devices()},
+            "hosts": hosts,
+            "placement": self.p["placement"], "wait": self.p["wait"],
+            "server_wait": {t: self.server_wait(t) for t in self.p["transports"]},
+            "server_executors": self.p["executors"],
+            "kernel_collector": self.kernel,
+            "kernel_collectors": {"shared": self.kernel} if self.kernel != "none" else {},
+            "clock": "monotonic",
+            "kernel_clock_aligned_to_ust": self.kernel == "perf",
+            "tools": tool_versions(self.kernel),
+            "binaries": {"traced": str(TRACE_BIN), "untraced": str(NOTRACE_BIN)},
+            "calibration": {}, "cases": [],
+        }
+
+    def run(self):
+        self.out.mkdir(parents=True)
+        self.manifest = self.base_manifest()
+        self.write_manifest()
+        old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            self.sessiond.ensure()
+            if self.p["calibration"] != "none":
+                self.manifest["calibration"] = self.calibrate()
+                self.write_manifest()
+            for transport in self.p["transports"]:
+                for size in self.p["sizes"]:
+                    self.run_case(transport, size)
+            self.manifest["complete"] = True
+        except KeyboardInterrupt:
+            self.manifest["interrupted"] = True
+            raise
+        finally:
+            old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)   # cleanup is not interrupted
+            try:
+                self.cleanup()
+                self.manifest["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+                self.write_manifest()
+            finally:
+                signal.signal(signal.SIGINT, old_int)
+                signal.signal(signal.SIGTERM, old_term)
+        return self.manifest
+
+    def cleanup(self):
+        if self.perf:
+            self.perf.kill()
+            self.perf = None
+        self.procs.stop_all()
+        for name in list(self.sessions):
+            lttng.run_lttng(["destroy", name], check=False)
+            self.sessions.remove(name)
+        self.sessiond.restore()
+        for f in self.out.rglob("perf-*.fifo"):
+            f.unlink(missing_ok=True)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _rtt(res):
+    r = dict(res.get("rtt_ns", {}))
+    r.update({"calls": res.get("calls"), "errors": res.get("errors"), "calls_per_s": res.get("calls_per_s"),
+              "unit": "ns"})
+    if "first_call_ns" in res:
+        r["first_call_ns"] = res["first_call_ns"]
+    return r
+
+
+def prepare_out(out, replace):
+    out = pathlib.Path(out)
+    if out.exists():
+        if not replace:
+            raise UserError(f"{out} already exists; choose another --out, or pass --replace to overwrite that run")
+        if any(out.iterdir()) and not (out / "manifest.json").exists():
+            raise UserError(f"{out} exists and is not a capture run (no manifest.json); refusing to replace it")
+        shutil.rmtree(out)
+    if not out.parent.exists():
+        out.parent.mkdir(parents=True)
+    return out

@@ -1,0 +1,202 @@
+"""`rpcscope capture` and `rpcscope capture-bench`: traces of chosen payload sizes, and their cost."""
+import argparse
+import os
+import pathlib
+import shutil
+import sys
+
+from rpcscope import ROOT
+from rpcscope.output import UserError, emit_json, table
+
+from . import capture as cap
+
+EPILOG = """examples:
+  rpcscope testbed up && make && make TRACE=0
+  rpcscope capture --sizes 0,1392,4016,8032 --proc maxarg --transport udp --calls 2000 --warmup 200 \\
+      --kernel auto --out runs/maxarg-udp
+  rpcscope capture --sizes 0,4016 --proc echo --transport udp,tcp --placement same --wait recv --out runs/x
+  rpcscope capture ... --out runs/x --replace          overwrite an earlier run of that name
+  rpcscope capture ... --json                          print the manifest as JSON
+
+The run directory (runs/NAME/manifest.json, cases/<transport>-<proc>-<size>/
+{client-traced.json, client-untraced.json, ust/, kernel/}) is described in
+collectors/README.md. Ctrl-C stops every session and process and marks the
+run interrupted. On real hosts: ansible/capture.yml (see collectors/README.md).
+"""
+
+BENCH_EPILOG = """examples:
+  rpcscope capture-bench                                 sizes 0,1392,4016,8032, UDP, 10000 calls each
+  rpcscope capture-bench --calls 2000 --sizes 0,4016 --transport udp,tcp --json
+
+Reports, per size: traced and untraced p50 RTT, a plain rpc-client run's p50
+(same build, placement and waiting, no capture around it), user and kernel
+events per call, lost events, and trace bytes on disk per 1000 calls.
+"""
+
+
+def add_common(ap, default_calls, default_sizes):
+    ap.add_argument("--sizes", default=default_sizes, help=f"payload sizes in bytes, comma-separated (default {default_sizes})")
+    ap.add_argument("--proc", default="maxarg", help="procedure (default maxarg): " + ", ".join(cap.PROCS))
+    ap.add_argument("--transport", default="udp", help="udp, tcp or udp,tcp (default udp)")
+    ap.add_argument("--calls", type=int, default=default_calls, help=f"measured calls per size (default {default_calls})")
+    ap.add_argument("--warmup", type=int, default=200, help="warm-up calls per size, traced but not measured (default 200)")
+    ap.add_argument("--kernel", choices=("auto", "lttng", "perf", "none"), default="auto",
+                    help="kernel collector: LTTng's kernel tracer where lttng-modules is loaded, else perf (auto)")
+    ap.add_argument("--placement", choices=("split", "same"), default="split",
+                    help="split: each host's processes on their own CPU, as on two machines (default); "
+                         "same: both hosts on one CPU")
+    ap.add_argument("--wait", choices=("select", "recv", "busy"), default="select",
+                    help="how the client waits for the reply (the server uses select, or recv on UDP with recv)")
+    ap.add_argument("--executors", type=int, default=0, help="server executor threads; 0 = inline (default)")
+    ap.add_argument("--untraced", choices=("notrace", "stopped"), default="notrace",
+                    help="untraced calls with the TRACE=0 build (default) or the traced build with no session")
+    ap.add_argument("--calibration", choices=("full", "quick", "none"), default="full",
+                    help="per host: cost of a user event, and of each kernel event (full) or of all together (quick)")
+    ap.add_argument("--calibration-calls", type=int, default=3000, help="calls per calibration run (default 3000)")
+    ap.add_argument("--keep-perf-data", action="store_true", help="keep perf.data next to the kernel CTF")
+    ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
+    ap.add_argument("--json", action="store_true", help="print the manifest as JSON")
+
+
+def params_from(args):
+    p = {
+        "sizes": cap.parse_sizes(args.sizes), "proc": args.proc,
+        "transports": cap.parse_transports(args.transport), "calls": args.calls, "warmup": args.warmup,
+        "kernel": args.kernel, "placement": args.placement, "wait": args.wait, "executors": args.executors,
+        "untraced": args.untraced, "calibration": args.calibration, "calibration_calls": args.calibration_calls,
+        "keep_perf_data": args.keep_perf_data, "replace": args.replace,
+    }
+    if args.executors < 0 or args.executors > 64:
+        raise UserError(f"--executors {args.executors}: use 0 (inline) to 64")
+    if args.calibration_calls < 100:
+        raise UserError(f"--calibration-calls {args.calibration_calls}: use at least 100")
+    cap.validate(p)
+    return p
+
+
+def _progress(total, disable):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, unit="step", file=sys.stderr, disable=disable, leave=False,
+                bar_format="{desc:<40} {bar} {n_fmt}/{total_fmt} [{elapsed}]")
+
+
+def do_capture(p, out, quiet=False):
+    from rpcscope import testbed
+    st = testbed.load_state()
+    cap.preflight(p, st)
+    out = cap.prepare_out(out, p["replace"])
+    p["out"] = str(out)
+    total = len(p["sizes"]) * len(p["transports"]) * 3 + (2 if p["calibration"] != "none" else 0)
+    bar = _progress(total, disable=quiet or None)
+    c = cap.Capture(p, out, st, progress=bar)
+    try:
+        return c.run(), c
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def rows_of(manifest):
+    rows = []
+    for c in manifest["cases"]:
+        if not c.get("complete"):
+            rows.append({"case": c["id"], "traced_p50_us": "INCOMPLETE"})
+            continue
+        rows.append({
+            "case": c["id"],
+            "traced_p50_us": c["traced"]["p50"] / 1e3, "untraced_p50_us": c["untraced"]["p50"] / 1e3,
+            "ust_ev/call": c["events_per_call"]["ust"], "kernel_ev/call": c["events_per_call"]["kernel"],
+            "lost": c["losses"]["ust_discarded"] + c["losses"]["ust_lost_packets"] + c["losses"]["kernel_lost"],
+            "KB/1000 calls": c["trace_bytes_per_1000_calls"] / 1e3,
+            "lossy": "LOSSY" if c["lossy"] else "no",
+        })
+    return rows
+
+
+COLUMNS = ["case", "traced_p50_us", "untraced_p50_us", "ust_ev/call", "kernel_ev/call", "lost", "KB/1000 calls", "lossy"]
+
+
+def cmd_capture(args):
+    p = params_from(args)
+    try:
+        manifest, _ = do_capture(p, args.out, quiet=args.json)
+    except KeyboardInterrupt:
+        print(f"rpcscope capture: interrupted; every session and process was stopped; {args.out} is marked "
+              f"incomplete (interrupted)", file=sys.stderr)
+        return 130
+    if args.json:
+        emit_json(manifest)
+        return 0
+    print(f"run {args.out}: {len(manifest['cases'])} case(s), kernel collector {manifest['kernel_collector']}, "
+          f"placement {manifest['placement']} (CPUs client {cap.placement_cpus(p['placement'])['client']}, "
+          f"server {cap.placement_cpus(p['placement'])['server']}), wait {manifest['wait']}")
+    table(rows_of(manifest), COLUMNS)
+    for host, cal in manifest.get("calibration", {}).items():
+        k = cal.get("kernel_event_ns", {})
+        kk = ", ".join(f"{n.split(':')[-1]} {v}" for n, v in k.items() if v is not None)
+        print(f"calibration {host}: user event {cal['ust_event_ns']} ns; kernel events (ns): {kk or '-'}")
+    lossy = [c["id"] for c in manifest["cases"] if c.get("lossy")]
+    if lossy:
+        print(f"WARNING: events were lost in {', '.join(lossy)}: those cases are marked lossy; "
+              f"do not use them as complete traces")
+    return 0
+
+
+def cmd_bench(args):
+    p = params_from(args)
+    out = pathlib.Path(args.out) if args.out else ROOT / "runs" / "capture-bench"
+    p["replace"] = True
+    manifest, c = do_capture(p, out, quiet=args.json)
+    # A plain rpc-client run per case, nothing around it, for the "untraced agrees with plain" check.
+    plain = {}
+    try:
+        c.sessiond = cap.Sessiond()   # nothing to restore
+        pdir = out / "plain"
+        pdir.mkdir(exist_ok=True)
+        for case in manifest["cases"]:
+            res, _ = c.run_pair(case["transport"], case["size"], p["calls"], p["warmup"], False, pdir, case["id"])
+            plain[case["id"]] = res["rtt_ns"]["p50"]
+    finally:
+        c.cleanup()
+        shutil.rmtree(out / "plain", ignore_errors=True)
+    rows = []
+    for case in manifest["cases"]:
+        r = rows_of({"cases": [case]})[0]
+        r["plain_p50_us"] = plain[case["id"]] / 1e3
+        r["untraced/plain"] = case["untraced"]["p50"] / plain[case["id"]]
+        rows.append(r)
+    result = {"run": str(out), "calls": p["calls"], "placement": p["placement"], "wait": p["wait"],
+              "kernel_collector": manifest["kernel_collector"], "rows": rows,
+              "calibration": manifest.get("calibration", {})}
+    if args.json:
+        emit_json(result)
+        return 0
+    print(f"capture-bench: {p['calls']} calls per size, placement {p['placement']}, wait {p['wait']}, "
+          f"kernel collector {manifest['kernel_collector']} (run in {out})")
+    table(rows, COLUMNS[:3] + ["plain_p50_us", "untraced/plain"] + COLUMNS[3:])
+    return 0
+
+
+def register(subparsers):
+    ap = subparsers.add_parser(
+        "capture", help="user and kernel traces of chosen payload sizes on the testbed, plus untraced timings",
+        description=cap.__doc__.split("\n\n")[0], epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common(ap, 2000, "0,1392,4016,8032")
+    ap.add_argument("--out", required=True, metavar="runs/NAME", help="the run directory to create")
+    ap.set_defaults(func=cmd_capture)
+
+    b = subparsers.add_parser(
+        "capture-bench", help="benchmark of capture: probe effect, events per call, losses, bytes per call",
+        description="Capture, then a plain rpc-client run per size, and the figures side by side.",
+        epilog=BENCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common(b, 10000, "0,1392,4016,8032")
+    b.add_argument("--out", default=None, metavar="runs/NAME", help="run directory (default runs/capture-bench, replaced)")
+    b.set_defaults(func=cmd_bench)
+    return ap
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")

@@ -1,0 +1,252 @@
+"""The perf kernel collector: a focused, filtered `perf record -a -k mono`, then CTF.
+
+Why system-wide with filters rather than `perf record -p`: the switch into a
+woken thread is recorded in the idle task's context and softirq work may run
+in ksoftirqd, both of which `-p` misses (STEPS.md). Every event gets a filter
+(process names, devices, NET_RX) so the volume stays near 20-60 events a call.
+"""
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import time
+
+from rpcscope.output import UserError
+
+TRACEFS = pathlib.Path("/sys/kernel/tracing")
+PROCNAMES = ("rpc-client", "rpc-server")
+
+# Syscalls the reference RPC makes on its call path (send/receive/poll, and the
+# listener-to-executor hand-off when the server has executors).
+SYSCALLS = ("sendto", "sendmsg", "recvfrom", "recvmsg", "epoll_wait", "epoll_pwait", "read", "write", "writev")
+POOL_SYSCALLS = ("futex",)
+NET_EVENTS = ("net:net_dev_start_xmit", "net:net_dev_xmit", "net:netif_receive_skb")
+SCHED_EVENTS = ("sched:sched_waking", "sched:sched_wakeup", "sched:sched_switch")
+SOFTIRQ_EVENTS = ("irq:softirq_entry", "irq:softirq_exit")
+COPY_EVENTS = ("skb:skb_copy_datagram_iovec",)
+QDISC_EVENTS = ("qdisc:qdisc_enqueue", "qdisc:qdisc_dequeue")
+NET_RX_SOFTIRQ = 3
+
+
+def _or(parts):
+    return " || ".join(parts)
+
+
+def _names(field, names):
+    return _or(f'{field} == "{n}"' for n in names)
+
+
+def event_filter(event, procnames=PROCNAMES, devices=()):
+    """The tracefs filter for one event (None: unfiltered)."""
+    if event == "sched:sched_switch":
+        return _or([_names("prev_comm", procnames), _names("next_comm", procnames)])
+    if event in ("sched:sched_waking", "sched:sched_wakeup"):
+        return _names("comm", procnames)         # the woken thread's name
+    if event.startswith("net:"):
+        return _names("name", devices)
+    if event.startswith("irq:softirq"):
+        return f"vec == {NET_RX_SOFTIRQ}"
+    if event.startswith("qdisc:"):
+        return None                              # only present on a shaped link; low volume
+    # syscalls and the copy to user: the current task's name
+    return _names("comm", procnames)
+
+
+def event_set(executors=0, shaped=False, available=None):
+    """The perf event names of a capture, in a stable order; missing tracepoints are left out."""
+    sys_ = list(SYSCALLS) + (list(POOL_SYSCALLS) if executors else [])
+    evs = [f"syscalls:sys_{d}_{s}" for s in sys_ for d in ("enter", "exit")]
+    evs += list(NET_EVENTS) + list(SOFTIRQ_EVENTS) + list(SCHED_EVENTS) + list(COPY_EVENTS)
+    if shaped:
+        evs += list(QDISC_EVENTS)
+    if available is not None:
+        evs = [e for e in evs if e in available]
+    return evs
+
+
+def tracepoint_available(event):
+    sub, name = event.split(":", 1)
+    return (TRACEFS / "events" / sub / name).is_dir()
+
+
+def record_argv(output, events, devices, procnames=PROCNAMES, mmap_pages=1024, control=None):
+    """perf record, system-wide, CLOCK_MONOTONIC (`-k mono`, LTTng-UST's clock), one filter per event.
+    control: (ctl_fifo, ack_fifo): start disabled and wait for 'enable' on the control fifo."""
+    argv = [shutil.which("perf") or "perf", "record", "-a", "-k", "mono", "-m", str(mmap_pages),
+            "--no-buildid", "-q", "-o", str(output)]
+    if control:
+        argv += ["-D", "-1", f"--control=fifo:{control[0]},{control[1]}"]
+    for ev in events:
+        argv += ["-e", ev]
+        flt = event_filter(ev, procnames, devices)
+        if flt:
+            argv += ["--filter", flt]
+    return argv
+
+
+class PerfRecorder:
+    """One `perf record` process: start (enabled once it acknowledges), stop, convert to CTF."""
+
+    def __init__(self, workdir, data_path, events, devices, procnames=PROCNAMES, mmap_pages=1024):
+        self.workdir = pathlib.Path(workdir)
+        self.data = pathlib.Path(data_path)
+        self.events = events
+        self.devices = devices
+        self.procnames = procnames
+        self.mmap_pages = mmap_pages
+        self.proc = None
+        self.stderr_path = self.workdir / (self.data.name + ".log")
+
+    def start(self, timeout=20):
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        ctl, ack = self.workdir / "perf-ctl.fifo", self.workdir / "perf-ack.fifo"
+        for f in (ctl, ack):
+            f.unlink(missing_ok=True)
+            os.mkfifo(f)
+        argv = record_argv(self.data, self.events, self.devices, self.procnames, self.mmap_pages, (ctl, ack))
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                         start_new_session=True)
+        # Open the fifos without blocking forever if perf dies before opening its ends.
+        deadline = time.monotonic() + timeout
+        ctl_fd = ack_fd = None
+        try:
+            while ctl_fd is None:
+                if self.proc.poll() is not None:
+                    raise UserError(f"perf record exited at start ({self.proc.returncode}): {self._err()}")
+                try:
+                    ctl_fd = os.open(ctl, os.O_WRONLY | os.O_NONBLOCK)
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise UserError(f"perf record did not start within {timeout}s: {self._err()}") from None
+                    time.sleep(0.02)
+            ack_fd = os.open(ack, os.O_RDONLY | os.O_NONBLOCK)
+            os.write(ctl_fd, b"enable\n")
+            buf = b""
+            while b"ack" not in buf:
+                if self.proc.poll() is not None:
+                    raise UserError(f"perf record exited at start ({self.proc.returncode}): {self._err()}")
+                if time.monotonic() > deadline:
+                    raise UserError(f"perf record did not acknowledge 'enable' within {timeout}s: {self._err()}")
+                try:
+                    buf += os.read(ack_fd, 64)
+                except BlockingIOError:
+                    pass
+                time.sleep(0.005)
+        finally:
+            for fd in (ctl_fd, ack_fd):
+                if fd is not None:
+                    os.close(fd)
+            for f in (ctl, ack):
+                f.unlink(missing_ok=True)
+
+    def _err(self):
+        try:
+            return self.stderr_path.read_text(errors="replace").strip()[-500:]
+        except OSError:
+            return ""
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout=60):
+        """SIGINT (perf writes its data and exits); kill if it does not."""
+        if not self.proc:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(2)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+                raise UserError(f"perf record did not stop within {timeout}s; killed")
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def stats(data_path, timeout=120):
+    """{"samples": {event: n}, "lost": n} from `perf report --stats`."""
+    p = subprocess.run(["perf", "report", "--stats", "-i", str(data_path)], capture_output=True, text=True,
+                       timeout=timeout)
+    samples, lost, current = {}, 0, None
+    for line in p.stdout.splitlines():
+        m = re.match(r"^(\S+:\S+) stats:\s*$", line.strip())
+        if m:
+            current = m.group(1)
+            continue
+        m = re.match(r"^\s*(LOST|LOST_SAMPLES) events:\s+(\d+)", line)
+        if m and current is None:
+            lost += int(m.group(2))
+            continue
+        m = re.match(r"^\s*SAMPLE events:\s+(\d+)", line)
+        if m and current:
+            samples[current] = int(m.group(1))
+    return {"samples": samples, "lost": lost}
+
+
+def convert_to_ctf(data_path, ctf_dir, timeout=600):
+    p = subprocess.run(["perf", "data", "convert", "--to-ctf", str(ctf_dir), "-i", str(data_path)],
+                       capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0 or not (pathlib.Path(ctf_dir) / "metadata").exists():
+        raise UserError(f"perf data convert --to-ctf failed ({p.returncode}): {(p.stderr or p.stdout).strip()[-300:]}")
+
+
+CLOCK_RE = re.compile(r"clock\s*\{(?P<body>[^}]*)\}", re.S)
+
+
+def ust_clock(ust_dir):
+    """(uuid, offset_s, offset) of the LTTng-UST trace's `monotonic` clock class, from its metadata."""
+    metas = sorted(pathlib.Path(ust_dir).rglob("metadata"))
+    if not metas:
+        return None
+    p = subprocess.run(["babeltrace2", "--output-format=ctf-metadata", str(metas[0].parent)],
+                       capture_output=True, text=True, timeout=60)
+    m = CLOCK_RE.search(p.stdout)
+    if not m:
+        return None
+    body = m.group("body")
+    uuid = re.search(r'uuid\s*=\s*"([^"]+)"', body)
+    off_s = re.search(r"\boffset_s\s*=\s*(-?\d+)", body)
+    off = re.search(r"\boffset\s*=\s*(-?\d+)", body)
+    if not uuid:
+        return None
+    return uuid.group(1), int(off_s.group(1)) if off_s else 0, int(off.group(1)) if off else 0
+
+
+def align_clock(ctf_dir, clock):
+    """Give perf's clock class the UST clock's UUID, offset and absolute = TRUE.
+
+    Both count CLOCK_MONOTONIC nanoseconds (`perf record -k mono`), so after
+    this babeltrace2's muxer merges the kernel and user traces into one
+    correctly ordered stream (it refuses to otherwise, see STEPS.md).
+    """
+    meta = pathlib.Path(ctf_dir) / "metadata"
+    text = meta.read_text()
+    uuid, off_s, off = clock
+
+    def fix(m):
+        body = m.group("body")
+        body = re.sub(r'uuid\s*=\s*"[^"]+"', f'uuid = "{uuid}"', body)
+        body = re.sub(r"\boffset_s\s*=\s*-?\d+", f"offset_s = {off_s}", body)
+        body = re.sub(r"\boffset\s*=\s*-?\d+", f"offset = {off}", body)
+        body = re.sub(r"\babsolute\s*=\s*\w+", "absolute = TRUE", body)
+        return "clock {" + body + "}"
+
+    new, n = CLOCK_RE.subn(fix, text, count=1)
+    if n != 1:
+        raise UserError(f"{meta}: no clock class to align")
+    meta.write_text(new)
+
+
+def version():
+    p = subprocess.run(["perf", "--version"], capture_output=True, text=True, timeout=10)
+    m = re.search(r"(\d+\.\d+(?:\.\d+)?)", p.stdout)
+    return m.group(1) if m else p.stdout.strip()

@@ -1,0 +1,281 @@
+"""`rpcscope capture` on the local testbed, for real: perf kernel traces, LTTng-UST traces, both hosts.
+
+Captures sizes 0 and 4016 of maxarg over UDP and TCP with the perf collector,
+then checks the run directory against the contract in collectors/README.md:
+every file present, babeltrace2 reads every trace, nothing discarded, the
+kernel trace holds the client's and the server's send and receive syscalls and
+the transmit and receive of every packet on both hosts' devices. An
+interrupted capture must leave nothing running. Bad input fails before
+anything starts.
+
+Safety: the testbed's addresses are in 198.18.0.0/15 inside namespaces the
+test creates; the module holds the machine-wide testbed test lock (as
+test_testbed.py does) and takes the testbed down even when a test fails.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rpcscope.collectors import lttng as clttng
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
+STATE_DIR = pathlib.Path("/run/rpcscope/testbed")
+TEST_LOCK = "/run/lock/rpcscope-testbed-test.lock"
+CLIENT, SERVER = "rpcs-client", "rpcs-server"
+CALLS, WARMUP = 300, 50
+
+pytestmark = [
+    pytest.mark.testbed,
+    pytest.mark.tracing,
+    pytest.mark.skipif(os.geteuid() != 0, reason="capture needs root"),
+    pytest.mark.skipif(not all(shutil.which(t) for t in ("ip", "sshd", "perf", "lttng", "babeltrace2")),
+                       reason="needs iproute2, openssh-server, perf, lttng-tools, babeltrace2 (make bootstrap)"),
+]
+
+
+def rpcscope(*args, timeout=300, check=True):
+    p = subprocess.run(RPCSCOPE + list(args), capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    if check:
+        assert p.returncode == 0, f"rpcscope {' '.join(args)} exited {p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def sh(*argv, timeout=60):
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+
+
+def leftovers(run_dir):
+    """What a capture could leave running: processes in the hosts' namespaces other than their sshd,
+    perf recording into the run, LTTng sessions of a capture."""
+    found = []
+    sshd = set()
+    for h in (CLIENT, SERVER):
+        pidf = STATE_DIR / "hosts" / h / "sshd.pid"
+        if pidf.exists():
+            sshd.add(pidf.read_text().split()[0])
+    for h in (CLIENT, SERVER):
+        for pid in sh("ip", "netns", "pids", h).stdout.split():
+            try:
+                cmd = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if pid not in sshd and state != "Z" and "sshd" not in cmd:
+                found.append(f"{h}: {pid} {cmd}")
+    for pid in sh("pgrep", "-f", f"perf record.*{run_dir}").stdout.split():
+        found.append(f"perf {pid}")
+    found += [f"lttng session {n}" for n in clttng.session_names() if n and n.startswith("rpcs-capture-")]
+    return found
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    """The testbed, up for this module only; one testbed test module at a time on this machine."""
+    from rpcscope.testbed import exclusive
+    with exclusive(wait=1200, remove_after=True, path=TEST_LOCK):
+        if STATE_DIR.exists():
+            pytest.skip("a testbed is already up on this machine; this test would replace it "
+                        "(run `rpcscope testbed down` first)")
+        try:
+            # Bad input before anything exists: the testbed is down.
+            p = rpcscope("capture", "--sizes", "0", "--out", "/tmp/rpcscope-capture-never", check=False)
+            assert p.returncode == 2 and "testbed is down" in p.stderr and "rpcscope testbed up" in p.stderr, p.stderr
+            assert not pathlib.Path("/tmp/rpcscope-capture-never").exists()
+            rpcscope("testbed", "up", "--json", timeout=180)
+            yield
+        finally:
+            rpcscope("testbed", "down", check=False, timeout=180)
+
+
+def test_bad_input_fails_before_anything_starts(tmp_path):
+    out = tmp_path / "run"
+    for args, words in [
+        (["--proc", "nosuch"], "unknown procedure"),
+        (["--proc", "null", "--sizes", "0,10"], "takes no payload"),
+        (["--proc", "maxarg", "--sizes", "0,999999"], "at most 262136"),
+        (["--sizes", "a,b"], "--sizes"),
+        (["--transport", "sctp"], "--transport"),
+    ]:
+        p = rpcscope("capture", *args, "--out", str(out), check=False)
+        assert p.returncode == 2, (args, p.stdout, p.stderr)
+        assert words in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+        assert not out.exists()
+
+
+def test_lttng_kernel_command_lines():
+    """The LTTng-kernel collector (lttng-modules cannot load here): its command lines as documented."""
+    cmds = clttng.lttng_kernel_commands("s", "/o/kernel", ["net:net_dev_xmit", "net:netif_receive_skb",
+                                                            "sched:sched_switch", "sched:sched_waking",
+                                                            "irq:softirq_entry", "skb:skb_copy_datagram_iovec",
+                                                            "qdisc:qdisc_dequeue"],
+                                        ["sendto", "recvfrom"], ["rpcs-c0", "rpcs-s0"], ["rpc-client", "rpc-server"])
+    assert cmds[0] == ["create", "s", "--output=/o/kernel"]
+    assert cmds[1][:2] == ["enable-channel", "--kernel"] and "--discard" in cmds[1] and cmds[1][-1] == "rpcs_kernel"
+    assert cmds[2] == ["add-context", "--kernel", "--session=s", "--channel=rpcs_kernel",
+                       "--type", "pid", "--type", "tid", "--type", "procname"]
+    assert cmds[3] == ["enable-event", "--kernel", "--session=s", "--channel=rpcs_kernel", "--syscall", "sendto,recvfrom",
+                       '--filter=$ctx.procname == "rpc-client" || $ctx.procname == "rpc-server"']
+    by_events = {c[4]: c[5] for c in cmds[4:]}
+    assert by_events["net_dev_xmit,netif_receive_skb"] == '--filter=name == "rpcs-c0" || name == "rpcs-s0"'
+    assert by_events["sched_switch"] == ('--filter=prev_comm == "rpc-client" || prev_comm == "rpc-server" || '
+                                         'next_comm == "rpc-client" || next_comm == "rpc-server"')
+    assert by_events["sched_waking"] == '--filter=comm == "rpc-client" || comm == "rpc-server"'
+    assert by_events["irq_softirq_entry"] == "--filter=vec == 3"
+    assert "skb_copy_datagram_iovec" in by_events
+    assert not any("qdisc" in " ".join(c) for c in cmds)   # lttng-modules has no qdisc probes
+    # Every subcommand and option is one lttng 2.13 documents (its own --help says so).
+    for c in cmds:
+        helptext = subprocess.run(["lttng", c[0], "--help"], capture_output=True, text=True, timeout=30).stdout
+        for opt in c[1:]:
+            if opt.startswith("--"):
+                assert opt.split("=")[0] in helptext, (c[0], opt)
+
+
+def test_ust_buffers_hold_every_event():
+    sub, num = clttng.ust_buffer_size(10_200)
+    assert num == 8 and sub & (sub - 1) == 0
+    assert sub * num >= 10_200 * 2 * clttng.UST_EVENTS_PER_CALL * clttng.UST_EVENT_BYTES
+
+
+def _kernel_events(kdir):
+    """(event name, perf_pid, device name or None) of every event of a perf CTF trace."""
+    p = sh("babeltrace2", str(kdir), timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = []
+    for line in p.stdout.splitlines():
+        m = re.search(r"\) (\S+): .*perf_pid = (\d+)", line)
+        if not m:
+            continue
+        dev = re.search(r'\bname = "([^"]*)"', line)
+        out.append((m.group(1), int(m.group(2)), dev.group(1) if dev else None))
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(testbed, tmp_path_factory):
+    out = tmp_path_factory.mktemp("capture") / "run"
+    p = rpcscope("capture", "--sizes", "0,4016", "--proc", "maxarg", "--transport", "udp,tcp",
+                 "--calls", str(CALLS), "--warmup", str(WARMUP), "--kernel", "perf", "--calibration", "quick",
+                 "--calibration-calls", "1000", "--out", str(out), timeout=600)
+    print(p.stdout)
+    return out
+
+
+def test_run_directory_is_complete(run):
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["format"] == 1 and m["complete"] and not m["interrupted"]
+    assert m["kernel_collector"] == "perf" and m["testbed"]["kind"] == "local" and m["testbed"]["shared_kernel"]
+    assert m["placement"] == "split" and m["wait"] == "select" and m["clock"] == "monotonic"
+    assert set(m["hosts"]) == {CLIENT, SERVER}
+    assert m["hosts"][CLIENT]["cpus"] != m["hosts"][SERVER]["cpus"]
+    for h in m["hosts"].values():
+        assert h["kernel"] and h["cpu_model"] and h["clocksource"]
+    assert set(m["tools"]) >= {"lttng", "perf", "babeltrace2"}
+    assert m["git_commit"]
+    assert m["params"]["sizes"] == [0, 4016] and m["params"]["calls"] == CALLS
+    assert set(m["calibration"]) == {CLIENT, SERVER}
+    for cal in m["calibration"].values():
+        assert cal["ust_event_ns"] is not None and "all" in cal["kernel_event_ns"]
+    assert [c["id"] for c in m["cases"]] == ["udp-maxarg-0", "udp-maxarg-4016", "tcp-maxarg-0", "tcp-maxarg-4016"]
+    for c in m["cases"]:
+        d = run / c["dir"]
+        for f in ("client-traced.json", "client-untraced.json"):
+            r = json.loads((d / f).read_text())
+            assert r["calls"] == CALLS and r["errors"] == 0 and r["size"] == c["size"], (c["id"], f)
+        assert c["traced"]["p50"] > 0 and c["untraced"]["p50"] > 0
+        assert c["losses"] == {"ust_discarded": 0, "ust_lost_packets": 0, "kernel_lost": 0}, c
+        assert not c["lossy"]
+        assert c["events"]["ust"] > 0 and c["events"]["kernel"] > 0
+        assert c["trace_bytes"]["ust"] > 0 and c["trace_bytes"]["kernel"] > 0
+        assert set(c["pids"]) == {"server", "client"}
+
+
+def test_babeltrace_reads_every_trace_with_nothing_discarded(run):
+    m = json.loads((run / "manifest.json").read_text())
+    for c in m["cases"]:
+        d = run / c["dir"]
+        for sub in ("ust", "kernel"):
+            p = sh("babeltrace2", str(d / sub), "-c", "sink.utils.counter", timeout=300)
+            assert p.returncode == 0, (c["id"], sub, p.stderr[-1000:])
+            last = p.stdout.strip().split("\n\n")[-1]
+            assert re.search(r"^\s*0 Discarded event messages", last, re.M), (c["id"], sub, last)
+            assert int(re.search(r"(\d+) Event messages", last).group(1)) == c["events"][sub]
+        # The kernel clock class is aligned with the UST one: babeltrace2 merges both traces.
+        p = sh("babeltrace2", str(d / "ust"), str(d / "kernel"), "-c", "sink.utils.counter", timeout=300)
+        assert p.returncode == 0, p.stderr[-1000:]
+
+
+def test_kernel_trace_holds_both_hosts_syscalls_and_every_packet(run):
+    m = json.loads((run / "manifest.json").read_text())
+    devs = {h["role"]: h["ifname"] for h in m["hosts"].values()}
+    for c in m["cases"]:
+        events = _kernel_events(run / c["dir"] / "kernel")
+        by_pid = collections.Counter((e, pid) for e, pid, _ in events)
+        total = CALLS + WARMUP
+        cp, sp = c["pids"]["client"], c["pids"]["server"]
+        sends = ("syscalls:sys_enter_sendto", "syscalls:sys_enter_sendmsg")
+        recvs = ("syscalls:sys_enter_recvfrom", "syscalls:sys_enter_recvmsg", "syscalls:sys_enter_read")
+        for pid, who in ((cp, "client"), (sp, "server")):
+            assert sum(by_pid[(e, pid)] for e in sends) >= total, (c["id"], who, "send")
+            assert sum(by_pid[(e, pid)] for e in recvs) >= total, (c["id"], who, "receive")
+        dev = collections.Counter((e, d) for e, _, d in events if d)
+        if c["transport"] == "udp":
+            # IP packets per message: the request carries size + 8 (args) + 80 (header) + 8 (UDP).
+            req_packets = -(-(c["size"] + 8 + 80 + 8) // 1480)
+            want_req, want_rep = total * req_packets, total
+        else:
+            want_req = want_rep = total
+        assert dev[("net:net_dev_xmit", devs["client"])] >= want_req, (c["id"], dev)
+        assert dev[("net:netif_receive_skb", devs["server"])] >= want_req, (c["id"], dev)
+        assert dev[("net:net_dev_xmit", devs["server"])] >= want_rep, (c["id"], dev)
+        assert dev[("net:netif_receive_skb", devs["client"])] >= want_rep, (c["id"], dev)
+        # Every packet sent on one host's device is received on the other's.
+        assert dev[("net:net_dev_xmit", devs["client"])] == dev[("net:netif_receive_skb", devs["server"])]
+        assert dev[("net:net_dev_xmit", devs["server"])] == dev[("net:netif_receive_skb", devs["client"])]
+
+
+def test_second_capture_into_the_run_refuses(run):
+    before = (run / "manifest.json").read_text()
+    p = rpcscope("capture", "--sizes", "0", "--calls", "10", "--out", str(run), check=False)
+    assert p.returncode == 2 and "already exists" in p.stderr and "--replace" in p.stderr, p.stderr
+    assert (run / "manifest.json").read_text() == before
+
+
+def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path):
+    out = tmp_path / "interrupted"
+    proc = subprocess.Popen(RPCSCOPE + ["capture", "--sizes", "0,4016", "--calls", "200000", "--warmup", "10",
+                                        "--kernel", "perf", "--calibration", "none", "--out", str(out)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Interrupt in the middle of the traced phase: perf and the UST session are recording.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if list(out.glob("cases/*/kernel.perf.data")) and any(
+                    n.startswith("rpcs-capture-") for n in clttng.session_names()):
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 130, stdout + stderr
+    assert "interrupted" in stderr
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["interrupted"] and not m["complete"]
+    assert leftovers(out) == []

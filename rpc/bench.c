@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "procs.h"
+#include "stubcall.h"
 #include "util.h"
 #include "wire.h"
 
@@ -25,6 +26,8 @@ struct workload {
     int32_t *ints;
     char *s1, *s2;
     int64_t int_sum;
+    void *value;           /* stub study: the argument record */
+    uint32_t value_sum, value_len;
 };
 
 static int workload_init(struct workload *w, int proc, uint32_t size)
@@ -46,7 +49,22 @@ static int workload_init(struct workload *w, int proc, uint32_t size)
         w->s1[i] = (char)('a' + i % 26);
     for (uint32_t i = 0; i < size - size / 2; i++)
         w->s2[i] = (char)('A' + i % 26);
-    (void)proc;
+    if (stubcall_is(proc)) {
+        size_t cap = stubcall_wire_max(proc), len = 0;
+        uint8_t *tmp = malloc(cap);
+        w->value = calloc(1, stubcall_args_size(proc));
+        if (!tmp || !w->value) {
+            free(tmp);
+            return util_fail(UTIL_ENOMEM, "malloc(%s value)", stubcall_name(proc));
+        }
+        stubcall_fill(proc, w->value, 0x5eed + (uint64_t)proc);
+        int rc = stubcall_checksum(proc, w->value, tmp, cap, &w->value_sum);
+        if (!rc)
+            rc = stubcall_marshal(proc, 1, w->value, tmp, cap, &len, WIRE_DREP_BIG);
+        w->value_len = (uint32_t)len;
+        free(tmp);
+        return rc;
+    }
     return UTIL_OK;
 }
 
@@ -56,11 +74,13 @@ static void workload_free(struct workload *w)
     free(w->ints);
     free(w->s1);
     free(w->s2);
+    free(w->value);
 }
 
 static void make_args(struct workload *w, int proc, uint32_t size, uint32_t seq, struct proc_args *a)
 {
     memset(a, 0, sizeof *a);
+    a->value = w->value;
     switch (proc) {
     case PROC_MAXRESULT: a->n = size; break;
     case PROC_ADD: a->a = (int32_t)seq; a->b = 1000; break;
@@ -110,6 +130,10 @@ static int check_result(const struct workload *w, int proc, const struct proc_ar
     case PROC_COURIER:
         return (uint32_t)r->i == a->len ? UTIL_OK : util_fail(UTIL_EMISMATCH, "courier returned %d", r->i);
     default:
+        if (stubcall_is(proc) && (r->checksum != w->value_sum || r->len != w->value_len))
+            return util_fail(UTIL_EMISMATCH, "%s: the server unmarshalled another value (checksum %08x of %u "
+                                             "bytes, expected %08x of %u)", stubcall_name(proc), r->checksum,
+                             r->len, w->value_sum, w->value_len);
         return UTIL_OK;
     }
 }
@@ -153,7 +177,7 @@ static void *bench_thread_main(void *arg)
                 t->mismatches++;
             else
                 t->errors++;
-            if (rc == UTIL_ESYS || rc == UTIL_ETIMEDOUT)
+            if (rc == UTIL_ESYS || rc == UTIL_ETIMEDOUT || rc == UTIL_EINVAL)
                 break; /* the binding is unusable or the server is gone */
         } else if (cfg->proc == PROC_INCR && !cfg->check) {
             t->last_counter = r.counter;

@@ -26,6 +26,7 @@ void client_config_defaults(struct client_config *cfg)
     cfg->max_msg = CLIENT_DEFAULT_MAX_MSG;
     cfg->drep = WIRE_DREP_BIG;
     cfg->nb_select = 1;
+    cfg->stub_variant = 1; /* compiled inline item copy */
     cfg->rexmit_ms = 50;
     cfg->deadline_ms = 10000;
 }

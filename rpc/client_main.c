@@ -6,6 +6,7 @@
 
 #include "bench.h"
 #include "procs.h"
+#include "stubcall.h"
 #include "util.h"
 #include "wire.h"
 
@@ -32,6 +33,9 @@ static void usage(FILE *f)
             "  --rexmit-ms N       wait before asking the server what it has (default 50)\n"
             "  --deadline-ms N     give a call up after this long (default 10000)\n"
             "  --max-seconds S     stop measuring after S seconds (default 300)\n"
+            "  --stub VARIANT      stubs for the stub study's procedures (chung.one_int, chung.int_array,\n"
+            "                      chung.structure, calib.*): inline-byte inline-item proc-byte proc-item\n"
+            "                      block, or interp- before any (default inline-item)\n"
             "  --no-nb-select      skip DCE's zero-timeout select before the blocking wait (C11)\n"
             "  --no-check          do not verify results\n"
             "  --json              print one JSON object instead of a table\n"
@@ -48,7 +52,7 @@ int main(int argc, char **argv)
         { "warmup", 1, 0, 'w' },     { "threads", 1, 0, 'T' },    { "cpu", 1, 0, 'C' },
         { "wait", 1, 0, 'W' },       { "wire", 1, 0, 'o' },       { "max-pdu", 1, 0, 'm' },
         { "max-msg", 1, 0, 'M' },    { "rexmit-ms", 1, 0, 'r' },  { "deadline-ms", 1, 0, 'd' },
-        { "max-seconds", 1, 0, 'S' }, { "no-check", 0, 0, 'k' },  { "no-nb-select", 0, 0, 'N' },  { "json", 0, 0, 'j' },
+        { "max-seconds", 1, 0, 'S' }, { "no-check", 0, 0, 'k' },  { "no-nb-select", 0, 0, 'N' }, { "stub", 1, 0, 'V' },  { "json", 0, 0, 'j' },
         { "drop-rate", 1, 0, 'D' },  { "drop-seed", 1, 0, 'E' },  { "help", 0, 0, 'h' },
         { 0, 0, 0, 0 },
     };
@@ -101,6 +105,7 @@ int main(int argc, char **argv)
         case 'S': rc = util_parse_double(optarg, 0.001, 86400, &cfg.max_seconds); break;
         case 'k': cfg.check = 0; break;
         case 'N': cfg.client.nb_select = 0; break;
+        case 'V': rc = stubcall_parse_variant(optarg, &cfg.client.stub_variant); break;
         case 'j': json = 1; break;
         case 'D': rc = util_parse_double(optarg, 0, 0.5, &cfg.client.drop_rate); break;
         case 'E': rc = util_parse_u64(optarg, 0, UINT64_MAX, &cfg.client.drop_seed); break;
@@ -115,6 +120,12 @@ int main(int argc, char **argv)
     }
     if (optind < argc) {
         fprintf(stderr, "rpc-client: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+    if (stubcall_is(cfg.proc) && stubcall_is_block(cfg.client.stub_variant) &&
+        cfg.client.drep != wire_native_drep()) {
+        fprintf(stderr, "rpc-client: --stub %s cannot swap bytes: use --wire native with block copy\n",
+                stubcall_variant_name(cfg.client.stub_variant));
         return 2;
     }
     if (cfg.size > proc_max_size(cfg.proc, cfg.client.max_msg)) {

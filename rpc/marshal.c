@@ -52,6 +52,19 @@ static uint8_t *scratch_take(struct marshal_enc *e, size_t len)
     return p;
 }
 
+uint8_t *marshal_reserve(struct marshal_enc *e, size_t cap)
+{
+    if (e->status)
+        return NULL;
+    if (e->scratch_cap - e->scratch_len < cap) {
+        e->status = util_fail(UTIL_ENOMEM, "marshal: %zu bytes do not fit the scratch buffer", cap);
+        return NULL;
+    }
+    return e->scratch + e->scratch_len;
+}
+
+void marshal_commit(struct marshal_enc *e, size_t len) { (void)scratch_take(e, len); }
+
 void marshal_put_u32(struct marshal_enc *e, uint32_t v)
 {
     uint8_t *p = scratch_take(e, 4);
@@ -133,6 +146,7 @@ void marshal_dec_init(struct marshal_dec *d, const uint8_t *p, size_t len, uint8
     d->len = len;
     d->off = 0;
     d->swap = drep != wire_native_drep();
+    d->drep = drep;
     d->status = UTIL_OK;
 }
 

@@ -35,6 +35,7 @@ struct marshal_dec {
     const uint8_t *p;
     size_t len, off;
     int swap;
+    uint8_t drep;
     int status;
 };
 
@@ -48,6 +49,10 @@ void marshal_put_opaque(struct marshal_enc *e, const void *data, uint32_t len, i
 void marshal_put_string(struct marshal_enc *e, const char *s, uint32_t len);
 /* Counted int32 array: referenced when no swap is needed, swapped into scratch otherwise. */
 void marshal_put_i32_array(struct marshal_enc *e, const int32_t *v, uint32_t n);
+/* Room for up to cap bytes encoded by someone else (a stub of the study),
+ * at the end of the scratch buffer; marshal_commit adds the len bytes used. */
+uint8_t *marshal_reserve(struct marshal_enc *e, size_t cap);
+void marshal_commit(struct marshal_enc *e, size_t len);
 /* Copy body bytes [off, off + len) of the encoded message to dst. */
 void marshal_gather(const struct marshal_enc *e, size_t off, uint8_t *dst, size_t len);
 

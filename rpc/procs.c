@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "stubcall.h"
 #include "trace.h"
 #include "util.h"
 #include "wire.h"
@@ -11,14 +12,23 @@ static const char *const proc_names[PROC_COUNT] = {
     "null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway",
 };
 
-const char *proc_name(int proc) { return proc >= 0 && proc < PROC_COUNT ? proc_names[proc] : "unknown"; }
+const char *proc_name(int proc)
+{
+    if (stubcall_is(proc))
+        return stubcall_name(proc);
+    return proc >= 0 && proc < PROC_COUNT ? proc_names[proc] : "unknown";
+}
+
+int proc_valid(int proc) { return (proc >= 0 && proc < PROC_COUNT) || stubcall_is(proc); }
+
+size_t proc_value_cap(void) { return stubcall_max_args_size(); }
 
 int proc_by_name(const char *name)
 {
     for (int i = 0; i < PROC_COUNT; i++)
         if (!strcmp(name, proc_names[i]))
             return i;
-    return -1;
+    return stubcall_by_name(name);
 }
 
 int proc_is_oneway(int proc) { return proc == PROC_COURIER_ONEWAY; }
@@ -27,6 +37,11 @@ uint32_t proc_max_size(int proc, uint32_t max_msg)
 {
     switch (proc) {
     case PROC_NULL: case PROC_INCR: case PROC_ADD: return 0;
+    case PROC_SUM: case PROC_CONCAT: case PROC_MAXARG: case PROC_MAXRESULT: case PROC_ECHO: case PROC_COURIER:
+    case PROC_COURIER_ONEWAY: break;
+    default: return 0; /* the stub study's signatures have fixed sizes */
+    }
+    switch (proc) {
     case PROC_SUM: return (max_msg - 4) / 4;
     case PROC_CONCAT: return max_msg - 16;
     default: return max_msg - 8;
@@ -37,8 +52,18 @@ uint8_t proc_pattern_byte(uint32_t i) { return (uint8_t)(i * 131u + 7u); }
 
 /* ------------------------------------------------------------------ client stub */
 
-static void marshal_args(struct marshal_enc *e, int proc, const struct proc_args *a)
+static void marshal_args(struct client *c, struct marshal_enc *e, int proc, const struct proc_args *a)
 {
+    if (stubcall_is(proc)) {
+        size_t len = 0, cap = stubcall_wire_max(proc);
+        uint8_t *dst = marshal_reserve(e, cap);
+        if (!dst)
+            return;
+        e->status = stubcall_marshal(proc, c->cfg.stub_variant, a->value, dst, cap, &len, e->drep);
+        if (!e->status)
+            marshal_commit(e, len);
+        return;
+    }
     switch (proc) {
     case PROC_NULL: case PROC_INCR: break;
     case PROC_MAXRESULT: marshal_put_u32(e, a->n); break;
@@ -52,6 +77,11 @@ static void marshal_args(struct marshal_enc *e, int proc, const struct proc_args
 static int unmarshal_result(struct marshal_dec *d, int proc, struct proc_result *r, uint32_t max)
 {
     memset(r, 0, sizeof *r);
+    if (stubcall_is(proc)) {
+        marshal_get_u32(d, &r->checksum);
+        marshal_get_u32(d, &r->len);
+        return marshal_dec_end(d);
+    }
     switch (proc) {
     case PROC_NULL: case PROC_MAXARG: case PROC_COURIER_ONEWAY: break;
     case PROC_INCR: marshal_get_u64(d, &r->counter); break;
@@ -70,7 +100,7 @@ static uint32_t arg_bytes(int proc, const struct proc_args *a)
     case PROC_SUM: return a->nints * 4;
     case PROC_CONCAT: return a->len1 + a->len2;
     case PROC_MAXARG: case PROC_ECHO: case PROC_COURIER: case PROC_COURIER_ONEWAY: return a->len;
-    default: return 0;
+    default: return stubcall_is(proc) ? (uint32_t)stubcall_wire_max(proc) : 0;
     }
 }
 
@@ -82,7 +112,7 @@ int proc_call(struct client *c, int proc, const struct proc_args *a, struct proc
     uint64_t call_id = client_next_call_id(c);
 
     RPCS_TRACE(c1_begin, call_id, (uint16_t)proc, arg_bytes(proc, a));
-    if (proc < 0 || proc >= PROC_COUNT)
+    if (!proc_valid(proc))
         return util_fail(UTIL_EINVAL, "unknown procedure %d", proc);
     RPCS_TRACE(c1_end, call_id, (uint16_t)proc, arg_bytes(proc, a));
 
@@ -90,7 +120,7 @@ int proc_call(struct client *c, int proc, const struct proc_args *a, struct proc
     if (rc)
         goto out;
     RPCS_TRACE(c3_begin, call_id, arg_bytes(proc, a));
-    marshal_args(enc, proc, a);
+    marshal_args(c, enc, proc, a);
     RPCS_TRACE(c3_end, call_id, (uint32_t)enc->total);
     if (enc->status) {
         rc = enc->status;
@@ -121,6 +151,29 @@ int proc_serve(struct proc_server *srv, int proc, uint64_t call_id, struct marsh
     int rc = UTIL_OK;
 
     RPCS_TRACE(s5_unmarshal, call_id, (uint16_t)proc, (uint32_t)d->len);
+    if (stubcall_is(proc)) {
+        /* The study's stubs unmarshal into the value record (byte_scratch), S6
+         * checksums it, S7 returns the checksum and the wire length. */
+        uint32_t sum = 0;
+        if (byte_cap < stubcall_args_size(proc))
+            rc = util_fail(UTIL_ENOMEM, "%s needs %zu bytes for its value", stubcall_name(proc),
+                           stubcall_args_size(proc));
+        else
+            rc = stubcall_unmarshal(proc, srv->stub_variant, bytes, d->p, d->len, d->drep);
+        RPCS_TRACE(s5_end, call_id, (uint16_t)proc, (uint32_t)d->len);
+        if (rc)
+            return rc;
+        RPCS_TRACE(s6_begin, call_id, (uint16_t)proc, (uint32_t)d->len);
+        rc = stubcall_checksum(proc, bytes, (uint8_t *)ints, (size_t)int_cap * 4, &sum);
+        RPCS_TRACE(s6_end, call_id, (uint16_t)proc, 8);
+        if (rc)
+            return rc;
+        RPCS_TRACE(s7_begin, call_id, 8);
+        marshal_put_u32(e, sum);
+        marshal_put_u32(e, (uint32_t)d->len);
+        RPCS_TRACE(s7_end, call_id, (uint32_t)e->total);
+        return e->status;
+    }
     switch (proc) {
     case PROC_NULL: case PROC_INCR: break;
     case PROC_MAXRESULT: marshal_get_u32(d, &a.n); break;

@@ -43,6 +43,7 @@ struct proc_args {
     uint32_t len1, len2;
     const uint8_t *data;  /* maxarg, echo, courier */
     uint32_t len;
+    const void *value;    /* a stub-study procedure's argument record (see stubcall.h) */
 };
 
 struct proc_result {
@@ -51,9 +52,13 @@ struct proc_result {
     int64_t sum;          /* sum */
     const uint8_t *data;  /* maxresult, echo, concat: points into the reply buffer */
     uint32_t len;
+    uint32_t checksum;    /* stub-study procedures: of the value the server unmarshalled */
 };
 
 struct client;
+
+/* Buffers a server thread needs to run any procedure. */
+size_t proc_value_cap(void);
 
 const char *proc_name(int proc);
 int proc_by_name(const char *name);
@@ -69,7 +74,10 @@ int proc_call(struct client *c, int proc, const struct proc_args *a, struct proc
  * result (S7). Fails with UTIL_EPROTO on bad arguments (the caller rejects). */
 struct proc_server {
     uint64_t counter; /* incr's state, updated atomically */
+    int stub_variant; /* how the server unmarshals stub-study procedures */
 };
+/* A procedure id the RPC serves: its own ones, or the stub study's. */
+int proc_valid(int proc);
 int proc_serve(struct proc_server *srv, int proc, uint64_t call_id, struct marshal_dec *args,
                struct marshal_enc *res, int32_t *int_scratch, uint32_t int_cap, uint8_t *byte_scratch,
                uint32_t byte_cap);

@@ -84,6 +84,7 @@ void server_config_defaults(struct server_config *cfg)
     cfg->udp = cfg->tcp = 1;
     cfg->executors = 2;
     cfg->nb_select = 1;
+    cfg->stub_variant = 1; /* compiled inline item copy */
     cfg->max_pdu = WIRE_DEFAULT_MAX_PDU;
     cfg->max_msg = 256u << 10;
     cfg->reply_cache = 1024;
@@ -419,7 +420,7 @@ static void handle_request(struct server *s, const struct wire_hdr *h, const uin
         STAT_ADD(s, bad_fragment);
         return;
     }
-    if (h->proc >= PROC_COUNT) {
+    if (!proc_valid(h->proc)) {
         STAT_ADD(s, unknown_proc);
         send_reject(s, &s->listener_ctx, h, WIRE_REJ_UNKNOWN_PROC, from, NULL, id);
         return;
@@ -621,7 +622,7 @@ static int handle_conn(struct server *s, struct server_conn *c, uint64_t *last_i
         if (first)
             RPCS_TRACE(s4_end, *last_id, 0, (uint32_t)n);
         first = 0;
-        if (h.proc >= PROC_COUNT) {
+        if (!proc_valid(h.proc)) {
             STAT_ADD(s, unknown_proc);
             send_reject(s, &s->listener_ctx, &h, WIRE_REJ_UNKNOWN_PROC, NULL, c, *last_id);
             continue;
@@ -673,6 +674,7 @@ int server_create(const struct server_config *cfg, struct server **out)
     pthread_cond_init(&s->qcond, NULL);
     pthread_mutex_init(&s->conn_lock, NULL);
     s->boot_time = util_now_ns();
+    s->procs.stub_variant = cfg->stub_variant;
     if (cfg->max_pdu < WIRE_MIN_MAX_PDU || cfg->max_pdu > WIRE_MAX_MAX_PDU) {
         rc = util_fail(UTIL_EINVAL, "max PDU %u is outside [%u, %u]", cfg->max_pdu, WIRE_MIN_MAX_PDU, WIRE_MAX_MAX_PDU);
         goto out;

@@ -19,6 +19,7 @@ struct server_config {
     int udp, tcp;               /* which transports to serve */
     int executors;              /* 0: inline mode */
     int nb_select;              /* DCE's zero-timeout select before the blocking one (S12) */
+    int stub_variant;           /* stubcall variant for the stub study's procedures */
     int wait_recv;              /* UDP only: the listener sleeps in a blocking recvfrom, no select */
     int cpus[SERVER_MAX_CPUS];  /* listener first, then executors, round robin */
     int ncpus;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "server.h"
+#include "stubcall.h"
 #include "util.h"
 #include "wire.h"
 #include "xport.h"
@@ -35,6 +36,8 @@ static void usage(FILE *f)
             "  --cpu LIST             pin: listener on the first CPU, executors round robin\n"
             "  --wait MODE            select (epoll_wait, DCE's steps; default) or recv (UDP only:\n"
             "                         sleep in a blocking recvfrom; no select steps S3, S12)\n"
+            "  --stub VARIANT         stubs that unmarshal the stub study's procedures (default inline-item;\n"
+            "                         inline-byte proc-byte proc-item block, or interp- before any)\n"
             "  --no-nb-select         skip DCE's zero-timeout select before the blocking one (S12)\n"
             "  --max-pdu N            UDP PDU limit, header included (default 4096)\n"
             "  --max-msg N            largest request or reply body (default 262144)\n"
@@ -62,7 +65,7 @@ int main(int argc, char **argv)
         { "reasm-slots", 1, 0, 'a' },   { "reasm-bytes", 1, 0, 'A' },   { "reasm-timeout-ms", 1, 0, 'o' },
         { "queue", 1, 0, 'q' },         { "max-conns", 1, 0, 'c' },     { "duration", 1, 0, 'd' },
         { "ready-file", 1, 0, 'y' },    { "stats-json", 1, 0, 'J' },    { "drop-rate", 1, 0, 'D' },
-        { "drop-seed", 1, 0, 'E' },     { "help", 0, 0, 'h' },          { "no-nb-select", 0, 0, 'N' },          { "wait", 1, 0, 'w' },          { 0, 0, 0, 0 },
+        { "drop-seed", 1, 0, 'E' },     { "help", 0, 0, 'h' },          { "no-nb-select", 0, 0, 'N' },          { "wait", 1, 0, 'w' },          { "stub", 1, 0, 'V' },          { 0, 0, 0, 0 },
     };
     struct server_config cfg;
     struct server_stats st;
@@ -101,6 +104,7 @@ int main(int argc, char **argv)
         case 'd': rc = util_parse_double(optarg, 0, 86400 * 7, &cfg.duration); break;
         case 'y': cfg.ready_file = optarg; break;
         case 'N': cfg.nb_select = 0; break;
+        case 'V': rc = stubcall_parse_variant(optarg, &cfg.stub_variant); break;
         case 'w':
             if (!strcmp(optarg, "recv")) cfg.wait_recv = 1;
             else if (strcmp(optarg, "select") && strcmp(optarg, "block"))

@@ -24,11 +24,12 @@
 static void serve(const struct wire_hdr *h, const uint8_t *body, uint32_t len)
 {
     static int32_t ints[FUZZ_MAX_MSG / 4];
-    static uint8_t bytes[FUZZ_MAX_MSG], scratch[FUZZ_MAX_MSG + 64], reply[FUZZ_MAX_MSG + 64];
-    struct proc_server srv = { 0 };
+    /* Aligned: the stub study's procedures unmarshal records into bytes. */
+    static uint8_t bytes[FUZZ_MAX_MSG] __attribute__((aligned(16))), scratch[FUZZ_MAX_MSG + 64], reply[FUZZ_MAX_MSG + 64];
+    struct proc_server srv = { .stub_variant = (int)(h->seq % 5) | (h->seq & 8 ? 0x100 : 0) };
     struct marshal_dec d;
     struct marshal_enc e;
-    if (h->proc >= PROC_COUNT)
+    if (!proc_valid(h->proc))
         return;
     marshal_dec_init(&d, body, len, h->drep);
     marshal_enc_init(&e, scratch, sizeof scratch, h->drep);

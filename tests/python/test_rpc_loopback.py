@@ -30,6 +30,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
 
+# Ids 0-9 are the RPC's own procedures, 16-79 the stub study's (rpc/stubcall.h:
+# STUBCALL_PROC_BASE, at most 64 of them); from here on nothing is served.
+UNKNOWN_PROC_MIN = 80
 PROCS = ["null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway"]
 
 # wire.h arithmetic for the default --max-pdu 4096 and --max-msg 262144
@@ -553,7 +556,7 @@ class Flood:
         elif kind == "unknown_proc":
             n = rng.randrange(0, FRAG_BODY + 1)
             d = pack_header(flags=F_LAST, drep=drep, activity=self._activity(), seq=rng.randrange(1 << 32),
-                            proc=rng.randrange(10, 1 << 16), frag_len=n, total_len=n) + self._bytes(n)
+                            proc=rng.randrange(UNKNOWN_PROC_MIN, 1 << 16), frag_len=n, total_len=n) + self._bytes(n)
             counter = "unknown_proc"
         elif kind == "single":  # a one-fragment call of a real procedure with random arguments
             n = rng.randrange(0, FRAG_BODY + 1)

@@ -83,8 +83,19 @@ def _progress(total, disable):
                 bar_format="{desc:<40} {bar} {n_fmt}/{total_fmt} [{elapsed}]")
 
 
-def do_capture(p, out, quiet=False):
+def do_capture(p, out, quiet=False, inventory=None):
     from rpcscope import testbed
+    if inventory:
+        from . import remote
+        cap.require_tool("babeltrace2", "install babeltrace2 on the control node (make bootstrap does)")
+        out = cap.prepare_out(out, p["replace"])
+        p["out"], p["inventory"] = str(out), str(inventory)
+        bar = _progress(len(p["sizes"]) * len(p["transports"]) * 3, disable=quiet or None)
+        try:
+            return remote.run(p, out, inventory, progress=bar), None
+        finally:
+            if bar is not None:
+                bar.close()
     st = testbed.load_state()
     cap.preflight(p, st)
     out = cap.prepare_out(out, p["replace"])
@@ -122,7 +133,7 @@ COLUMNS = ["case", "traced_p50_us", "untraced_p50_us", "ust_ev/call", "kernel_ev
 def cmd_capture(args):
     p = params_from(args)
     try:
-        manifest, _ = do_capture(p, args.out, quiet=args.json)
+        manifest, _ = do_capture(p, args.out, quiet=args.json, inventory=args.inventory)
     except KeyboardInterrupt:
         print(f"rpcscope capture: interrupted; every session and process was stopped; {args.out} is marked "
               f"incomplete (interrupted)", file=sys.stderr)
@@ -130,9 +141,9 @@ def cmd_capture(args):
     if args.json:
         emit_json(manifest)
         return 0
+    cpus = ", ".join(f"{n} {h['cpus']}" for n, h in manifest["hosts"].items())
     print(f"run {args.out}: {len(manifest['cases'])} case(s), kernel collector {manifest['kernel_collector']}, "
-          f"placement {manifest['placement']} (CPUs client {cap.placement_cpus(p['placement'])['client']}, "
-          f"server {cap.placement_cpus(p['placement'])['server']}), wait {manifest['wait']}")
+          f"placement {manifest['placement']} (CPUs: {cpus}), wait {manifest['wait']}")
     table(rows_of(manifest), COLUMNS)
     for host, cal in manifest.get("calibration", {}).items():
         k = cal.get("kernel_event_ns", {})
@@ -186,6 +197,8 @@ def register(subparsers):
         description=cap.__doc__.split("\n\n")[0], epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common(ap, 2000, "0,1392,4016,8032")
     ap.add_argument("--out", required=True, metavar="runs/NAME", help="the run directory to create")
+    ap.add_argument("--inventory", default=None, metavar="PATH",
+                    help="real hosts: run ansible/capture.yml per case on this inventory (default: the local testbed)")
     ap.set_defaults(func=cmd_capture)
 
     b = subparsers.add_parser(

@@ -1,0 +1,110 @@
+"""`rpcscope capture --inventory PATH`: the capture on real hosts, through ansible/capture.yml.
+
+Each (transport, size) case is one run of the playbook; each host has its own
+lttng-sessiond and kernel collector. The playbook leaves in the case directory
+client-{traced,untraced}-HOST.json, ust-HOST/, kernel-HOST/ and host-HOST.json
+(losses, CPU, kernel, tool versions); this module writes the manifest from them.
+Calibration is not run on real hosts by this driver (manifest: calibration {}).
+"""
+import datetime
+import json
+import pathlib
+
+from rpcscope.output import UserError
+
+from . import capture as cap
+
+
+def run(p, out, inventory, progress=None, echo=lambda s: None):
+    from rpcscope.deploy import run_playbook
+    inventory = pathlib.Path(inventory)
+    if not inventory.exists():
+        raise UserError(f"inventory {inventory} does not exist; see ansible/inventories/example/hosts.yml")
+    if p["kernel"] == "auto":
+        raise UserError("--kernel auto is decided per host on real hosts: pass --kernel perf, lttng or none "
+                        "(the deploy report runs/deploy/HOST.json says which tracer each host has)")
+    out.mkdir(parents=True)
+    manifest = {
+        "format": cap.FORMAT, "complete": False, "interrupted": False,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "finished": None, "git_commit": cap.git_commit(), "params": p,
+        "testbed": {"kind": "inventory", "inventory": str(inventory), "shared_kernel": False,
+                    "shared_sessiond": False, "link": {"rate": None, "mtu": None, "loss": None}},
+        "hosts": {}, "placement": p["placement"], "wait": p["wait"], "server_executors": p["executors"],
+        "kernel_collector": p["kernel"], "clock": "monotonic", "kernel_clock_aligned_to_ust": False,
+        "tools": {}, "calibration": {}, "cases": [],
+    }
+    cpus = cap.placement_cpus(p["placement"])
+
+    def write():
+        (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+    write()
+    try:
+        port = cap.BASE_PORT
+        for transport in p["transports"]:
+            for size in p["sizes"]:
+                port += 1
+                cid = cap.case_id(transport, p["proc"], size)
+                cdir = out / "cases" / cid
+                cdir.mkdir(parents=True)
+                if progress is not None:
+                    progress.set_description(f"{cid}: ansible capture.yml")
+                summary = run_playbook("capture.yml", inventory, extra_vars={
+                    "capture_run_dir": str(out.resolve()), "capture_transport": transport,
+                    "capture_proc": p["proc"], "capture_size": size, "capture_calls": p["calls"],
+                    "capture_warmup": p["warmup"], "capture_kernel": p["kernel"], "capture_port": port,
+                    "capture_wait": p["wait"], "capture_server_executors": p["executors"]},
+                    timeout=3600, echo=echo)
+                if summary.get("rc") != 0:
+                    raise UserError(f"capture.yml failed for {cid}; see {summary.get('log')}")
+                manifest["cases"].append(_case(p, cid, transport, size, cdir, manifest, cpus))
+                write()
+                if progress is not None:
+                    progress.update(3)
+        manifest["complete"] = True
+    except KeyboardInterrupt:
+        manifest["interrupted"] = True
+        raise
+    finally:
+        manifest["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        write()
+    return manifest
+
+
+def _case(p, cid, transport, size, cdir, manifest, cpus):
+    case = {"id": cid, "transport": transport, "proc": p["proc"], "size": size, "calls": p["calls"],
+            "warmup": p["warmup"], "dir": f"cases/{cid}", "complete": True, "pids": {},
+            "traced": {}, "untraced": {}, "events": {"ust": 0, "kernel": 0},
+            "losses": {"ust_discarded": 0, "ust_lost_packets": 0, "kernel_lost": 0},
+            "trace_bytes": {"ust": 0, "kernel": 0}, "per_host": {}}
+    for hj in sorted(cdir.glob("host-*.json")):
+        h = json.loads(hj.read_text())
+        name, facts = h["host"], h.get("facts", {})
+        manifest["hosts"][name] = {"role": h["role"], "address": h.get("address"), "kernel": facts.get("kernel"),
+                                   "cpu_model": facts.get("cpu_model"), "cpus": [int(c) for c in h.get("cpus", [])],
+                                   "clocksource": facts.get("clocksource")}
+        manifest["tools"] = {k: facts.get(k) for k in ("lttng", "perf", "babeltrace2")}
+        n_ust = cap.bt_count(cdir / f"ust-{name}")[0] if (cdir / f"ust-{name}").exists() else 0
+        n_k = cap.bt_count(cdir / f"kernel-{name}")[0] if (cdir / f"kernel-{name}").exists() else 0
+        lost = {"ust_discarded": int(h.get("ust_discarded", 0)), "ust_lost_packets": int(h.get("ust_lost_packets", 0)),
+                "kernel_lost": int(h.get("kernel_lost", 0))}
+        case["per_host"][name] = {"events": {"ust": n_ust, "kernel": n_k}, "losses": lost}
+        case["events"]["ust"] += n_ust
+        case["events"]["kernel"] += n_k
+        for k, v in lost.items():
+            case["losses"][k] += v
+        case["trace_bytes"]["ust"] += cap.dir_bytes(cdir / f"ust-{name}")
+        case["trace_bytes"]["kernel"] += cap.dir_bytes(cdir / f"kernel-{name}")
+    for kind in ("traced", "untraced"):
+        files = sorted(cdir.glob(f"client-{kind}-*.json"))
+        if files:
+            case[kind] = cap._rtt(json.loads(files[0].read_text()))
+            if len(files) > 1:
+                case[f"{kind}_per_client"] = {f.stem.split(f"client-{kind}-", 1)[1]: cap._rtt(json.loads(f.read_text()))
+                                              for f in files}
+    total = p["calls"] + p["warmup"]
+    case["events_per_call"] = {k: round(v / total, 2) for k, v in case["events"].items()}
+    case["lossy"] = any(case["losses"].values())
+    case["trace_bytes_per_1000_calls"] = round(sum(case["trace_bytes"].values()) * 1000 / total)
+    return case

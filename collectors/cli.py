@@ -161,23 +161,34 @@ def cmd_bench(args):
     out = pathlib.Path(args.out) if args.out else ROOT / "runs" / "capture-bench"
     p["replace"] = True
     manifest, c = do_capture(p, out, quiet=args.json)
-    # A plain rpc-client run per case, nothing around it, for the "untraced agrees with plain" check.
+    # Plain rpc-client runs per case (untraced build, same placement and waiting, nothing around
+    # them), several rounds: their spread is the noise the capture's untraced run is judged against.
     plain = {}
     try:
         c.sessiond = cap.Sessiond()   # nothing to restore
         pdir = out / "plain"
         pdir.mkdir(exist_ok=True)
         for case in manifest["cases"]:
-            res, _ = c.run_pair(case["transport"], case["size"], p["calls"], p["warmup"], False, pdir, case["id"])
-            plain[case["id"]] = res["rtt_ns"]["p50"]
+            p50s = []
+            for r in range(args.plain_rounds):
+                c.step(f"{case['id']}: plain run {r + 1}")
+                res, _ = c.run_pair(case["transport"], case["size"], p["calls"], p["warmup"], False, pdir,
+                                    f"{case['id']}-{r}")
+                p50s.append(res["rtt_ns"]["p50"])
+            plain[case["id"]] = sorted(p50s)
     finally:
         c.cleanup()
         shutil.rmtree(out / "plain", ignore_errors=True)
     rows = []
     for case in manifest["cases"]:
         r = rows_of({"cases": [case]})[0]
-        r["plain_p50_us"] = plain[case["id"]] / 1e3
-        r["untraced/plain"] = case["untraced"]["p50"] / plain[case["id"]]
+        p50s = plain[case["id"]]
+        med = p50s[len(p50s) // 2]
+        u = case["untraced"]["p50"]
+        r["plain_p50_us"] = med / 1e3
+        r["plain_range_us"] = f"{p50s[0] / 1e3:.1f}-{p50s[-1] / 1e3:.1f}"
+        r["untraced/plain"] = u / med
+        r["untraced_in_plain_range"] = "yes" if p50s[0] <= u <= p50s[-1] else "no"
         rows.append(r)
     result = {"run": str(out), "calls": p["calls"], "placement": p["placement"], "wait": p["wait"],
               "kernel_collector": manifest["kernel_collector"], "rows": rows,
@@ -187,7 +198,8 @@ def cmd_bench(args):
         return 0
     print(f"capture-bench: {p['calls']} calls per size, placement {p['placement']}, wait {p['wait']}, "
           f"kernel collector {manifest['kernel_collector']} (run in {out})")
-    table(rows, COLUMNS[:3] + ["plain_p50_us", "untraced/plain"] + COLUMNS[3:])
+    table(rows, COLUMNS[:3] + ["plain_p50_us", "plain_range_us", "untraced/plain", "untraced_in_plain_range"]
+          + COLUMNS[3:])
     return 0
 
 
@@ -206,6 +218,7 @@ def register(subparsers):
         description="Capture, then a plain rpc-client run per size, and the figures side by side.",
         epilog=BENCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common(b, 10000, "0,1392,4016,8032")
+    b.add_argument("--plain-rounds", type=int, default=5, help="plain rpc-client runs per size (default 5)")
     b.add_argument("--out", default=None, metavar="runs/NAME", help="run directory (default runs/capture-bench, replaced)")
     b.set_defaults(func=cmd_bench)
     return ap

@@ -50,14 +50,19 @@ def run(p, out, inventory, progress=None, echo=lambda s: None):
                 cdir.mkdir(parents=True)
                 if progress is not None:
                     progress.set_description(f"{cid}: ansible capture.yml")
-                summary = run_playbook("capture.yml", inventory, extra_vars={
-                    "capture_run_dir": str(out.resolve()), "capture_transport": transport,
-                    "capture_proc": p["proc"], "capture_size": size, "capture_calls": p["calls"],
-                    "capture_warmup": p["warmup"], "capture_kernel": p["kernel"], "capture_port": port,
-                    "capture_wait": p["wait"], "capture_server_executors": p["executors"]},
-                    timeout=3600, echo=echo)
+                xv = {"capture_run_dir": str(out.resolve()), "capture_transport": transport,
+                      "capture_proc": p["proc"], "capture_size": size, "capture_calls": p["calls"],
+                      "capture_warmup": p["warmup"], "capture_kernel": p["kernel"], "capture_port": port,
+                      "capture_wait": p["wait"], "capture_server_executors": p["executors"]}
+                try:
+                    summary = run_playbook("capture.yml", inventory, extra_vars=xv, timeout=3600, echo=echo)
+                except BaseException:
+                    _cleanup(inventory, xv, echo)
+                    raise
                 if summary.get("rc") != 0:
-                    raise UserError(f"capture.yml failed for {cid}; see {summary.get('log')}")
+                    _cleanup(inventory, xv, echo)
+                    raise UserError(f"capture.yml failed for {cid}; see {summary.get('log')} "
+                                    f"(capture_cleanup.yml stopped what it had started)")
                 manifest["cases"].append(_case(p, cid, transport, size, cdir, manifest, cpus))
                 write()
                 if progress is not None:
@@ -70,6 +75,14 @@ def run(p, out, inventory, progress=None, echo=lambda s: None):
         manifest["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         write()
     return manifest
+
+
+def _cleanup(inventory, extra_vars, echo):
+    from rpcscope.deploy import run_playbook
+    try:
+        run_playbook("capture_cleanup.yml", inventory, extra_vars=extra_vars, timeout=600, echo=echo)
+    except (UserError, OSError):
+        pass
 
 
 def _case(p, cid, transport, size, cdir, manifest, cpus):

@@ -279,3 +279,29 @@ def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path):
     m = json.loads((out / "manifest.json").read_text())
     assert m["interrupted"] and not m["complete"]
     assert leftovers(out) == []
+
+
+def test_capture_through_ansible_on_the_testbed_inventory(testbed, tmp_path):
+    """ansible/capture.yml, as on real hosts: each host its own session and perf; traces fetched per host.
+    (On this testbed the hosts share a kernel and a session daemon, so each host's traces also hold the
+    other's events; real hosts do not.)"""
+    d = rpcscope("deploy", "--json", timeout=900)
+    assert json.loads(d.stdout)["ok"], d.stdout[-3000:]
+    out = tmp_path / "remote"
+    inv = REPO / "ansible" / "inventories" / "local" / "hosts.yml"
+    rpcscope("capture", "--inventory", str(inv), "--kernel", "perf", "--sizes", "0", "--calls", "200",
+             "--warmup", "20", "--out", str(out), timeout=900)
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["complete"] and m["testbed"]["kind"] == "inventory" and not m["testbed"]["shared_kernel"]
+    assert set(m["hosts"]) == {CLIENT, SERVER} and all(h["kernel"] and h["cpu_model"] for h in m["hosts"].values())
+    (case,) = m["cases"]
+    cdir = out / case["dir"]
+    for f in (f"client-traced-{CLIENT}.json", f"client-untraced-{CLIENT}.json"):
+        r = json.loads((cdir / f).read_text())
+        assert r["calls"] == 200 and r["errors"] == 0
+    for h in (CLIENT, SERVER):
+        for sub in (f"ust-{h}", f"kernel-{h}"):
+            p = sh("babeltrace2", str(cdir / sub), "-c", "sink.utils.counter", timeout=300)
+            assert p.returncode == 0 and re.search(r"[1-9]\d* Event messages", p.stdout), (sub, p.stderr)
+    assert case["losses"] == {"ust_discarded": 0, "ust_lost_packets": 0, "kernel_lost": 0}
+    assert leftovers(out) == []

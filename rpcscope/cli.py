@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "rpcscope.deploy",
     "rpcscope.stubs.cli",
     "rpcscope.collectors.cli",
+    "rpcscope.analysis.cli",
 ]
 
 EPILOG = """examples:

@@ -1,0 +1,132 @@
+"""`rpcscope analyze runs/NAME`: per-step completion times of a captured run."""
+import argparse
+import pathlib
+import sys
+
+from rpcscope.output import UserError, emit_json, table
+
+from .run import RunError
+
+EPILOG = """examples:
+  rpcscope analyze runs/maxarg-udp                  step x size table of medians, traced vs untraced RTT
+  rpcscope analyze runs/maxarg-udp --stat p90       the same with p90s
+  rpcscope analyze runs/maxarg-udp --corrected      medians corrected for the probe effect
+  rpcscope analyze runs/maxarg-udp --json           everything as JSON (also in runs/NAME/analysis/)
+  rpcscope analyze runs/x --no-kernel               user marks only (kernel-bounded steps: missing)
+
+Writes runs/NAME/analysis/steps.csv (one row per case and step: n, mean, median,
+p10, p90, p99, std in us, corrected mean and median, tracepoints inside, missing
+RPCs by reason), rtt.csv and steps.json. Decoded traces are cached in
+runs/NAME/analysis/cache/. "n/a": the run's conditions rule the step out;
+"-": applies but not measured (see missing_reasons). Rules: analysis/rpcs.py.
+"""
+
+
+class _Progress:
+    def __init__(self, out=sys.stderr):
+        self.out = out
+        self.tty = out.isatty()
+
+    def __call__(self, k, ncases, case_id, done, total):
+        if not self.tty:
+            return
+        frac = (k + (done / total if total else 1)) / max(ncases, 1)
+        bar = "#" * int(frac * 30)
+        self.out.write(f"\ranalyze [{bar:<30}] {frac * 100:3.0f}%  case {k + 1}/{ncases} {case_id} "
+                       f"{done}/{total} RPCs   ")
+        self.out.flush()
+
+    def done(self):
+        if self.tty:
+            self.out.write("\r" + " " * 100 + "\r")
+            self.out.flush()
+
+
+def _fmt(v):
+    return "" if v is None else v
+
+
+def cmd_analyze(args):
+    from .steps import analyze
+    path = pathlib.Path(args.run)
+    prog = None if args.quiet else _Progress()
+    try:
+        res = analyze(path, progress=prog, kernel=not args.no_kernel)
+    except RunError as e:
+        raise UserError(str(e)) from None
+    finally:
+        if prog:
+            prog.done()
+    res.pop("_rpcs", None)
+    if args.json:
+        emit_json(res)
+        return 0
+    key = ("corrected_median_us" if args.stat == "median" else "corrected_mean_us") if args.corrected \
+        else f"{args.stat}_us"
+    cases = []
+    for d in res["steps"]:
+        if d["case"] not in cases:
+            cases.append(d["case"])
+    by = {(d["case"], d["step"]): d for d in res["steps"]}
+    steps = list(dict.fromkeys(d["step"] for d in res["steps"]))
+    rows = []
+    for s in steps:
+        r = {"step": s, "name": by[(cases[0], s)]["name"][:34]}
+        for c in cases:
+            d = by[(c, s)]
+            v = "n/a" if d["status"] == "n/a" else ("-" if d[key] is None else f"{d[key]:.2f}")
+            r[c] = v + ("*" if d["missing"] and d["status"] != "n/a" else " ")
+        rows.append(r)
+    print(f"{res['run']}: {key.replace('_us', '')} completion time per step, us "
+          f"(kernel: {res['kernel_collector']}, placement {res['placement']}, wait {res['wait']}, "
+          f"executors {res['server_executors']}; * some RPCs missing the step)")
+    _pivot(rows, ["step", "name"] + cases)
+    print()
+    rt = [{"case": d["case"], "rpcs": d["rpcs"], "traced_p50": _r(d["traced_rtt_median_us"]),
+           "corrected_p50": _r(d["corrected_rtt_median_us"]), "untraced_p50": _r(d["untraced_p50_us"]),
+           "traced_%": _r(d["traced_vs_untraced_pct"], 1), "corrected_%": _r(d["corrected_vs_untraced_pct"], 1)}
+          for d in res["rtt"]]
+    print("round trip, us (traced: c1_begin..c21_end from the trace; untraced: the manifest's p50; "
+          "% = difference to untraced)")
+    table(rt, ["case", "rpcs", "traced_p50", "corrected_p50", "untraced_p50", "traced_%", "corrected_%"])
+    if not res["calibrated"]:
+        print("no calibration in the manifest: corrected = raw (capture with --calibration quick|full)")
+    missing = {}
+    for d in res["steps"]:
+        for why, n in (d["missing_reasons"] or {}).items():
+            missing[(d["step"], why)] = missing.get((d["step"], why), 0) + n
+    if missing:
+        print("\nmissing (step: reason: RPCs, all cases):")
+        for (s, why), n in sorted(missing.items(), key=lambda x: -x[1])[:12]:
+            print(f"  {s}: {why}: {n}")
+    print(f"\nwritten: {path / 'analysis' / 'steps.csv'}, rtt.csv, steps.json")
+    return 0
+
+
+def _pivot(rows, cols):
+    w = [max(len(c), *(len(str(r[c])) for r in rows)) for c in cols]
+    print("  ".join(c.ljust(x) if i < 2 else c.rjust(x) for i, (c, x) in enumerate(zip(cols, w))))
+    print("  ".join("-" * x for x in w))
+    for r in rows:
+        print("  ".join(str(r[c]).ljust(x) if i < 2 else str(r[c]).rjust(x) for i, (c, x) in enumerate(zip(cols, w))))
+
+
+def _r(v, nd=2):
+    return "" if v is None else round(v, nd)
+
+
+def register(subparsers):
+    ap = subparsers.add_parser(
+        "analyze", help="per-step completion times of a captured run (per payload size), traced vs untraced RTT",
+        description="Rebuild every RPC of a run from its user and kernel traces and report each catalog "
+                    "step's completion time per payload size.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run", metavar="runs/NAME", help="a run directory made by `rpcscope capture`")
+    ap.add_argument("--stat", choices=["median", "mean", "p10", "p90", "p99", "std"], default="median",
+                    help="statistic shown in the table (default median; files hold all of them)")
+    ap.add_argument("--corrected", action="store_true", help="show durations corrected for the probe effect")
+    ap.add_argument("--no-kernel", action="store_true", help="ignore the kernel trace (user marks only)")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.set_defaults(func=cmd_analyze)
+    return ap

@@ -1,0 +1,209 @@
+"""A run directory as the analysis sees it (collectors/README.md, format 1).
+
+    from rpcscope.analysis.run import load_run
+    run = load_run("runs/NAME")
+    for case in run.cases:
+        case.conditions("client"), case.conditions("server")   # catalog not_applicable conditions
+        ust, kernel = case.ust(), case.kernel()                  # traceread.Events (cached)
+        case.roles(ust)                                          # {tid: "client" | "server"}
+
+All decoding goes through traceread; this module only knows the layout of a run,
+which process is which, and the conditions a case ran under.
+"""
+import json
+import pathlib
+
+import numpy as np
+
+from . import traceread
+
+# rpc/wire.h: 4096-byte PDUs with an 80-byte header; windows of 4096 bytes
+# doubling up to 32 KiB (1, 2, 4, 8 PDUs).
+MAX_PDU = 4096
+HDR_LEN = 80
+WINDOW_INITIAL = 4096
+WINDOW_MAX = 32768
+
+ONEWAY_PROCS = {"courier_oneway"}
+
+
+def frag_count(total, max_pdu=MAX_PDU):
+    body = max_pdu - HDR_LEN
+    return 1 if total == 0 else -(-total // body)
+
+
+def window_count(total, max_pdu=MAX_PDU):
+    """Windows a request body of `total` bytes is sent in (wire_window_count)."""
+    nfrags, sent, windows, wbytes = frag_count(total, max_pdu), 0, 0, WINDOW_INITIAL
+    while sent < nfrags:
+        sent += max(1, wbytes // max_pdu)
+        windows += 1
+        if wbytes < WINDOW_MAX:
+            wbytes *= 2
+    return windows
+
+
+def _pad4(n):
+    return (n + 3) & ~3
+
+
+def request_body_bytes(proc, size):
+    """Marshalled request body of a procedure for a workload size (rpc/procs.c's
+    marshal_args: opaque and strings carry a 4-byte length and are padded to 4;
+    `sum` sends `size` 32-bit integers after a count). None when unknown."""
+    if proc in ("null", "incr"):
+        return 0
+    if proc in ("maxarg", "echo", "courier", "courier_oneway"):
+        return 4 + _pad4(size)
+    if proc == "maxresult":
+        return 4
+    if proc == "add":
+        return 8
+    if proc == "sum":
+        return 4 + 4 * size
+    return None
+
+
+class RunError(Exception):
+    """A directory that is not a run (no or unreadable manifest)."""
+
+
+class Case:
+    def __init__(self, run, meta):
+        self.run = run
+        self.meta = meta
+        self.id = meta["id"]
+        self.transport = meta.get("transport", "udp")
+        self.proc = meta.get("proc", run.params.get("proc"))
+        self.size = int(meta.get("size", 0))
+        self.calls = int(meta.get("calls", run.params.get("calls", 0)))
+        self.warmup = int(meta.get("warmup", run.params.get("warmup", 0)))
+        self.dir = run.path / meta.get("dir", f"cases/{self.id}")
+        self.pids = {k: int(v) for k, v in (meta.get("pids") or {}).items()}
+        self.complete = meta.get("complete", True) is not False
+        self.lossy = bool(meta.get("lossy", False))
+
+    def __repr__(self):
+        return f"Case({self.id})"
+
+    # ------------------------------------------------------------ conditions
+    def request_body(self):
+        return request_body_bytes(self.proc, self.size)
+
+    def conditions(self, side):
+        """The catalog's not_applicable conditions that hold for this case, for the
+        steps of one side ("client" or "server")."""
+        m = self.run.manifest
+        c = set()
+        if self.transport == "tcp":
+            c.add("tcp")
+        if int(m.get("server_executors", self.run.params.get("executors", 0)) or 0) == 0:
+            c.add("inline")
+        if self.run.virtual_link:
+            c.add("virtual_link")
+        body = self.request_body()
+        if body is not None and window_count(body) == 1:
+            c.add("single_window")
+        if self.proc in ONEWAY_PROCS:
+            c.add("oneway")
+        if m.get("params", {}).get("no_nb_select") or m.get("no_nb_select"):
+            c.add("no_nb_select")
+        if side == "client":
+            wait = m.get("wait", self.run.params.get("wait", "select"))
+        else:
+            wait = (m.get("server_wait") or {}).get(self.transport, "select")
+        if wait == "recv":
+            c.add("recv_wait")
+        elif wait == "busy":
+            c.add("busy_poll")
+        return c
+
+    # ------------------------------------------------------------ traces
+    def _trace_dirs(self, kind):
+        """[(host or None, path)] of the case's traces of one kind ("ust" or "kernel")."""
+        d = self.dir / kind
+        if d.exists():
+            return [(None, d)]
+        return [(p.name[len(kind) + 1:], p) for p in sorted(self.dir.glob(f"{kind}-*")) if p.is_dir()]
+
+    def ust(self, **kw):
+        return self._read("ust", 0, **kw)
+
+    def kernel(self, **kw):
+        return self._read("kernel", 8, **kw)
+
+    def has_kernel(self):
+        return bool(self._trace_dirs("kernel"))
+
+    def _read(self, kind, src0, backend="auto"):
+        dirs = self._trace_dirs(kind)
+        cache = self.run.cache_dir
+        if not dirs:
+            return traceread.read_trace(self.dir / kind, src=src0)      # empty, with a "missing" problem
+        evs = [traceread.read_trace(p, cache_dir=cache, src=src0 + i, backend=backend)
+               for i, (_, p) in enumerate(dirs)]
+        return evs[0] if len(evs) == 1 else traceread.merge(evs)
+
+    def roles(self, ust):
+        """{tid: "client"|"server"} of the case's own processes in a UST trace: by the
+        manifest's pids (vpid context), else by procname."""
+        out = {}
+        by_pid = {v: k for k, v in self.pids.items()}
+        tids, first = np.unique(np.asarray(ust.tid), return_index=True)
+        pids = np.asarray(ust.pid)[first]
+        for t, p in zip(tids.tolist(), pids.tolist()):
+            role = by_pid.get(p)
+            if role is None and not by_pid:
+                name = (ust.threads.get(t) or {}).get("procname", "")
+                role = "client" if name.startswith("rpc-client") else "server" if name.startswith("rpc-server") \
+                    else None
+            if role:
+                out[t] = role
+        return out
+
+    def host_of(self, role):
+        for name, h in self.run.hosts.items():
+            if h.get("role") == role:
+                return name
+        return None
+
+    def calibration(self, role):
+        return (self.run.manifest.get("calibration") or {}).get(self.host_of(role)) or {}
+
+
+class Run:
+    def __init__(self, path):
+        self.path = pathlib.Path(path)
+        mf = self.path / "manifest.json"
+        try:
+            self.manifest = json.loads(mf.read_text())
+        except FileNotFoundError:
+            raise RunError(f"{self.path} is not a run directory: no manifest.json "
+                           f"(make one with `rpcscope capture --out {self.path}`)") from None
+        except (OSError, ValueError) as e:
+            raise RunError(f"{mf}: unreadable manifest: {e}") from None
+        if self.manifest.get("format") != 1:
+            raise RunError(f"{mf}: manifest format {self.manifest.get('format')!r}, this analysis reads format 1")
+        self.params = self.manifest.get("params", {})
+        self.hosts = self.manifest.get("hosts", {})
+        self.testbed = self.manifest.get("testbed", {})
+        self.cases = [Case(self, c) for c in self.manifest.get("cases", [])]
+        self.out_dir = self.path / "analysis"
+        self.cache_dir = self.out_dir / "cache"
+
+    @property
+    def shared_kernel(self):
+        return bool(self.testbed.get("shared_kernel"))
+
+    @property
+    def virtual_link(self):
+        """veth or loopback: no transmit-complete interrupt. The local testbed is veth
+        pairs and a bridge; a link may say its kind explicitly."""
+        link = self.testbed.get("link") or {}
+        if link.get("kind"):
+            return link["kind"] in ("veth", "loopback", "lo")
+        return self.testbed.get("kind", "local") == "local"
+
+
+def load_run(path):
+    return Run(path)

@@ -1,0 +1,126 @@
+"""Per step and payload size: completion-time statistics of a run, raw and
+corrected for the probe effect, and the traced vs untraced round trip.
+
+    from rpcscope.analysis.steps import analyze
+    result = analyze("runs/x")             # dict, also written to runs/x/analysis/steps.{csv,json}
+
+Times are in microseconds. A step's statistics are over the RPCs where it was
+measured (status "measured"); "n/a" means the run's conditions rule the step out;
+"missing" counts RPCs where it applies but its events were not found, by reason.
+Per-fragment and per-window steps report the per-call sum of their occurrences
+(see rpcs.py). "corrected" subtracts the calibrated cost of the tracepoints that
+fell inside the step (manifest calibration; absent: corrected = raw).
+"""
+import csv
+import json
+
+import numpy as np
+
+from rpcscope.tracepoints import STEPS
+
+from .rpcs import EXTRA_ROWS, MEASURED, NOT_APPLICABLE, ROW_ORDER, reconstruct
+from .run import load_run
+
+_STEP = {s["id"]: s for s in STEPS}
+CSV_COLUMNS = ["case", "transport", "proc", "size", "step", "side", "name", "rtp", "status", "n", "missing",
+               "mean_us", "median_us", "p10_us", "p90_us", "p99_us", "std_us",
+               "corrected_mean_us", "corrected_median_us", "tracepoints_median", "occurrences_median",
+               "missing_reasons"]
+
+
+def _stats(x):
+    x = np.asarray(x, float) / 1000.0
+    if not len(x):
+        return {k: None for k in ("mean_us", "median_us", "p10_us", "p90_us", "p99_us", "std_us")}
+    p10, p50, p90, p99 = np.percentile(x, [10, 50, 90, 99])
+    return {"mean_us": float(x.mean()), "median_us": float(p50), "p10_us": float(p10), "p90_us": float(p90),
+            "p99_us": float(p99), "std_us": float(x.std(ddof=1)) if len(x) > 1 else 0.0}
+
+
+def step_rows(rpcs):
+    """One dict per row (catalog step or extra row) of one case."""
+    case = rpcs.case
+    out = []
+    for name in ROW_ORDER:
+        row = rpcs.rows[name]
+        if name in EXTRA_ROWS:
+            side, _, title = EXTRA_ROWS[name]
+            rtp = None
+        else:
+            st = _STEP[name]
+            side, title, rtp = st["side"], st["name"], st["rtp"]
+        m = row.status == MEASURED
+        na = len(row.status) > 0 and bool((row.status == NOT_APPLICABLE).all())
+        d = {"case": case.id, "transport": case.transport, "proc": case.proc, "size": case.size,
+             "step": name, "side": side, "name": title, "rtp": rtp,
+             "status": "n/a" if na else ("measured" if m.any() else "missing"),
+             "n": int(m.sum()), "missing": 0 if na else int((~m).sum())}
+        d.update(_stats(row.dur[m]))
+        c = _stats(row.corrected[m])
+        d["corrected_mean_us"], d["corrected_median_us"] = c["mean_us"], c["median_us"]
+        d["tracepoints_median"] = float(np.median(row.tracepoints[m])) if m.any() else None
+        d["occurrences_median"] = float(np.median(row.count[m])) if m.any() else None
+        d["missing_reasons"] = {} if na else dict(row.reasons)
+        out.append(d)
+    return out
+
+
+def rtt_summary(rpcs):
+    case = rpcs.case
+    row = rpcs.rows["RTT"]
+    m = row.status == MEASURED
+    traced = float(np.median(row.dur[m])) / 1000 if m.any() else None
+    corrected = float(np.median(row.corrected[m])) / 1000 if m.any() else None
+    untraced = (case.meta.get("untraced") or {}).get("p50")
+    untraced = untraced / 1000 if untraced else None
+    pct = lambda a: (a - untraced) / untraced * 100 if a is not None and untraced else None  # noqa: E731
+    # Per-RPC sum of the client's steps (no overlap: C15 runs in another context).
+    client = [n for n in ROW_ORDER if n in _STEP and _STEP[n]["side"] == "client" and n != "C15"]
+    tot = np.zeros(len(rpcs))
+    for n in client:
+        r = rpcs.rows[n]
+        tot += np.where(r.status == MEASURED, r.dur, 0.0)
+    return {"case": case.id, "transport": case.transport, "proc": case.proc, "size": case.size,
+            "calls": case.calls, "rpcs": len(rpcs), "excluded": dict(rpcs.excluded),
+            "traced_rtt_median_us": traced, "corrected_rtt_median_us": corrected,
+            "traced_rtt_p50_client_us": ((case.meta.get("traced") or {}).get("p50") or 0) / 1000 or None,
+            "untraced_p50_us": untraced, "traced_vs_untraced_pct": pct(traced),
+            "corrected_vs_untraced_pct": pct(corrected),
+            "client_steps_sum_median_us": float(np.median(tot)) / 1000 if len(tot) else None,
+            "conditions": {k: sorted(v) for k, v in rpcs.conditions.items()},
+            "problems": rpcs.problems}
+
+
+def analyze(run_path, progress=None, write=True, kernel=True):
+    run = load_run(run_path)
+    steps, rtts, per_rpc = [], [], {}
+    cases = [c for c in run.cases if c.complete]
+    for k, case in enumerate(cases):
+        cb = (lambda done, tot, k=k, case=case: progress(k, len(cases), case.id, done, tot)) if progress else None
+        r = reconstruct(case, progress=cb, kernel=kernel)
+        steps += step_rows(r)
+        rtts.append(rtt_summary(r))
+        per_rpc[case.id] = r
+    result = {"run": str(run.path), "calibrated": bool(run.manifest.get("calibration")),
+              "kernel_collector": run.manifest.get("kernel_collector"),
+              "placement": run.manifest.get("placement"), "wait": run.manifest.get("wait"),
+              "server_executors": run.manifest.get("server_executors"),
+              "skipped_cases": [c.id for c in run.cases if not c.complete],
+              "steps": steps, "rtt": rtts}
+    if write:
+        run.out_dir.mkdir(parents=True, exist_ok=True)
+        with open(run.out_dir / "steps.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, CSV_COLUMNS)
+            w.writeheader()
+            for d in steps:
+                w.writerow({k: json.dumps(v) if isinstance(v, dict) else ("" if v is None else v)
+                            for k, v in d.items()})
+        with open(run.out_dir / "rtt.csv", "w", newline="") as f:
+            cols = [k for k in rtts[0] if k not in ("excluded", "conditions", "problems")] if rtts else []
+            w = csv.DictWriter(f, cols, extrasaction="ignore")
+            w.writeheader()
+            for d in rtts:
+                w.writerow({k: "" if d[k] is None else d[k] for k in cols})
+        (run.out_dir / "steps.json").write_text(json.dumps(result, indent=1, default=str))
+    result["_rpcs"] = per_rpc
+    return result

@@ -35,16 +35,16 @@ ALL_CFLAGS := $(BASE_CFLAGS) $(TRACE_CFLAGS) $(CFLAGS)
 LDLIBS := -pthread $(TRACE_LIBS)
 
 # The reference RPC: one library, two programs.
-RPC_MODULES := util wire marshal procs xport reasm replycache server client bench stubcall
-RPC_SRCS := $(addprefix rpc/,$(addsuffix .c,$(RPC_MODULES)))
-RPC_HDRS := $(wildcard rpc/*.h) $(GEN)/rpcscope_tp.h $(RPC_STUB_HDRS)
-RPC_OBJS := $(patsubst rpc/%.c,$(BUILD)/obj/%.o,$(RPC_SRCS))
 # The stub study's runtime and generated stubs (stubs/stubs.mk makes them), so
 # the RPC can serve and call its procedures through any stub variant.
 RPC_STUB_GEN := $(patsubst stubs/idl/%.idl,build/stubs/%_stubs.c,$(wildcard stubs/idl/*.idl)) build/stubs/stubreg.c
 RPC_STUB_SRCS := stubs/runtime/stubrt.c stubs/runtime/interp.c $(RPC_STUB_GEN)
 RPC_STUB_HDRS := stubs/runtime/stubrt.h stubs/runtime/interp.h $(RPC_STUB_GEN:.c=.h)
 RPC_STUB_OBJS := $(patsubst %.c,$(BUILD)/obj/stubs/%.o,$(notdir $(RPC_STUB_SRCS)))
+RPC_MODULES := util wire marshal procs xport reasm replycache server client bench stubcall
+RPC_SRCS := $(addprefix rpc/,$(addsuffix .c,$(RPC_MODULES)))
+RPC_HDRS := $(wildcard rpc/*.h) $(GEN)/rpcscope_tp.h $(RPC_STUB_HDRS)
+RPC_OBJS := $(patsubst rpc/%.c,$(BUILD)/obj/%.o,$(RPC_SRCS))
 RPC_LIB := $(BUILD)/librpcs.a
 BINS := $(BUILD)/bin/rpc-server $(BUILD)/bin/rpc-client
 

@@ -651,7 +651,7 @@ def _server_kernel(r, evs, ctx):
             reason = "did not sleep"
             break
         occ14.append((b[1], out[0], int(K.cpu[out[1]])))
-    _put(ctx, "S14", r, reason or occ14 or "user marks not found")
+    _put(ctx, "S14", r, reason or occ14 or "not taken (the next request was there at the non-blocking select)")
     # C12/C13/S13: transmit-complete interrupts (a real NIC): not reconstructed yet.
     for name in ("C12", "C13", "S13"):
         _put(ctx, name, r, "transmit interrupt not reconstructed yet")

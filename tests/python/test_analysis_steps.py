@@ -1,0 +1,152 @@
+"""Golden test of the per-RPC reconstruction and the per-step table, on a small
+real run committed under tests/python/fixtures/run-udp-small/ (see the README
+there for the command that made it).
+
+The golden file run-udp-small.golden.json holds, per case and step, the status,
+n and median (us) the analysis gave when it was made; regenerate it after a
+deliberate change with RPCSCOPE_UPDATE_GOLDEN=1 pytest tests/python/test_analysis_steps.py.
+"""
+import csv
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rpcscope.analysis.rpcs import MEASURED, ROW_ORDER, _attach_zero_ids
+from rpcscope.analysis.run import load_run, request_body_bytes, window_count
+from rpcscope.analysis.steps import CSV_COLUMNS, analyze
+from rpcscope.tracepoints import STEPS, applicable
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+RUN = FIXTURES / "run-udp-small"
+GOLDEN = FIXTURES / "run-udp-small.golden.json"
+STEP = {s["id"]: s for s in STEPS}
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    if not (RUN / "manifest.json").exists():
+        pytest.fail(f"fixture run missing: {RUN}")
+    d = tmp_path_factory.mktemp("analysis") / "run"
+    shutil.copytree(RUN, d)
+    return analyze(d), d
+
+
+def _user_steps(conditions):
+    """Steps measured from user marks alone (a begin and an end mark, none absent)."""
+    out = []
+    for s in STEPS:
+        c = conditions[s["side"]]
+        absent = any(k in c for k in s["absent_marks"])
+        if len(s["user_events"]) >= 2 and not absent and applicable(s["id"], c):
+            out.append(s["id"])
+    return out
+
+
+def test_window_arithmetic():
+    assert window_count(0) == 1 and window_count(4016) == 1 and window_count(4017) == 2
+    assert window_count(4016 * 3) == 2 and window_count(4016 * 4) == 3 and window_count(4016 * 8) == 4
+    assert request_body_bytes("maxarg", 4016) == 4020 and request_body_bytes("null", 0) == 0
+
+
+def test_call_id_zero_rule():
+    tid = np.array([1, 2, 1, 1, 2, 1], np.int32)
+    cid = np.array([0, 0, 7, 0, 9, 0], np.uint64)
+    # thread 1: 0 -> 7, 7, 0 -> (none: stays 0); thread 2: 0 -> 9
+    assert _attach_zero_ids(tid, cid).tolist() == [7, 9, 7, 0, 9, 0]
+
+
+def test_files_and_structure(result):
+    res, d = result
+    out = d / "analysis"
+    assert (out / "steps.csv").exists() and (out / "steps.json").exists() and (out / "rtt.csv").exists()
+    rows = list(csv.DictReader(open(out / "steps.csv")))
+    assert list(rows[0]) == CSV_COLUMNS
+    run = load_run(d)
+    assert len(rows) == len(run.cases) * len(ROW_ORDER)
+    for case in run.cases:
+        assert [r["step"] for r in rows if r["case"] == case.id] == ROW_ORDER
+    j = json.loads((out / "steps.json").read_text())
+    assert len(j["steps"]) == len(rows) and len(j["rtt"]) == len(run.cases)
+
+
+def test_user_steps_complete_and_not_applicable_marked(result):
+    res, d = result
+    run = load_run(d)
+    for case in run.cases:
+        r = res["_rpcs"][case.id]
+        assert len(r) == case.calls, (case.id, len(r), r.excluded)
+        by = {x["step"]: x for x in res["steps"] if x["case"] == case.id}
+        for sid in _user_steps(r.conditions):
+            assert by[sid]["status"] == "measured" and by[sid]["n"] == case.calls, by[sid]
+        for s in STEPS:
+            if not applicable(s["id"], r.conditions[s["side"]]):
+                assert by[s["id"]]["status"] == "n/a" and by[s["id"]]["n"] == 0, by[s["id"]]
+        # The local testbed is veth: no transmit-complete interrupt.
+        assert {by[s]["status"] for s in ("C12", "C13", "S13")} == {"n/a"}
+        multi = window_count(case.request_body()) > 1
+        for s in ("C22", "S15", "S16"):
+            assert by[s]["status"] == ("measured" if multi else "n/a"), (case.id, by[s])
+        # Kernel-bounded steps on the client's path, from the perf trace.
+        for s in ("C7", "C8", "C8'", "C8''", "C9", "S8", "S9", "S10"):
+            assert by[s]["n"] == case.calls, by[s]
+        for s in ("C14", "C15", "C16", "C17"):
+            assert by[s]["n"] >= case.calls * 0.8, by[s]
+
+
+def test_durations_positive_and_sum_close_to_rtt(result):
+    res, d = result
+    for case_id, r in res["_rpcs"].items():
+        for name, row in r.rows.items():
+            m = row.status == MEASURED
+            assert (row.dur[m] >= 0).all(), (case_id, name)
+            assert (row.end[m] >= row.begin[m]).all(), (case_id, name)
+        rtt = r.rows["RTT"].dur
+        client = [s["id"] for s in STEPS if s["side"] == "client" and s["id"] != "C15"]
+        busy = sum(np.where(r.rows[s].status == MEASURED, r.rows[s].dur, 0.0) for s in client)
+        # No step overlaps another on the client thread: together they fit in the RTT.
+        assert (busy <= rtt).all(), case_id
+        # User-mark steps plus the whole wait (c14_begin..c17_end) cover the RTT but
+        # for the short gaps between one step's end mark and the next one's begin mark.
+        waits = [s for s in ("C14", "C15", "C16", "C17") if s in client]
+        user = busy - sum(np.where(r.rows[s].status == MEASURED, r.rows[s].dur, 0.0) for s in waits)
+        cover = user + r.rows["C14-C17"].dur
+        ok = r.rows["C14-C17"].status == MEASURED
+        ratio = np.median(cover[ok] / rtt[ok])
+        assert 0.85 < ratio <= 1.0, (case_id, ratio)
+    for x in res["rtt"]:
+        assert x["traced_rtt_median_us"] > 0 and x["untraced_p50_us"] > 0
+        assert x["corrected_rtt_median_us"] <= x["traced_rtt_median_us"]
+
+
+def test_golden(result):
+    res, _ = result
+    got = {}
+    for x in res["steps"]:
+        got.setdefault(x["case"], {})[x["step"]] = [x["status"], x["n"],
+                                                     None if x["median_us"] is None else round(x["median_us"], 4)]
+    if os.environ.get("RPCSCOPE_UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(got, indent=1) + "\n")
+    want = json.loads(GOLDEN.read_text())
+    assert got == want
+
+
+def test_cli_table_and_json(result):
+    _, d = result
+    r = subprocess.run([sys.executable, "-m", "rpcscope.cli", "analyze", str(d), "--quiet"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "C8''" in r.stdout and "untraced_p50" in r.stdout and "n/a" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "rpcscope.cli", "analyze", str(d), "--json", "--quiet"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert {x["step"] for x in j["steps"]} == set(ROW_ORDER)
+    r = subprocess.run([sys.executable, "-m", "rpcscope.cli", "analyze", str(d / "nothing")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "not a run directory" in r.stderr

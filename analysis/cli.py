@@ -30,10 +30,10 @@ class _Progress:
     def __call__(self, k, ncases, case_id, done, total):
         if not self.tty:
             return
-        frac = (k + (done / total if total else 1)) / max(ncases, 1)
+        frac = (k + (done / total if total else 0)) / max(ncases, 1)
         bar = "#" * int(frac * 30)
-        self.out.write(f"\ranalyze [{bar:<30}] {frac * 100:3.0f}%  case {k + 1}/{ncases} {case_id} "
-                       f"{done}/{total} RPCs   ")
+        what = f"{done}/{total} RPCs" if total else "reading traces"
+        self.out.write(f"\ranalyze [{bar:<30}] {frac * 100:3.0f}%  case {k + 1}/{ncases} {case_id} {what}      ")
         self.out.flush()
 
     def done(self):

@@ -97,6 +97,8 @@ def analyze(run_path, progress=None, write=True, kernel=True):
     cases = [c for c in run.cases if c.complete]
     for k, case in enumerate(cases):
         cb = (lambda done, tot, k=k, case=case: progress(k, len(cases), case.id, done, tot)) if progress else None
+        if cb:
+            cb(0, 0)
         r = reconstruct(case, progress=cb, kernel=kernel)
         steps += step_rows(r)
         rtts.append(rtt_summary(r))

@@ -157,6 +157,12 @@ bench: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all
 	$(PY) -m rpcscope.bench_null
 
+# Benchmark of `rpcscope capture` (not a test): needs root and `rpcscope testbed up`.
+.PHONY: bench-capture
+bench-capture: $(VENV_STAMP) all
+	$(MAKE) TRACE=0 all
+	$(VENV)/bin/rpcscope capture-bench
+
 fuzz-long: $(FUZZ_DIR)/fuzz_pdu
 	@mkdir -p $(FUZZ_DIR)/corpus
 	$(FUZZ_DIR)/fuzz_pdu -max_total_time=$${FUZZ_LONG_SECONDS:-3600} -max_len=70000 $(FUZZ_DIR)/corpus tests/c/fuzz_seeds

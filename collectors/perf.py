@@ -27,6 +27,9 @@ SOFTIRQ_EVENTS = ("irq:softirq_entry", "irq:softirq_exit")
 COPY_EVENTS = ("skb:skb_copy_datagram_iovec",)
 QDISC_EVENTS = ("qdisc:qdisc_enqueue", "qdisc:qdisc_dequeue")
 NET_RX_SOFTIRQ = 3
+# perf ring buffer per CPU, in pages: 16 MiB, so that a burst of ~150,000 events
+# (a second of 8 KiB calls with both hosts on one CPU) does not overrun it.
+MMAP_PAGES = 4096
 
 
 def _or(parts):
@@ -70,7 +73,7 @@ def tracepoint_available(event):
     return (TRACEFS / "events" / sub / name).is_dir()
 
 
-def record_argv(output, events, devices, procnames=PROCNAMES, mmap_pages=1024, control=None):
+def record_argv(output, events, devices, procnames=PROCNAMES, mmap_pages=MMAP_PAGES, control=None):
     """perf record, system-wide, CLOCK_MONOTONIC (`-k mono`, LTTng-UST's clock), one filter per event.
     control: (ctl_fifo, ack_fifo): start disabled and wait for 'enable' on the control fifo."""
     argv = [shutil.which("perf") or "perf", "record", "-a", "-k", "mono", "-m", str(mmap_pages),
@@ -88,7 +91,7 @@ def record_argv(output, events, devices, procnames=PROCNAMES, mmap_pages=1024, c
 class PerfRecorder:
     """One `perf record` process: start (enabled once it acknowledges), stop, convert to CTF."""
 
-    def __init__(self, workdir, data_path, events, devices, procnames=PROCNAMES, mmap_pages=1024):
+    def __init__(self, workdir, data_path, events, devices, procnames=PROCNAMES, mmap_pages=MMAP_PAGES):
         self.workdir = pathlib.Path(workdir)
         self.data = pathlib.Path(data_path)
         self.events = events

@@ -106,15 +106,22 @@ static int check(int proc, int variant, int st, const char *what)
                      st == STUBRT_E_ORDER ? " (block copy cannot swap: use --wire native)" : "");
 }
 
+/* The procedure's table entry, once the descriptors are parsed. */
+static int resolve(int proc, int variant, const struct stubrt_proc **p)
+{
+    pthread_once(&stubcall_once, stubcall_init);
+    *p = entry(proc);
+    if (!*p || (variant & ~STUBCALL_INTERP) >= STUBRT_NVARIANTS)
+        return util_fail(UTIL_EINVAL, "no stub procedure %d or variant %d", proc, variant);
+    return stubcall_init_status;
+}
+
 int stubcall_marshal(int proc, int variant, const void *value, uint8_t *buf, size_t cap, size_t *len, uint8_t drep)
 {
-    const struct stubrt_proc *p = entry(proc);
-    int v = variant & ~STUBCALL_INTERP, st;
-    pthread_once(&stubcall_once, stubcall_init);
-    if (!p || v >= STUBRT_NVARIANTS)
-        return util_fail(UTIL_EINVAL, "no stub procedure %d or variant %d", proc, variant);
-    if (stubcall_init_status)
-        return stubcall_init_status;
+    const struct stubrt_proc *p = NULL;
+    int v = variant & ~STUBCALL_INTERP, st = resolve(proc, variant, &p);
+    if (st)
+        return st;
     if (variant & STUBCALL_INTERP)
         st = interp_marshal(stubcall_desc[proc - STUBCALL_PROC_BASE], v, value, buf, cap, len, order_of(drep));
     else
@@ -124,13 +131,10 @@ int stubcall_marshal(int proc, int variant, const void *value, uint8_t *buf, siz
 
 int stubcall_unmarshal(int proc, int variant, void *value, const uint8_t *buf, size_t len, uint8_t drep)
 {
-    const struct stubrt_proc *p = entry(proc);
-    int v = variant & ~STUBCALL_INTERP, st;
-    pthread_once(&stubcall_once, stubcall_init);
-    if (!p || v >= STUBRT_NVARIANTS)
-        return util_fail(UTIL_EINVAL, "no stub procedure %d or variant %d", proc, variant);
-    if (stubcall_init_status)
-        return stubcall_init_status;
+    const struct stubrt_proc *p = NULL;
+    int v = variant & ~STUBCALL_INTERP, st = resolve(proc, variant, &p);
+    if (st)
+        return st;
     if (variant & STUBCALL_INTERP)
         st = interp_unmarshal(stubcall_desc[proc - STUBCALL_PROC_BASE], v, value, p->args_size, buf, len, NULL,
                               order_of(drep));

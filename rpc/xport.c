@@ -38,6 +38,15 @@ static void set_bufs(int fd)
     (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
 }
 
+static int bind_to(int fd, const struct sockaddr_in *local, const char *kind)
+{
+    char a[INET_ADDRSTRLEN];
+    if (bind(fd, (const struct sockaddr *)local, sizeof *local) == 0)
+        return UTIL_OK;
+    inet_ntop(AF_INET, &local->sin_addr, a, sizeof a);
+    return util_fail_errno("bind(%s %s:%u)", kind, a, ntohs(local->sin_port));
+}
+
 int xport_udp_socket(const struct sockaddr_in *local, const struct sockaddr_in *peer, int *out)
 {
     int rc = UTIL_OK, one = 1;
@@ -46,12 +55,8 @@ int xport_udp_socket(const struct sockaddr_in *local, const struct sockaddr_in *
         return util_fail_errno("socket(AF_INET, SOCK_DGRAM)");
     set_bufs(fd);
     (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (local && bind(fd, (const struct sockaddr *)local, sizeof *local) < 0) {
-        char a[INET_ADDRSTRLEN];
-        inet_ntop(AF_INET, &local->sin_addr, a, sizeof a);
-        rc = util_fail_errno("bind(udp %s:%u)", a, ntohs(local->sin_port));
+    if (local && (rc = bind_to(fd, local, "udp")))
         goto out;
-    }
     if (peer && connect(fd, (const struct sockaddr *)peer, sizeof *peer) < 0) {
         rc = util_fail_errno("connect(udp)");
         goto out;
@@ -71,10 +76,8 @@ int xport_tcp_listen(const struct sockaddr_in *local, int *out)
     if (fd < 0)
         return util_fail_errno("socket(AF_INET, SOCK_STREAM)");
     (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, (const struct sockaddr *)local, sizeof *local) < 0) {
-        rc = util_fail_errno("bind(tcp port %u)", ntohs(local->sin_port));
+    if ((rc = bind_to(fd, local, "tcp")))
         goto out;
-    }
     if (listen(fd, 128) < 0) {
         rc = util_fail_errno("listen(tcp)");
         goto out;

@@ -82,21 +82,28 @@ def cmd_analyze(args):
           f"executors {res['server_executors']}; * some RPCs missing the step)")
     _pivot(rows, ["step", "name"] + cases)
     print()
-    rt = [{"case": d["case"], "rpcs": d["rpcs"], "traced_p50": _r(d["traced_rtt_median_us"]),
+    rt = [{"case": d["case"], "rpcs": d["rpcs"], "complete": d["complete_rpcs"],
+           "traced_p50": _r(d["traced_rtt_median_us"]),
            "corrected_p50": _r(d["corrected_rtt_median_us"]), "untraced_p50": _r(d["untraced_p50_us"]),
            "traced_%": _r(d["traced_vs_untraced_pct"], 1), "corrected_%": _r(d["corrected_vs_untraced_pct"], 1)}
           for d in res["rtt"]]
     print("round trip, us (traced: c1_begin..c21_end from the trace; untraced: the manifest's p50; "
           "% = difference to untraced)")
-    table(rt, ["case", "rpcs", "traced_p50", "corrected_p50", "untraced_p50", "traced_%", "corrected_%"])
+    table(rt, ["case", "rpcs", "complete", "traced_p50", "corrected_p50", "untraced_p50", "traced_%", "corrected_%"])
     if not res["calibrated"]:
         print("no calibration in the manifest: corrected = raw (capture with --calibration quick|full)")
     missing = {}
     for d in res["steps"]:
         for why, n in (d["missing_reasons"] or {}).items():
             missing[(d["step"], why)] = missing.get((d["step"], why), 0) + n
+    excl = {}
+    for d in res["rtt"]:
+        for why, n in d["excluded"].items():
+            excl[why] = excl.get(why, 0) + n
+    if excl:
+        print("left out: " + "; ".join(f"{w}: {n}" for w, n in excl.items()))
     if missing:
-        print("\nmissing (step: reason: RPCs, all cases):")
+        print("\nmissing (step: reason: RPCs, all cases; 'complete' RPCs miss none):")
         for (s, why), n in sorted(missing.items(), key=lambda x: -x[1])[:12]:
             print(f"  {s}: {why}: {n}")
     print(f"\nwritten: {path / 'analysis' / 'steps.csv'}, rtt.csv, steps.json")

@@ -104,10 +104,25 @@ class Row:
         self.count = np.zeros(n, np.int32)
         self.status = np.full(n, MISSING, np.int8)
         self.reasons = collections.Counter()
+        self.why = np.full(n, None, object)      # per RPC: why the step is missing
 
     @property
     def corrected(self):
         return self.dur - self.cost
+
+
+def incomplete(rpcs):
+    """(mask of RPCs with every applicable catalog step measured, Counter of why the
+    others are not: the first missing step in catalog order and its reason)."""
+    ok = np.ones(len(rpcs), bool)
+    why = collections.Counter()
+    for s in STEPS:
+        row = rpcs.rows[s["id"]]
+        m = ok & (row.status == MISSING)
+        for w in row.why[m]:
+            why[f"{s['id']}: {w}"] += 1
+        ok &= row.status != MISSING
+    return ok, why
 
 
 class CaseRPCs:
@@ -369,9 +384,10 @@ def reconstruct(case, progress=None, kernel=True):
             tot = sum(row.reasons.values())
             if int(m.sum()) > tot:
                 row.reasons["events not found"] += int(m.sum()) - tot
+            row.why[m & (row.why == None)] = "events not found"  # noqa: E711
     keep = ok_rpc
     for row in rows.values():
-        for k in ("begin", "end", "dur", "cost", "tracepoints", "count", "status"):
+        for k in ("begin", "end", "dur", "cost", "tracepoints", "count", "status", "why"):
             setattr(row, k, getattr(row, k)[keep])
     threads = {t: {"role": r, **(ust.threads.get(t) or {})} for t, r in roles.items()}
     return CaseRPCs(case, call_ids[keep], rows, excluded, problems, cond, threads)
@@ -385,6 +401,7 @@ def _put(ctx, name, r, occ, cpu_end=None):
     if isinstance(occ, str):
         row.status[r] = MISSING
         row.reasons[occ] += 1
+        row.why[r] = occ
         return
     if not occ:
         return

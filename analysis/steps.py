@@ -18,7 +18,7 @@ import numpy as np
 
 from rpcscope.tracepoints import STEPS
 
-from .rpcs import EXTRA_ROWS, MEASURED, NOT_APPLICABLE, ROW_ORDER, reconstruct
+from .rpcs import EXTRA_ROWS, MEASURED, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
 from .run import load_run
 
 _STEP = {s["id"]: s for s in STEPS}
@@ -80,8 +80,10 @@ def rtt_summary(rpcs):
     for n in client:
         r = rpcs.rows[n]
         tot += np.where(r.status == MEASURED, r.dur, 0.0)
+    ok, why = incomplete(rpcs)
     return {"case": case.id, "transport": case.transport, "proc": case.proc, "size": case.size,
             "calls": case.calls, "rpcs": len(rpcs), "excluded": dict(rpcs.excluded),
+            "complete_rpcs": int(ok.sum()), "incomplete_by_first_missing_step": dict(why.most_common()),
             "traced_rtt_median_us": traced, "corrected_rtt_median_us": corrected,
             "traced_rtt_p50_client_us": ((case.meta.get("traced") or {}).get("p50") or 0) / 1000 or None,
             "untraced_p50_us": untraced, "traced_vs_untraced_pct": pct(traced),
@@ -118,7 +120,8 @@ def analyze(run_path, progress=None, write=True, kernel=True):
                 w.writerow({k: json.dumps(v) if isinstance(v, dict) else ("" if v is None else v)
                             for k, v in d.items()})
         with open(run.out_dir / "rtt.csv", "w", newline="") as f:
-            cols = [k for k in rtts[0] if k not in ("excluded", "conditions", "problems")] if rtts else []
+            cols = [k for k in rtts[0] if k not in ("excluded", "conditions", "problems",
+                                                     "incomplete_by_first_missing_step")] if rtts else []
             w = csv.DictWriter(f, cols, extrasaction="ignore")
             w.writeheader()
             for d in rtts:

@@ -150,3 +150,24 @@ def test_cli_table_and_json(result):
     r = subprocess.run([sys.executable, "-m", "rpcscope.cli", "analyze", str(d / "nothing")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "not a run directory" in r.stderr
+
+
+def test_conditions_from_manifest(tmp_path):
+    m = {"format": 1, "params": {"proc": "maxarg", "calls": 10, "warmup": 0}, "wait": "recv",
+         "server_wait": {"udp": "recv", "tcp": "select"}, "server_executors": 2,
+         "testbed": {"kind": "local"}, "hosts": {},
+         "cases": [{"id": "udp-maxarg-8032", "transport": "udp", "proc": "maxarg", "size": 8032},
+                   {"id": "tcp-maxarg-0", "transport": "tcp", "proc": "maxarg", "size": 0},
+                   {"id": "udp-courier_oneway-0", "transport": "udp", "proc": "courier_oneway", "size": 0}]}
+    (tmp_path / "manifest.json").write_text(json.dumps(m))
+    udp, tcp, oneway = load_run(tmp_path).cases
+    assert udp.conditions("client") == {"virtual_link", "recv_wait"}
+    assert udp.conditions("server") == {"virtual_link", "recv_wait"}
+    assert tcp.conditions("client") == {"tcp", "virtual_link", "single_window", "recv_wait"}
+    assert tcp.conditions("server") == {"tcp", "virtual_link", "single_window"}
+    assert "oneway" in oneway.conditions("client")
+    m["server_executors"], m["wait"] = 0, "busy"
+    m["testbed"] = {"kind": "hosts", "link": {"kind": "ethernet"}}
+    (tmp_path / "manifest.json").write_text(json.dumps(m))
+    udp = load_run(tmp_path).cases[0]
+    assert udp.conditions("client") == {"inline", "busy_poll"}

@@ -1,0 +1,419 @@
+"""The round-trip-time model: calculated RTT = sum over terms of count x unit cost (DCE study, Table 2).
+
+A model is a list of terms. A term is one step (or a device's share: controller, network) with
+    a unit cost per occurrence, a + b * bytes (microseconds; b in us per byte), and
+    per size: how many times it happens on the round-trip path (count) and the mean bytes one
+    occurrence handles (bytes).
+Counts and bytes come from the protocol's own arithmetic (analysis/packets.py) through an
+occurrence rule (RULES below), or, for the paper's Table 2, from the table itself.
+
+    fit(costs, holdout=..., steps=...)   fit every term's a + b*bytes from measured per-step costs
+    Model.calculated(size)               sum of count x unit cost
+    Model.error_rows()                   % Error = (Measured - Calculated) x 100 / Measured, per size
+    Model.to_json() / Model.from_json()  the model file that `rpcscope whatif` reads
+    paper_dce()                          the DCE study's Table 2 (NULL, 1392, 4016) as a model
+    load_costs(path)                     the fit's input: see analysis/MODEL.md
+
+Nothing here needs numpy.
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import packets as P
+
+MODEL_FORMAT = "rpcscope-model/1"
+COSTS_FORMAT = "rpcscope-step-costs/1"
+GOAL_FIT_PCT = 2.0       # issue 6: |% error| at every captured size
+GOAL_HOLDOUT_PCT = 5.0   # ... and at every held-out size
+
+# ------------------------------------------------------------------ occurrence rules
+
+
+def _req_reply(size, params):
+    reply = params.get("reply", 0)
+    reply_total = size if reply == "same" else int(reply)
+    over = int(params.get("request_overhead", 0))
+    mtu, pdu = int(params.get("mtu", P.DEFAULT_MTU)), int(params.get("max_pdu", P.DEFAULT_MAX_PDU))
+    return P.Message(size + over, pdu, mtu), P.Message(reply_total, pdu, mtu)
+
+
+# rule -> function(request Message, reply Message) -> bytes handled by each occurrence
+RULES = {
+    "none": lambda q, r: [],
+    "call": lambda q, r: [0],
+    "call_request": lambda q, r: [q.total],
+    "call_reply": lambda q, r: [r.total],
+    "request_frags": lambda q, r: list(q.frags),
+    "request_frags_multi": lambda q, r: list(q.frags) if len(q.windows) > 1 else [],
+    "reply_frags": lambda q, r: list(r.frags),
+    "server_sends": lambda q, r: list(r.frags) + [0] * q.acks,    # reply fragments and window acks
+    "client_receives": lambda q, r: list(r.frags) + [0] * q.acks,
+    "windows": lambda q, r: [0] * len(q.windows),                 # one wait per window
+    "acks": lambda q, r: [0] * q.acks,
+    "request_ip": lambda q, r: list(q.ip),
+    "reply_ip": lambda q, r: list(r.ip),
+}
+
+# The reference RPC's steps (tracepoints/steps.toml) and the rule that counts each one.
+STEP_RULES = {
+    "C1": "call_request", "C2": "call_request", "C3": "call_request", "C4": "call_request",
+    "C5": "call_request", "C6": "call_request", "C7": "request_frags", "C8": "request_frags",
+    "C8'": "request_frags", "C8''": "request_frags", "C9": "request_frags", "C10": "windows",
+    "C11": "windows", "C12": "request_frags", "C13": "request_frags", "C14": "windows",
+    "C15": "client_receives", "C16": "windows", "C17": "windows", "C18": "client_receives",
+    "C19": "call_reply", "C20": "call", "C21": "call", "C22": "acks",
+    "S1": "request_frags", "S2": "request_frags", "S3": "request_frags", "S4": "request_frags",
+    "S5": "call_request", "S6": "call_request", "S7": "call_reply", "S8": "server_sends",
+    "S9": "server_sends", "S9'": "server_sends", "S9''": "server_sends", "S10": "server_sends",
+    "S11": "call", "S12": "request_frags", "S13": "server_sends", "S14": "request_frags",
+    "S15": "acks", "S16": "request_frags_multi",
+}
+
+
+def occurrences(rule, size, params):
+    """(count, mean bytes per occurrence) of a rule at a request size."""
+    q, r = _req_reply(size, params)
+    occ = RULES[rule](q, r)
+    return len(occ), (sum(occ) / len(occ) if occ else 0.0)
+
+
+def default_steps(available):
+    """The catalog's round-trip-path steps, C8 and S9 replaced by C8' and S9' (the part before the
+    device hand-off, DCE's sendmsg') when the data has them."""
+    from rpcscope.tracepoints import STEPS
+    out = []
+    for s in STEPS:
+        if not s["rtp"]:
+            continue
+        sid = s["id"]
+        if sid + "'" in available:
+            sid += "'"
+        out.append(sid)
+    return out
+
+
+def _device(step):
+    return "client" if step.startswith("C") else "server" if step.startswith("S") else step.split(".")[0]
+
+
+# ------------------------------------------------------------------ model
+
+
+@dataclass
+class Term:
+    device: str
+    step: str
+    term: str
+    a_us: float
+    b_us_per_byte: float = 0.0
+    rule: str | None = None
+    per_size: dict = field(default_factory=dict)   # size -> {"count": n, "bytes": mean bytes}
+    fit: dict = field(default_factory=dict)
+
+    def unit(self, nbytes):
+        return self.a_us + self.b_us_per_byte * nbytes
+
+    def count(self, size):
+        return self.per_size.get(size, {}).get("count", 0)
+
+    def contribution(self, size):
+        ps = self.per_size.get(size)
+        return ps["count"] * self.unit(ps.get("bytes", 0)) if ps and ps["count"] else 0.0
+
+    @property
+    def label(self):
+        return self.term or self.step
+
+    def formula(self):
+        if self.b_us_per_byte:
+            return f"{self.a_us:.3f} + {self.b_us_per_byte * 1000:.4f} ns/B"
+        return f"{self.a_us:.3f}"
+
+
+@dataclass
+class Model:
+    terms: list
+    sizes: list
+    measured_us: dict = field(default_factory=dict)   # size -> measured RTT (untraced p50), us
+    holdout: list = field(default_factory=list)
+    params: dict = field(default_factory=dict)
+    source: str = ""
+    link_rate_bps: float | None = None
+    notes: list = field(default_factory=list)
+    reference: dict = field(default_factory=dict)     # e.g. the paper's printed sums
+
+    def calculated(self, size):
+        return sum(t.contribution(size) for t in self.terms)
+
+    def error_rows(self):
+        rows = []
+        for s in self.sizes:
+            calc, meas = self.calculated(s), self.measured_us.get(s)
+            held = s in self.holdout
+            pct = percent_error(meas, calc)
+            goal = GOAL_HOLDOUT_PCT if held else GOAL_FIT_PCT
+            rows.append({"size": s, "calculated_us": calc, "measured_us": meas, "percent_error": pct,
+                         "holdout": held, "goal_pct": goal,
+                         "goal_met": None if pct is None else abs(pct) <= goal})
+        return rows
+
+    def extend(self, sizes):
+        """Add sizes to predict (counts and bytes from the protocol arithmetic); terms without a rule
+        (the paper's) cannot be extended."""
+        for s in sizes:
+            if s in self.sizes:
+                continue
+            for t in self.terms:
+                if t.rule is None:
+                    raise ValueError(f"term {t.label} has no occurrence rule: this model cannot predict size {s}")
+                n, b = occurrences(t.rule, s, self.params)
+                t.per_size[s] = {"count": n, "bytes": b}
+            self.sizes.append(s)
+        self.sizes.sort()
+        return self
+
+    def copy(self):
+        return copy.deepcopy(self)
+
+    def to_json(self):
+        return {
+            "format": MODEL_FORMAT, "source": self.source, "unit": "us", "params": self.params,
+            "link_rate_bps": self.link_rate_bps, "sizes": self.sizes, "holdout": self.holdout,
+            "measured_us": {str(k): v for k, v in self.measured_us.items()},
+            "calculated_us": {str(s): self.calculated(s) for s in self.sizes},
+            "reference": {k: {str(s): v for s, v in d.items()} for k, d in self.reference.items()},
+            "notes": self.notes,
+            "terms": [{"device": t.device, "step": t.step, "term": t.term, "a_us": t.a_us,
+                       "b_us_per_byte": t.b_us_per_byte, "rule": t.rule,
+                       "per_size": {str(s): v for s, v in t.per_size.items()}, "fit": t.fit}
+                      for t in self.terms],
+        }
+
+    @classmethod
+    def from_json(cls, d):
+        if d.get("format") != MODEL_FORMAT:
+            raise ValueError(f"not a model file (format {d.get('format')!r}, expected {MODEL_FORMAT!r})")
+        terms = [Term(t["device"], t["step"], t.get("term", ""), float(t["a_us"]), float(t.get("b_us_per_byte", 0)),
+                      t.get("rule"), {int(s): v for s, v in t["per_size"].items()}, t.get("fit", {}))
+                 for t in d["terms"]]
+        return cls(terms, [int(s) for s in d["sizes"]], {int(k): v for k, v in d.get("measured_us", {}).items()},
+                   [int(s) for s in d.get("holdout", [])], d.get("params", {}), d.get("source", ""),
+                   d.get("link_rate_bps"), d.get("notes", []),
+                   {k: {int(s): v for s, v in v2.items()} for k, v2 in d.get("reference", {}).items()})
+
+    def save(self, path):
+        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+
+def percent_error(measured, calculated):
+    """The DCE study's % Error = (Measured - Calculated) x 100 / Measured."""
+    if measured is None or calculated is None or not measured:
+        return None
+    return (measured - calculated) * 100.0 / measured
+
+
+def load_model(path):
+    try:
+        return Model.from_json(json.loads(Path(path).read_text()))
+    except (OSError, json.JSONDecodeError, KeyError) as e:
+        raise ValueError(f"{path}: cannot read a model: {e}") from None
+
+
+# ------------------------------------------------------------------ fitting
+
+
+@dataclass
+class Costs:
+    """The fit's input: per size, per step the median per-RPC total of the step's occurrences."""
+    sizes: dict            # size -> {step: {"median_ns": x, "n": k, ["count": c], ["bytes": b]}}
+    measured_ns: dict      # size -> measured RTT (untraced p50), ns
+    params: dict = field(default_factory=dict)
+    source: str = ""
+
+
+def fit(costs, holdout=(), steps=None, predict=()):
+    """Fit a + b*bytes per step over the sizes not held out; every size of the input (and `predict`)
+    gets counts and a calculated RTT. `steps`: the terms on the round-trip path (default:
+    default_steps)."""
+    sizes = sorted(costs.sizes)
+    holdout = sorted(set(holdout))
+    unknown = [s for s in holdout if s not in costs.sizes]
+    if unknown:
+        raise ValueError(f"--holdout sizes {unknown} are not in the input (sizes: {sizes})")
+    fit_sizes = [s for s in sizes if s not in holdout]
+    if not fit_sizes:
+        raise ValueError("every size is held out: nothing left to fit")
+    available = set().union(*(set(v) for v in costs.sizes.values()))
+    steps = list(steps) if steps else default_steps(available)
+    params = dict(costs.params)
+    terms, notes = [], []
+    for sid in steps:
+        rule = STEP_RULES.get(sid)
+        if rule is None:
+            raise ValueError(f"no occurrence rule for step {sid!r} (known: {', '.join(STEP_RULES)})")
+        per_size, pts = {}, []
+        for s in sizes:
+            n, b = occurrences(rule, s, params)
+            m = costs.sizes[s].get(sid) or {}
+            n = m.get("count", n)
+            b = m.get("bytes", b)
+            per_size[s] = {"count": n, "bytes": b}
+            med = m.get("median_ns")
+            if s in fit_sizes and n and med is not None:
+                pts.append((s, n, b, med / 1000.0))   # the per-RPC total, us
+        a, bb, info = _fit_linear(pts)
+        if not pts:
+            notes.append(f"{sid}: never measured at a fitted size with a count > 0; unit cost 0")
+        terms.append(Term(_device(sid), sid, "", a, bb, rule, per_size, info))
+    model = Model(terms, sizes, {s: v / 1000.0 for s, v in costs.measured_ns.items() if v is not None},
+                  holdout, params, costs.source, params.get("link_rate_bps"), notes)
+    model.extend(sorted(set(predict) - set(sizes)))
+    return model
+
+
+def _fit_linear(pts):
+    """Least squares of each size's per-RPC total T = n*a + n*bytes*b (n occurrences of mean
+    `bytes`): the fit minimises the error of the step's share of the RTT. A constant where the
+    bytes per occurrence do not vary."""
+    info = {"sizes": [p[0] for p in pts], "points": len(pts)}
+    if not pts:
+        info["kind"] = "none"
+        return 0.0, 0.0, info
+    x1 = [n for _, n, _, _ in pts]
+    x2 = [n * b for _, n, b, _ in pts]
+    y = [tot for _, _, _, tot in pts]
+    s11 = sum(v * v for v in x1)
+    s22 = sum(v * v for v in x2)
+    s12 = sum(p * q for p, q in zip(x1, x2))
+    det = s11 * s22 - s12 * s12
+    bvals = {b for _, _, b, _ in pts}
+    if len(bvals) < 2 or det <= 1e-9 * max(s11 * s22, 1e-300):
+        a = sum(p * q for p, q in zip(x1, y)) / s11
+        info["kind"] = "constant"
+        b = 0.0
+    else:
+        r1 = sum(p * q for p, q in zip(x1, y))
+        r2 = sum(p * q for p, q in zip(x2, y))
+        a = (r1 * s22 - r2 * s12) / det
+        b = (s11 * r2 - s12 * r1) / det
+        info["kind"] = "linear"
+    res = [yy - (p * a + q * b) for p, q, yy in zip(x1, x2, y)]
+    info["rms_residual_us"] = math.sqrt(sum(r * r for r in res) / len(res))
+    return a, b, info
+
+
+# ------------------------------------------------------------------ input
+
+
+def load_costs(path, corrected=False, proc=None, transport=None):
+    """Read the fit's input: a step-costs file (format rpcscope-step-costs/1, analysis/MODEL.md), or
+    the analyze command's steps.json (a run directory, its analysis/ folder, or the file)."""
+    p = Path(path)
+    if p.is_dir():
+        for cand in (p / "analysis" / "steps.json", p / "steps.json"):
+            if cand.exists():
+                p = cand
+                break
+        else:
+            raise ValueError(f"{path}: no analysis/steps.json (run `rpcscope analyze {path}` first)")
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{p}: {e}") from None
+    if d.get("format") == COSTS_FORMAT:
+        sizes = {int(s): v.get("steps", {}) for s, v in d["sizes"].items()}
+        meas = {int(s): v.get("measured_rtt_ns") for s, v in d["sizes"].items()}
+        params = {k: d[k] for k in ("mtu", "max_pdu", "reply", "request_overhead", "link_rate_bps") if k in d}
+        return Costs(sizes, meas, params, str(p))
+    if isinstance(d.get("steps"), list) and isinstance(d.get("rtt"), list):
+        return _from_analyze(d, p, corrected, proc, transport)
+    raise ValueError(f"{p}: neither a {COSTS_FORMAT} file nor the analyze command's steps.json")
+
+
+def _from_analyze(d, p, corrected, proc, transport):
+    rows = [r for r in d["steps"] if (proc is None or r.get("proc") == proc)
+            and (transport is None or r.get("transport") == transport)]
+    cases = {}
+    for r in rows:
+        cases.setdefault((r.get("transport"), r.get("proc")), set()).add(r["size"])
+    if len(cases) > 1:
+        raise ValueError(f"{p}: several transport/proc combinations {sorted(cases)}: choose with --proc/--transport")
+    if not cases:
+        raise ValueError(f"{p}: no step rows" + (" for that --proc/--transport" if proc or transport else ""))
+    (tr, pr), = cases
+    key = "corrected_median_us" if corrected else "median_us"
+    sizes = {}
+    for r in rows:
+        if r.get("status") != "measured" or r.get(key) is None:
+            continue
+        e = {"median_ns": r[key] * 1000.0, "n": r.get("n")}
+        if r.get("occurrences_median") is not None and r["step"] in STEP_RULES:
+            e["count_observed"] = r["occurrences_median"]
+        sizes.setdefault(int(r["size"]), {})[r["step"]] = e
+    meas = {}
+    for r in d["rtt"]:
+        if r.get("proc") == pr and r.get("transport") == tr and r.get("untraced_p50_us") is not None:
+            meas[int(r["size"])] = r["untraced_p50_us"] * 1000.0
+    for s in sizes:
+        meas.setdefault(s, None)
+    reply = "same" if pr in ("echo",) else 0
+    return Costs(sizes, meas, {"reply": reply, "transport": tr, "proc": pr}, str(p))
+
+
+# ------------------------------------------------------------------ the DCE paper's Table 2
+
+
+def shared_dir():
+    env = os.environ.get("RPCSCOPE_SHARED")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent.parent.parent / "shared"
+
+
+def _csv_rows(path):
+    with open(path, newline="") as f:
+        lines = [ln for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+    return list(csv.reader(lines))
+
+
+def paper_dce_summary(shared=None):
+    """The bottom rows of Table 2: [{size, calculated_us, measured_us, percent_error}] as printed."""
+    path = Path(shared or shared_dir()) / "seeds" / "tables" / "dce_table2_summary.csv"
+    rows = _csv_rows(path)
+    hdr = rows[0]
+    return [dict(zip(hdr, (int(r[0]),) + tuple(float(x) for x in r[1:]))) for r in rows[1:]]
+
+
+def paper_dce(shared=None):
+    """The DCE study's Table 2 (columns NULL, 1392, 4016) as a model: each row a term with its unit
+    cost (constant: the paper gives one value per size) and its count per size."""
+    shared = Path(shared or shared_dir())
+    path = shared / "seeds" / "tables" / "dce_table2_null_1392_4016.csv"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found (set RPCSCOPE_SHARED to the folder holding seeds/)")
+    sizes = [0, 1392, 4016]
+    terms = []
+    for r in _csv_rows(path):
+        device, step, term, unit = r[0], r[1], r[2], float(r[3])
+        counts = [int(x) for x in r[4:7]]
+        m = re.search(r"\((\d+)\)", term)
+        nbytes = int(m.group(1)) if m else 0
+        terms.append(Term(device, step, term, unit, 0.0, None,
+                          {s: {"count": c, "bytes": nbytes} for s, c in zip(sizes, counts)},
+                          {"kind": "paper"}))
+    summ = {r["request_bytes"]: r for r in paper_dce_summary(shared)}
+    model = Model(terms, sizes, {s: summ[s]["measured_us"] for s in sizes if s in summ}, [],
+                  {"mtu": 1500, "max_pdu": 4096, "reply": 0}, "DCE study (004), Table 2", 10e6,
+                  ["unit costs and counts reconstructed from the damaged scan; their sums are 12 us above "
+                   "the paper's printed Summation row in all three columns (see the CSV's header)"],
+                  {"paper_calculated_us": {s: summ[s]["calculated_us"] for s in sizes if s in summ},
+                   "paper_percent_error": {s: summ[s]["percent_error"] for s in sizes if s in summ}})
+    return model

@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "rpcscope.stubs.cli",
     "rpcscope.collectors.cli",
     "rpcscope.analysis.cli",
+    "rpcscope.analysis.model_cli",
 ]
 
 EPILOG = """examples:

@@ -141,3 +141,80 @@ def test_load_costs_file(tmp_path):
     with pytest.raises(ValueError):
         (tmp_path / "x.json").write_text("{}")
         M.load_costs(tmp_path / "x.json")
+
+
+# ---------------------------------------------------------------- what-if and the commands
+
+
+def test_parse_change():
+    from rpcscope.analysis import whatif as W
+    assert W.parse_change("C8=0.5x") == ("C8", "scale", 0.5)
+    assert W.parse_change("network.transmit=+30us") == ("network.transmit", "add", 30.0)
+    assert W.parse_change("S2=-2500ns") == ("S2", "add", -2.5)
+    assert W.parse_change("S2=0") == ("S2", "set", 0.0)
+    assert W.parse_change("C16=1.5ms") == ("C16", "set", 1500.0)
+    assert W.parse_rate("100mbit") == 100e6 and W.parse_rate("10gbit") == 10e9
+    for bad in ("C8", "C8=fast", "=2x"):
+        with pytest.raises(ValueError):
+            W.parse_change(bad)
+
+
+def test_whatif_on_a_fitted_model():
+    from rpcscope.analysis import whatif as W
+    m = M.fit(_costs([0, 1392, 4016, 8032]))
+    new = m.copy()
+    ch = W.busy_wait(new, 0.0)
+    assert {c["step"] for c in ch} == {"C16", "S2"}
+    for s in m.sizes:
+        c16 = next(t for t in m.terms if t.step == "C16").contribution(s)
+        s2 = next(t for t in m.terms if t.step == "S2").contribution(s)
+        assert new.calculated(s) == pytest.approx(m.calculated(s) - c16 - s2)
+    with pytest.raises(ValueError, match="no network terms"):
+        W.link_rate(m.copy(), 1e9, 1e8)
+    with pytest.raises(ValueError, match="no term matches"):
+        W.apply(m.copy(), "C99", "scale", 2)
+
+
+@needs_shared
+def test_whatif_paper_dce_faster_link(capsys):
+    assert cli_main(["whatif", "--paper", "dce", "--link-rate", "100mbit", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    by = {r["size"]: r for r in d["rtt"]}
+    # 10 -> 100 Mbit/s: the transmit and gap terms shrink to a tenth
+    assert by[0]["diff_us"] == pytest.approx(-0.9 * (98 + 98))
+    assert by[4016]["diff_us"] == pytest.approx(-0.9 * (2 * 1211 + 1013 + 2 * 20 + 98))
+    assert cli_main(["whatif", "--paper", "dce", "--busy-wait", "--set", "C8=0.5x"]) == 0
+    out = capsys.readouterr().out
+    assert "C16+C17" in out and "rtt_after_us" in out
+
+
+@needs_shared
+def test_model_paper_command(capsys):
+    assert cli_main(["model", "--paper", "dce"]) == 0
+    out = capsys.readouterr().out
+    assert "% error" in out and "6466" in out and "6454" in out
+
+
+def test_model_command_fit_holdout_and_whatif_file(tmp_path, capsys):
+    p = _write_costs(tmp_path / "costs.json", [0, 1392, 4016, 8032, 16064])
+    mfile = tmp_path / "model.json"
+    assert cli_main(["model", str(p), "--holdout", "8032", "--predict", "24096", "--out", str(mfile),
+                     "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    errs = {e["size"]: e for e in d["errors"]}
+    assert errs[8032]["holdout"] and errs[8032]["percent_error"] == pytest.approx(0, abs=1e-6)
+    assert errs[24096]["measured_us"] is None and errs[24096]["calculated_us"] > errs[16064]["calculated_us"]
+    assert cli_main(["model", str(p)]) == 0
+    assert "% error" in capsys.readouterr().out
+    assert cli_main(["whatif", str(mfile), "--set", "C8'=2x", "--json"]) == 0
+    w = json.loads(capsys.readouterr().out)
+    assert all(r["diff_us"] > 0 for r in w["rtt"])
+    assert cli_main(["whatif", str(mfile)]) == 2            # no change given
+    assert cli_main(["model", str(p), "--holdout", "5"]) == 2
+
+
+def test_help_has_examples(capsys):
+    for cmd in ("model", "whatif"):
+        with pytest.raises(SystemExit):
+            cli_main([cmd, "--help"])
+        assert "examples:" in capsys.readouterr().out

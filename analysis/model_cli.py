@@ -1,0 +1,222 @@
+"""rpcscope model / rpcscope whatif: the RTT model (calculated = sum of count x unit cost) and what-ifs."""
+import argparse
+import sys
+
+from rpcscope.output import UserError, emit_json, table
+
+from . import model as M
+from . import whatif as W
+
+MODEL_EPILOG = """examples:
+  rpcscope model --paper dce                          the DCE study's Table 2 as a model: counts, unit costs, % error
+  rpcscope model runs/maxarg-udp                      fit the run's analysis/steps.json (rpcscope analyze), write
+                                                      runs/maxarg-udp/analysis/model.json
+  rpcscope model costs.json --holdout 8032,16064      fit without those sizes, predict them (goal: |err| <= 5 %)
+  rpcscope model costs.json --predict 12048 --out m.json --json
+  rpcscope model costs.json --steps "C1,C2,C8',S1,S2,S4,C15,C16,C18"   choose the round-trip-path terms
+
+Input formats: analysis/MODEL.md. % Error = (Measured - Calculated) x 100 / Measured, Measured being
+the untraced p50 RTT. Goals: |% error| <= 2 % at fitted sizes, <= 5 % at held-out sizes.
+"""
+
+WHATIF_EPILOG = """changes (--set SELECTOR=VALUE, repeatable):
+  SELECTOR   step id (C8, C8', S2), device.step (network.transmit), device (network), term name
+             (Tsendmsg'(0)); a step also matches a combined row (C16 matches the paper's C16+C17)
+  VALUE      0.5x   scale the unit cost        30us   set it (ns, us, ms; bare number = us)
+             +30us  add to it                  -30us  take from it (clipped at 0)
+
+presets (Firefly RPC section 4.2):
+  --link-rate 100mbit   network terms scaled by base rate / new rate (the model's base, or --base-rate)
+  --busy-wait [COST]    the waiting threads spin: wake-up steps C16 and S2 cost COST us (default 0)
+
+examples:
+  rpcscope whatif --paper dce --link-rate 100mbit     the DCE study on 100 Mbit/s Ethernet
+  rpcscope whatif --paper dce --busy-wait --set "C8=0.5x"
+  rpcscope whatif runs/maxarg-udp/analysis/model.json --set "S2=0.5x" --set "C16=+5us" --json
+  rpcscope whatif model.json --link-rate 10gbit --base-rate 1gbit
+"""
+
+
+def _sizes(s):
+    if not s:
+        return []
+    try:
+        return [int(x) for x in s.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise UserError(f"sizes must be comma-separated integers, got {s!r}") from None
+
+
+def _paper_model(name):
+    if name != "dce":
+        raise UserError(f"--paper {name!r}: only 'dce' (the DCE study's Table 2)")
+    try:
+        return M.paper_dce()
+    except FileNotFoundError as e:
+        raise UserError(str(e)) from None
+
+
+def _f(v, nd=1):
+    return "" if v is None else round(v, nd)
+
+
+def model_table(m, out=None):
+    out = out or sys.stdout
+    """Table 2's layout: one row per term, count x unit = sum per size; then calculated, measured, % error."""
+    rows = []
+    for t in m.terms:
+        r = {"device": t.device, "step": t.step, "term": t.term, "unit_us": t.formula()}
+        for s in m.sizes:
+            ps = t.per_size.get(s, {})
+            n = ps.get("count", 0)
+            r[f"n@{s}"] = n
+            r[f"us@{s}"] = _f(t.contribution(s)) if n else ""
+        rows.append(r)
+    cols = ["device", "step", "term", "unit_us"] + [c for s in m.sizes for c in (f"n@{s}", f"us@{s}")]
+    errs = m.error_rows()
+    for label, key, nd in (("calculated", "calculated_us", 1), ("measured", "measured_us", 1),
+                           ("% error", "percent_error", 2)):
+        r = {"device": label}
+        for e in errs:
+            r[f"us@{e['size']}"] = _f(e[key], nd)
+        rows.append(r)
+    if not any(t.term for t in m.terms):
+        cols.remove("term")
+    table(rows, cols, out=out)
+
+
+def error_table(m, out=None):
+    out = out or sys.stdout
+    paper = all(t.fit.get("kind") == "paper" for t in m.terms)
+    rows = [{"size": e["size"], "calculated_us": _f(e["calculated_us"], 2), "measured_us": _f(e["measured_us"], 2),
+             "%error": _f(e["percent_error"], 2), "fit": "paper" if paper else ("holdout" if e["holdout"] else "fitted"),
+             "goal": f"<= {e['goal_pct']:g} %",
+             "met": "" if e["goal_met"] is None else ("yes" if e["goal_met"] else "NO")} for e in m.error_rows()]
+    table(rows, ["size", "calculated_us", "measured_us", "%error", "fit", "goal", "met"], out=out)
+
+
+def cmd_model(args):
+    if args.paper:
+        if args.input or args.holdout or args.predict:
+            raise UserError("--paper takes no input file, --holdout or --predict (the paper's model is not fitted)")
+        m = _paper_model(args.paper)
+    else:
+        if not args.input:
+            raise UserError("give an input (a step-costs JSON, a run directory or its steps.json) or --paper dce")
+        try:
+            costs = M.load_costs(args.input, corrected=args.corrected, proc=args.proc, transport=args.transport)
+            steps = [s.strip() for s in args.steps.split(",") if s.strip()] if args.steps else None
+            m = M.fit(costs, holdout=_sizes(args.holdout), steps=steps, predict=_sizes(args.predict))
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    out = args.out
+    if out is None and args.input and not args.paper:
+        from pathlib import Path
+        p = Path(args.input)
+        if p.is_dir():
+            out = (p / "analysis" if (p / "analysis").is_dir() else p) / "model.json"
+    if out:
+        m.save(out)
+    if args.json:
+        d = m.to_json()
+        d["errors"] = m.error_rows()
+        emit_json(d, out=sys.stdout)
+        return 0
+    print(f"model: {m.source}" + (f"  (held out: {', '.join(map(str, m.holdout))})" if m.holdout else ""))
+    model_table(m)
+    print()
+    error_table(m)
+    if m.reference.get("paper_calculated_us"):
+        ref = m.reference["paper_calculated_us"]
+        print("\npaper's printed Summation: " + ", ".join(f"{s}: {v:g}" for s, v in ref.items()))
+    for n in m.notes:
+        print(f"note: {n}")
+    if out:
+        print(f"\nwritten: {out}")
+    return 0
+
+
+def cmd_whatif(args):
+    if bool(args.paper) == bool(args.model):
+        raise UserError("give a model file (rpcscope model --out) or --paper dce, not both")
+    try:
+        base = _paper_model(args.paper) if args.paper else M.load_model(args.model)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    new = base.copy()
+    changes = []
+    try:
+        if args.link_rate:
+            changes += W.link_rate(new, W.parse_rate(args.link_rate),
+                                   W.parse_rate(args.base_rate) if args.base_rate else None)
+        if args.busy_wait is not None:
+            changes += W.busy_wait(new, args.busy_wait)
+        for spec in args.set or []:
+            sel, kind, val = W.parse_change(spec)
+            changes += W.apply(new, sel, kind, val, spec)
+        if args.predict:
+            base.extend(_sizes(args.predict))
+            new.extend(_sizes(args.predict))
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if not changes:
+        raise UserError("no change given: use --set, --link-rate or --busy-wait (see --help)")
+    rows = W.compare(base, new)
+    if args.out:
+        new.save(args.out)
+    if args.json:
+        emit_json({"model": base.source, "changes": changes, "rtt": rows,
+                   **({"written": args.out} if args.out else {})}, out=sys.stdout)
+        return 0
+    print(f"model: {base.source}")
+    table([{"term": " ".join(x for x in (c["device"], c["step"], c["term"]) if x), "change": c["change"],
+            "unit_before_us": _f(c["a_us_before"], 3) if not c["b_before"] else
+            f"{c['a_us_before']:.3f} + {c['b_before'] * 1000:.4f} ns/B",
+            "unit_after_us": _f(c["a_us_after"], 3) if not c["b_after"] else
+            f"{c['a_us_after']:.3f} + {c['b_after'] * 1000:.4f} ns/B"} for c in changes],
+          ["term", "change", "unit_before_us", "unit_after_us"], out=sys.stdout)
+    print()
+    table([{"size": r["size"], "rtt_before_us": _f(r["before_us"]), "rtt_after_us": _f(r["after_us"]),
+            "diff_us": _f(r["diff_us"]), "diff_%": _f(r["diff_pct"], 2), "measured_us": _f(r["measured_us"])}
+           for r in rows], ["size", "rtt_before_us", "rtt_after_us", "diff_us", "diff_%", "measured_us"], out=sys.stdout)
+    if args.out:
+        print(f"\nwritten: {args.out} (check the prediction with a capture under the changed conditions)")
+    return 0
+
+
+def register(subparsers):
+    ap = subparsers.add_parser(
+        "model", help="RTT model: fit unit costs per step, calculated RTT = sum of count x unit cost, % error",
+        description="Fit each round-trip-path step's unit cost (a + b x bytes) over the captured sizes, count "
+                    "its occurrences per size from the protocol's packet and window arithmetic, and compare "
+                    "the calculated RTT with the measured (untraced) one, as the DCE study's Table 2.",
+        epilog=MODEL_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("input", nargs="?", help="step-costs JSON (analysis/MODEL.md), a run directory or its steps.json")
+    ap.add_argument("--paper", metavar="NAME", help="use a paper's table instead of an input: dce")
+    ap.add_argument("--holdout", metavar="SIZES", help="sizes predicted without being used to fit, e.g. 8032,16064")
+    ap.add_argument("--predict", metavar="SIZES", help="extra sizes to calculate (no measurement)")
+    ap.add_argument("--steps", metavar="IDS", help="comma-separated terms (default: the catalog's rtp steps, "
+                    "C8'/S9' for C8/S9 when measured)")
+    ap.add_argument("--corrected", action="store_true", help="from steps.json: use probe-corrected medians")
+    ap.add_argument("--proc", help="from steps.json: the procedure, when the run has several")
+    ap.add_argument("--transport", help="from steps.json: the transport, when the run has several")
+    ap.add_argument("--out", metavar="FILE", help="write the model file (default for a run: runs/NAME/analysis/model.json)")
+    ap.add_argument("--json", action="store_true", help="print the model and its error table as JSON")
+    ap.set_defaults(func=cmd_model)
+
+    wp = subparsers.add_parser(
+        "whatif", help="re-compute the model's RTT with chosen step costs changed (faster link, busy wait ...)",
+        description="Change unit costs of a model's terms and print the RTT per size before and after, so a "
+                    "prediction can then be checked by a real capture.",
+        epilog=WHATIF_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    wp.add_argument("model", nargs="?", help="a model file written by `rpcscope model`")
+    wp.add_argument("--paper", metavar="NAME", help="use a paper's Table 2 as the model: dce")
+    wp.add_argument("--set", action="append", metavar="SEL=VALUE", help="change a term's unit cost (repeatable)")
+    wp.add_argument("--link-rate", metavar="RATE", help="new link rate, e.g. 100mbit, 1gbit")
+    wp.add_argument("--base-rate", metavar="RATE", help="the model's link rate if it does not record one")
+    wp.add_argument("--busy-wait", nargs="?", type=float, const=0.0, metavar="COST_US",
+                    help="wake-up steps C16/S2 cost COST_US (default 0)")
+    wp.add_argument("--predict", metavar="SIZES", help="also calculate these sizes (fitted models only)")
+    wp.add_argument("--out", metavar="FILE", help="write the changed model")
+    wp.add_argument("--json", action="store_true", help="print changes and RTTs as JSON")
+    wp.set_defaults(func=cmd_whatif)
+    return ap

@@ -105,6 +105,7 @@ class Row:
         self.status = np.full(n, MISSING, np.int8)
         self.reasons = collections.Counter()
         self.why = np.full(n, None, object)      # per RPC: why the step is missing
+        self.occ = np.full(n, None, object)      # per RPC: [(begin, end, cpu)] (reconstruct(occurrences=True))
 
     @property
     def corrected(self):
@@ -295,8 +296,10 @@ def _attach_zero_ids(tid, call_id):
 
 # ---------------------------------------------------------------- reconstruction
 
-def reconstruct(case, progress=None, kernel=True):
-    """Rebuild every measured RPC of a case. progress(done, total) is called now and then."""
+def reconstruct(case, progress=None, kernel=True, occurrences=False):
+    """Rebuild every measured RPC of a case. progress(done, total) is called now and then.
+    occurrences: also keep each step's occurrences [(begin, end, cpu)] per RPC in Row.occ
+    (analysis/rtp.py walks them)."""
     ust = case.ust()
     problems = [dict(p, trace="ust") for p in ust.problems]
     roles = case.roles(ust)
@@ -357,7 +360,7 @@ def reconstruct(case, progress=None, kernel=True):
         if base and not applicable(base, cond[side]):
             rows[name].status[:] = NOT_APPLICABLE
 
-    ctx = dict(K=K, costs=costs, cond=cond, user_ts_of=user_ts_of, rows=rows)
+    ctx = dict(K=K, costs=costs, cond=cond, user_ts_of=user_ts_of, rows=rows, occ=occurrences)
     ok_rpc = np.ones(n, bool)
     for r in range(n):
         if progress and r % 500 == 0:
@@ -387,7 +390,7 @@ def reconstruct(case, progress=None, kernel=True):
             row.why[m & (row.why == None)] = "events not found"  # noqa: E711
     keep = ok_rpc
     for row in rows.values():
-        for k in ("begin", "end", "dur", "cost", "tracepoints", "count", "status", "why"):
+        for k in ("begin", "end", "dur", "cost", "tracepoints", "count", "status", "why", "occ"):
             setattr(row, k, getattr(row, k)[keep])
     threads = {t: {"role": r, **(ust.threads.get(t) or {})} for t, r in roles.items()}
     return CaseRPCs(case, call_ids[keep], rows, excluded, problems, cond, threads)
@@ -415,6 +418,8 @@ def _put(ctx, name, r, occ, cpu_end=None):
     row.begin[r], row.end[r] = occ[0][0], occ[-1][1]
     row.dur[r], row.cost[r], row.tracepoints[r], row.count[r] = dur, cost, ntp, len(occ)
     row.status[r] = MEASURED
+    if ctx.get("occ"):
+        row.occ[r] = [(int(b), int(e), int(c)) for b, e, c in occ]
 
 
 def _pairs(marks, first, last):

@@ -1,0 +1,391 @@
+"""The measured round-trip path (issue 6): for each RPC, which steps the client
+really waited for, and how much slack the others had.
+
+    from rpcscope.analysis.rtp import analyze_rtp
+    res = analyze_rtp("runs/x")          # writes runs/x/analysis/rtp.json
+
+The walk (walk()) goes backwards from the client's call end (c21_end) to its call
+begin (c1_begin) over the execution graph (graph.py):
+
+* while the current thread runs, the time belongs to the step it is in: the
+  innermost of the RPC's step occurrences on that thread (a NET_RX softirq step,
+  C15/S1, inside C8''/S9''; C8'/C8'' inside C8; user steps otherwise), or
+  "<role> (no step)" between marks;
+* where the thread was switched in, it had been blocked or preempted: the time
+  from the sched_waking to the switch in is the wake-up latency (named C16/S2 when
+  the reconstruction has that step there); the walk then jumps to the waker at
+  the waking: in a NET_RX softirq, the softirq up to the waking (C15/S1, else
+  "softirq NET_RX"), then through the packet link (skbaddr) to the sender's
+  net_dev_xmit; on veth/loopback that sender is the thread the softirq
+  interrupted, inside its own sendmsg'' (the walk continues on it at the softirq
+  entry), on a real link the gap is "network"; in task context (a futex wake from
+  the listener to an executor) the walk continues on the waker; a timer or an
+  unknown waker leaves the block as "blocked (...)" on the same thread; preempted
+  time is "preempted".
+
+The segments visited are contiguous in time, so they sum to the RTT exactly.
+Every step occurrence (or part of one) not visited overlaps the path; its slack
+is the time from the end of the off-path run of work it belongs to (on its
+thread) to the moment the path next needed that thread (the start of the
+thread's next path segment, e.g. the waking of the client by the reply), or to
+the call end if the path never comes back to the thread (The Mystery Machine's
+slack: how much the step could grow before it joined the path).
+"""
+import collections
+import json
+import pathlib
+
+import numpy as np
+
+from rpcscope.tracepoints import STEPS
+
+from .graph import Graph
+from .rpcs import EXTRA_ROWS, MEASURED, reconstruct
+from .run import load_run
+
+RTP_FORMAT = "rpcscope-rtp/1"
+MAX_SEGMENTS = 100_000
+
+# Label priority: the innermost step wins where occurrences nest.
+_SOFTIRQ_STEPS = {"C15", "S1"}
+_WAKE_STEPS = {"C16", "S2"}          # blocked-phase steps: waking .. switch in
+_SPLIT = {"C8'", "C8''", "S9'", "S9''"}
+_SKIP = {name for name, (_, base, _) in EXTRA_ROWS.items() if name not in _SPLIT}  # C7-C9, RTT, ...
+_SIDE = {s["id"]: s["side"] for s in STEPS}
+_SIDE.update({k: v[0] for k, v in EXTRA_ROWS.items()})
+_CATALOG_RTP = {s["id"] for s in STEPS if s["rtp"]}
+# A NET_RX softirq that wakes a thread of a role, and that wake-up's latency, are that role's
+# receive-interrupt and resume steps by the catalog's definition, also where the reconstruction
+# could not name them (a switch lost in the trace).
+_INFERRED = {"client": ("C15", "C16"), "server": ("S1", "S2")}
+
+DCE_NOTES = [
+    "DCE (Figure 5, one-packet call over UDP/Ethernet): C9-C14 and S10-S14 overlap the path; "
+    "sendmsg' is on it, sendmsg'' is not; the network and the controllers are.",
+    "Linux on veth/loopback: the receiver's whole protocol input (S1 for the request, C15 for the "
+    "reply) runs inside the sender's sendmsg'' (a NET_RX softirq in the sender's context), so the part "
+    "of C8''/S9'' before that softirq is on the path and there is no 'network' or controller segment.",
+    "The wake-ups (S2, C16) are on the path; with client and server on different CPUs they include "
+    "waking an idle CPU.",
+]
+
+
+class _Labels:
+    """A thread's step occurrences in one RPC, flattened to non-overlapping pieces (innermost wins)."""
+
+    def __init__(self, ivs):
+        # ivs: [(b, e, label, prio)]
+        ivs = [iv for iv in ivs if iv[1] > iv[0]]
+        if not ivs:
+            self.b = self.e = np.zeros(0, np.int64)
+            self.lab = []
+            return
+        bounds = sorted({x for iv in ivs for x in iv[:2]})
+        pb, pe, lab = [], [], []
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            best = None
+            for b, e, name, pr in ivs:
+                if b <= lo and e >= hi and (best is None or pr > best[1] or (pr == best[1] and b > best[2])):
+                    best = (name, pr, b)
+            if best is None:
+                continue
+            if lab and lab[-1] == best[0] and pe[-1] == lo:
+                pe[-1] = hi
+            else:
+                pb.append(lo)
+                pe.append(hi)
+                lab.append(best[0])
+        self.b, self.e, self.lab = np.array(pb, np.int64), np.array(pe, np.int64), lab
+
+    def at(self, t):
+        """(begin, label) of the piece holding the instant just before t, or (end of the last piece
+        before t, None) in a gap, or (None, None)."""
+        k = int(np.searchsorted(self.b, t, "left")) - 1
+        if k < 0:
+            return None, None
+        if self.e[k] >= t:
+            return int(self.b[k]), self.lab[k]
+        return int(self.e[k]), None
+
+
+def _prio(name):
+    if name in _SOFTIRQ_STEPS:
+        return 3
+    if name in _SPLIT:
+        return 2
+    if name in ("C8", "S9"):
+        return 0
+    return 1
+
+
+def rpc_labels(rpcs, r, graph, roles):
+    """{tid: _Labels} of RPC r, and {step: [(b, e, tid)]} its occurrences by thread."""
+    by_tid = collections.defaultdict(list)
+    occs = {}
+    side_tid = {}
+    for tid, role in roles.items():
+        side_tid.setdefault(role, tid)
+    for name, row in rpcs.rows.items():
+        if name in _SKIP or row.status[r] != MEASURED or not row.occ[r]:
+            continue
+        side = _SIDE.get(name, "client")
+        lst = []
+        for b, e, c in row.occ[r]:
+            at = e if name in _WAKE_STEPS else (b if name in _SOFTIRQ_STEPS else (b + e) // 2)
+            t = graph.current(c, at) if graph is not None else -1
+            if name not in _SOFTIRQ_STEPS and roles.get(t) != side:
+                t = side_tid.get(side, -1)
+            lst.append((b, e, t))
+            by_tid[t].append((b, e, name, _prio(name)))
+        occs[name] = lst
+    return {t: _Labels(v) for t, v in by_tid.items()}, occs
+
+
+def walk(graph, labels, client_tid, begin, end, roles=None):
+    """Segments [(label, b, e, tid)] of the round-trip path from end back to begin, in time order,
+    and a list of problems (empty when the walk reached the call begin cleanly)."""
+    roles = roles or {}
+    segs, problems = [], []
+    T, t = client_tid, end
+    empty = _Labels([])
+
+    def add(label, b, e, tid):
+        b = max(b, begin)
+        if e > b:
+            segs.append((label, b, e, tid))
+
+    def role(tid):
+        return roles.get(tid, f"tid {tid}")
+
+    for _ in range(MAX_SEGMENTS):
+        if t <= begin:
+            break
+        li = graph.last_in(T, t)
+        lo = graph.last_out(T, t)
+        if li is not None and lo is not None and lo[0] > li[0]:
+            # Not running just before t (arrived at a thread that was off CPU): blocked time.
+            add(f"{role(T)} off CPU", max(lo[0], begin), t, T)
+            t = lo[0]
+            continue
+        run_start = li[0] if li is not None else -1
+        if run_start < t:
+            pb, lab = labels.get(T, empty).at(t)
+            if lab is None:
+                b = max(run_start, pb if pb is not None else run_start, begin)
+                add(f"{role(T)} (no step)", b, t, T)
+            else:
+                b = max(run_start, pb)
+                add(lab, b, t, T)
+            t = b
+            if T == client_tid and t <= begin:
+                break
+            continue
+        # t is the switch in: the thread was blocked or preempted before.
+        out = graph.last_out(T, t)
+        if out is None:
+            problems.append(f"{role(T)}: no switch out before {t}")
+            add("unknown", begin, t, T)
+            break
+        w = graph.wakeup_before(T, t, out[0])
+        if w is None:
+            add("preempted" if out[2] == 0 else f"{role(T)} blocked (no waking)", out[0], t, T)
+            t = out[0]
+            continue
+        pb, lab = labels.get(T, empty).at(t)
+        wrole = roles.get(T)
+        ctx = w["context"]
+        net = ctx == "softirq NET_RX" and w["softirq"]
+        add(lab if lab in _WAKE_STEPS else _INFERRED[wrole][1] if net and wrole in _INFERRED else "wakeup latency",
+            w["ts"], t, T)
+        if net:
+            se = w["softirq"][0]
+            rx = graph.receive_in(w["cpu"], se, w["ts"])
+            org = graph.packet_origin(rx) if rx is not None else None
+            victim = graph.current(w["cpu"], se)
+            if org and org["cpu"] == w["cpu"] and org["ts"] <= se:
+                victim = org["tid"]                     # veth/loopback: sent inside the victim's send
+            pb, lab = labels.get(victim, empty).at(w["ts"])
+            add(lab if lab in _SOFTIRQ_STEPS else _INFERRED[wrole][0] if wrole in _INFERRED else "softirq NET_RX",
+                se, w["ts"], victim)
+            if org and org["cpu"] == w["cpu"] and org["ts"] <= se:
+                T, t = victim, se
+            elif org and org["ts"] <= se:
+                add("network", org["ts"], se, -1)
+                T, t = org["tid"], org["ts"]
+            elif victim in roles:
+                problems.append(f"softirq at {se}: no packet link; continuing on the interrupted thread")
+                T, t = victim, se
+            else:
+                problems.append(f"softirq at {se}: no packet link")
+                add("unknown", begin, se, -1)
+                break
+        elif ctx == "task" and (w["waker"] in roles or w["waker"] in labels):
+            T, t = w["waker"], w["ts"]
+        else:
+            add(f"{role(T)} blocked ({ctx})" if ctx != "task" else f"{role(T)} blocked (woken by tid {w['waker']})",
+                out[0], w["ts"], T)
+            t = out[0]
+    else:
+        problems.append("walk did not end")
+    segs.reverse()
+    return segs, problems
+
+
+def slack(occs, segs, end):
+    """{step: (off-path ns, min slack ns)} for the steps with time off the path."""
+    on = collections.defaultdict(list)      # tid -> [(b, e)] path segments on that thread
+    for lab, b, e, tid in segs:
+        on[tid].append((b, e))
+    starts = {t: np.array(sorted(b for b, _ in v), np.int64) for t, v in on.items()}
+    out = {}
+    # Off-path pieces per thread, from every step occurrence minus the path segments.
+    pieces = collections.defaultdict(list)
+    for name, lst in occs.items():
+        if name in ("C8", "S9") and (name + "'") in occs:
+            continue
+        for b, e, tid in lst:
+            cur = [(b, e)]
+            for sb, se in on.get(tid, []):
+                nxt = []
+                for x, y in cur:
+                    if se <= x or sb >= y:
+                        nxt.append((x, y))
+                        continue
+                    if sb > x:
+                        nxt.append((x, sb))
+                    if se < y:
+                        nxt.append((se, y))
+                cur = nxt
+            for x, y in cur:
+                if y > x:
+                    pieces[tid].append((x, y, name))
+    for tid, lst in pieces.items():
+        st = starts.get(tid, np.zeros(0, np.int64))
+        ends = sorted(lst, key=lambda p: p[1])
+        for x, y, name in lst:
+            k = int(np.searchsorted(st, y, "left"))
+            join = int(st[k]) if k < len(st) else end
+            run_end = max([q for _, q, _ in ends if y <= q <= join] or [y])
+            s = max(0, join - run_end)
+            off, sl = out.get(name, (0, None))
+            out[name] = (off + (y - x), s if sl is None else min(sl, s))
+    return out
+
+
+def analyze_case(case, progress=None):
+    rpcs = reconstruct(case, occurrences=True)
+    res = {"case": case.id, "transport": case.transport, "proc": case.proc, "size": case.size,
+           "rpcs": len(rpcs), "walked": 0, "problems": collections.Counter(), "per_rpc": []}
+    if not case.has_kernel() or not len(rpcs):
+        res["problems"]["no kernel trace" if not case.has_kernel() else "no RPCs"] += 1
+        return res, rpcs
+    roles = {t: v["role"] for t, v in rpcs.threads.items()}
+    g = Graph(case.kernel(), threads=list(roles))
+    for r in range(len(rpcs)):
+        if progress and r % 200 == 0:
+            progress(r, len(rpcs))
+        labels, occs = rpc_labels(rpcs, r, g, roles)
+        b, e = int(rpcs.rows["RTT"].begin[r]), int(rpcs.rows["RTT"].end[r])
+        c1 = occs.get("C1")
+        client = c1[0][2] if c1 else next((t for t, v in roles.items() if v == "client"), -1)
+        segs, probs = walk(g, labels, client, b, e, roles)
+        for p in probs:
+            res["problems"][p.split(" at ")[0].split(":")[0]] += 1
+        total = sum(s[2] - s[1] for s in segs)
+        res["per_rpc"].append({"call_id": int(rpcs.call_ids[r]), "rtt_ns": e - b, "sum_ns": total,
+                               "segments": [(lab, sb - b, se - sb) for lab, sb, se, _ in segs],
+                               "slack": slack(occs, segs, e), "ok": not probs})
+        res["walked"] += 1
+    return res, rpcs
+
+
+def _pct(a, q):
+    return float(np.percentile(a, q)) if len(a) else None
+
+
+def aggregate(res):
+    """Per step (or kernel segment): on-path RPCs, occurrences, time, share of RTT; slack of
+    the overlapped ones."""
+    per = res["per_rpc"]
+    n = len(per)
+    rtt = np.array([p["rtt_ns"] for p in per], float)
+    on = collections.defaultdict(lambda: np.zeros(n))
+    cnt = collections.defaultdict(lambda: np.zeros(n))
+    order = {}
+    for i, p in enumerate(per):
+        for k, (lab, off, d) in enumerate(p["segments"]):
+            on[lab][i] += d
+            cnt[lab][i] += 1
+            order.setdefault(lab, (off, k))
+    off_ns = collections.defaultdict(list)
+    slk = collections.defaultdict(list)
+    for p in per:
+        for name, (o, s) in p["slack"].items():
+            off_ns[name].append(o)
+            slk[name].append(s)
+    rows = []
+    for lab in sorted(on, key=lambda x: order[x]):
+        m = on[lab] > 0
+        rows.append({"segment": lab, "step": lab if lab in _SIDE else None, "rpcs_on_path": int(m.sum()),
+                     "on_path_frac": float(m.mean()) if n else 0.0,
+                     "count_median": float(np.median(cnt[lab])),
+                     "median_ns": float(np.median(on[lab])), "mean_ns": float(on[lab].mean()),
+                     "share_of_rtt": float(on[lab].sum() / rtt.sum()) if rtt.sum() else 0.0,
+                     "catalog_rtp": lab in _CATALOG_RTP})
+    over = []
+    for name in sorted(slk, key=lambda x: [s["id"] for s in STEPS].index(x) if x in _SIDE and
+                       x in [s["id"] for s in STEPS] else 99):
+        a = np.array(slk[name], float)
+        over.append({"step": name, "rpcs_with_overlap": len(a), "off_path_median_ns": float(np.median(off_ns[name])),
+                     "slack_min_ns": float(a.min()), "slack_p10_ns": _pct(a, 10), "slack_median_ns": _pct(a, 50),
+                     "fully_overlapped_rpcs": int(sum(1 for p in per if name in p["slack"] and
+                                                      not any(s[0] == name for s in p["segments"])))})
+    err = np.array([abs(p["sum_ns"] - p["rtt_ns"]) for p in per], float)
+    return {"case": res["case"], "transport": res["transport"], "proc": res["proc"], "size": res["size"],
+            "rpcs": res["rpcs"], "walked": res["walked"], "clean": int(sum(p["ok"] for p in per)),
+            "rtt_median_ns": float(np.median(rtt)) if n else None,
+            "sum_check_max_abs_ns": float(err.max()) if n else None,
+            "problems": dict(res["problems"]), "path": rows, "overlapped": over}
+
+
+def analyze_rtp(path, progress=None, keep_rpcs=False, per_rpc=False):
+    run = load_run(path)
+    out = {"format": RTP_FORMAT, "run": str(path), "placement": run.manifest.get("placement"),
+           "virtual_link": run.virtual_link, "cases": [], "notes": DCE_NOTES}
+    kept = []
+    for k, case in enumerate(run.cases):
+        cb = (lambda d, t, k=k, c=case.id: progress(k, len(run.cases), c, d, t)) if progress else None
+        res, rpcs = analyze_case(case, cb)
+        agg = aggregate(res)
+        if per_rpc:
+            agg["per_rpc"] = res["per_rpc"]
+        out["cases"].append(agg)
+        if keep_rpcs:
+            kept.append((res, rpcs))
+    run.out_dir.mkdir(parents=True, exist_ok=True)
+    slim = dict(out, cases=[{k: v for k, v in c.items() if k != "per_rpc"} for c in out["cases"]])
+    (run.out_dir / "rtp.json").write_text(json.dumps(slim, indent=1) + "\n")
+    if keep_rpcs:
+        out["_kept"] = kept
+    return out
+
+
+def rtp_steps(path, transport=None, proc=None, min_frac=0.5):
+    """{size: {step: {"count", "median_ns"}}} of the steps on the measured path (in at least
+    min_frac of the RPCs) from an rtp.json (a file, a run directory or its analysis/), for the model."""
+    p = pathlib.Path(path)
+    for cand in (p, p / "rtp.json", p / "analysis" / "rtp.json"):
+        if cand.is_file():
+            p = cand
+            break
+    else:
+        return None
+    d = json.loads(p.read_text())
+    out = {}
+    for c in d.get("cases", []):
+        if (transport and c["transport"] != transport) or (proc and c["proc"] != proc):
+            continue
+        out[int(c["size"])] = {r["segment"]: {"count": r["count_median"], "median_ns": r["median_ns"],
+                                              "frac": r["on_path_frac"]}
+                               for r in c["path"] if r["step"] and r["on_path_frac"] >= min_frac}
+    return out

@@ -53,7 +53,7 @@ _SPLIT = {"C8'", "C8''", "S9'", "S9''"}
 _SKIP = {name for name, (_, base, _) in EXTRA_ROWS.items() if name not in _SPLIT}  # C7-C9, RTT, ...
 _SIDE = {s["id"]: s["side"] for s in STEPS}
 _SIDE.update({k: v[0] for k, v in EXTRA_ROWS.items()})
-_CATALOG_RTP = {s["id"] for s in STEPS if s["rtp"]}
+_CATALOG_RTP = {s["id"] for s in STEPS if s["rtp"]} | {"C8'", "S9'"}   # DCE: sendmsg' on the path, sendmsg'' not
 # A NET_RX softirq that wakes a thread of a role, and that wake-up's latency, are that role's
 # receive-interrupt and resume steps by the catalog's definition, also where the reconstruction
 # could not name them (a switch lost in the trace).
@@ -311,12 +311,16 @@ def aggregate(res):
     rtt = np.array([p["rtt_ns"] for p in per], float)
     on = collections.defaultdict(lambda: np.zeros(n))
     cnt = collections.defaultdict(lambda: np.zeros(n))
-    order = {}
+    first = collections.defaultdict(list)
     for i, p in enumerate(per):
-        for k, (lab, off, d) in enumerate(p["segments"]):
+        seen = set()
+        for lab, off, d in p["segments"]:
             on[lab][i] += d
             cnt[lab][i] += 1
-            order.setdefault(lab, (off, k))
+            if lab not in seen:
+                seen.add(lab)
+                first[lab].append(off)
+    order = {lab: float(np.median(v)) for lab, v in first.items()}
     off_ns = collections.defaultdict(list)
     slk = collections.defaultdict(list)
     for p in per:
@@ -327,6 +331,7 @@ def aggregate(res):
     for lab in sorted(on, key=lambda x: order[x]):
         m = on[lab] > 0
         rows.append({"segment": lab, "step": lab if lab in _SIDE else None, "rpcs_on_path": int(m.sum()),
+                     "first_offset_median_ns": order[lab],
                      "on_path_frac": float(m.mean()) if n else 0.0,
                      "count_median": float(np.median(cnt[lab])),
                      "median_ns": float(np.median(on[lab])), "mean_ns": float(on[lab].mean()),

@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "rpcscope.collectors.cli",
     "rpcscope.analysis.cli",
     "rpcscope.analysis.model_cli",
+    "rpcscope.analysis.rtp_cli",
 ]
 
 EPILOG = """examples:

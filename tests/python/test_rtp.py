@@ -1,0 +1,318 @@
+"""The round-trip-path walk (analysis/rtp.py) over the execution graph (analysis/graph.py):
+hand-built kernels with known answers (one packet; a request in three IP fragments; two
+windows with an acknowledgement), and the committed real run (fixtures/run-udp-small)."""
+import json
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+from rpcscope.analysis import rtp
+from rpcscope.analysis.graph import Graph
+from rpcscope.analysis.traceread import KIND
+
+RUN = pathlib.Path(__file__).parent / "fixtures" / "run-udp-small"
+CLIENT, SERVER, IDLE = 10, 20, 0
+CPU = {CLIENT: 0, SERVER: 1}
+ROLES = {CLIENT: "client", SERVER: "server"}
+
+
+class _Ev:
+    """Just enough of traceread.Events for Graph: time-sorted columns and names."""
+
+    def __init__(self, rows, names):
+        rows = sorted(rows, key=lambda r: r["ts"])
+        cols = dict(ts=np.int64, kind=np.uint8, cpu=np.int16, tid=np.int32, tid2=np.int32, state=np.int64,
+                    vec=np.int32, skb=np.uint64, dev=np.int32)
+        default = dict(tid2=-1, state=-1, vec=-1, skb=0, dev=-1)
+        for c, t in cols.items():
+            setattr(self, c, np.array([r.get(c, default.get(c, 0)) for r in rows], t))
+        self.names = names
+
+
+class Sim:
+    """A shared kernel with a client (CPU 0) and a server (CPU 1) thread, and the labels
+    (step occurrences) the reconstruction would give. Every helper advances the thread's clock."""
+
+    def __init__(self):
+        self.rows, self.names = [], ["c0", "s0"]
+        self.labels = {CLIENT: [], SERVER: []}
+        self.clock = {CLIENT: 0, SERVER: 0}
+        self.skb = 0x1000
+        # The client runs from before t=0; the server sleeps since -1000.
+        self.ev(-2000, CPU[CLIENT], IDLE, "sched_switch", tid2=CLIENT, state=0)
+        self.ev(-1000, CPU[SERVER], SERVER, "sched_switch", tid2=IDLE, state=1)
+
+    def ev(self, ts, cpu, tid, kind, **kw):
+        self.rows.append(dict(ts=ts, cpu=cpu, tid=tid, kind=KIND[kind], **kw))
+
+    def step(self, tid, name, dur, prio=1):
+        t = self.clock[tid]
+        self.labels[tid].append((t, t + dur, name, prio))
+        self.clock[tid] = t + dur
+
+    def send(self, tid, split, nfrags=1, wakee=None, rx_step=None):
+        """A send syscall: `split` ("C8"/"S9") labels; each IP fragment is an xmit followed by a NET_RX
+        softirq in the sender's context (veth); the last one wakes `wakee`. Returns the waking time."""
+        cpu, t = CPU[tid], self.clock[tid]
+        dev, peer = (0, 1) if tid == CLIENT else (1, 0)
+        self.step(tid, split + "'", 100, 2)
+        waking = None
+        for k in range(nfrags):
+            x = self.clock[tid]
+            self.skb += 0x100
+            self.ev(x, cpu, tid, "net_xmit", skb=self.skb, dev=dev)
+            self.ev(x + 10, cpu, tid, "softirq_entry", vec=3)
+            self.ev(x + 20, cpu, tid, "net_receive", skb=self.skb, dev=peer)
+            if k == nfrags - 1 and wakee is not None:
+                waking = x + 100
+                self.ev(waking, cpu, tid, "sched_waking", tid2=wakee, vec=CPU[wakee])
+                self.labels[tid].append((x + 10, waking, rx_step, 3))
+            self.ev(x + 150, cpu, tid, "softirq_exit", vec=3)
+            self.clock[tid] = x + 200
+        self.labels[tid].append((t + 100, self.clock[tid], split + "''", 2))
+        return waking
+
+    def sleep(self, tid, name):
+        """The step that ends with the switch out (C14/S14)."""
+        self.step(tid, name, 50)
+        self.ev(self.clock[tid], CPU[tid], tid, "sched_switch", tid2=IDLE, state=1)
+
+    def resume(self, tid, waking, latency, name):
+        t_in = waking + latency
+        assert t_in > self.clock[tid]
+        self.ev(t_in, CPU[tid], IDLE, "sched_switch", tid2=tid, state=0)
+        self.labels[tid].append((waking, t_in, name, 1))
+        self.clock[tid] = t_in
+
+    def graph(self):
+        return Graph(_Ev(self.rows, self.names), threads=[CLIENT, SERVER])
+
+    def walk(self):
+        labels = {t: rtp._Labels(v) for t, v in self.labels.items()}
+        segs, probs = rtp.walk(self.graph(), labels, CLIENT, 0, self.clock[CLIENT], ROLES)
+        occs = {}
+        for t, v in self.labels.items():
+            for b, e, n, _ in v:
+                occs.setdefault(n, []).append((b, e, t))
+        return segs, probs, occs
+
+
+def _names(segs):
+    return [s[0] for s in segs]
+
+
+def _check_contiguous(segs, begin, end):
+    assert segs[0][1] == begin and segs[-1][2] == end
+    for a, b in zip(segs, segs[1:]):
+        assert a[2] == b[1], (a, b)
+    assert sum(e - b for _, b, e, _ in segs) == end - begin
+
+
+def _one_packet_call(sim, nfrags=1):
+    for s in ("C1", "C2", "C3", "C4", "C5", "C6", "C7"):
+        sim.step(CLIENT, s, 100)
+    w1 = sim.send(CLIENT, "C8", nfrags=nfrags, wakee=SERVER, rx_step="S1")
+    sim.step(CLIENT, "C9", 50)
+    sim.step(CLIENT, "C11", 50)
+    sim.sleep(CLIENT, "C14")
+    sim.resume(SERVER, w1, 500, "S2")
+    for s in ("S3", "S4", "S5", "S6", "S7", "S8"):
+        sim.step(SERVER, s, 100)
+    w2 = sim.send(SERVER, "S9", wakee=CLIENT, rx_step="C15")
+    sim.step(SERVER, "S10", 50)
+    sim.step(SERVER, "S11", 50)
+    sim.sleep(SERVER, "S14")
+    sim.resume(CLIENT, w2, 700, "C16")
+    for s in ("C17", "C18", "C19", "C20", "C21"):
+        sim.step(CLIENT, s, 100)
+    return w1, w2
+
+
+def test_single_packet_path_and_slack():
+    sim = Sim()
+    w1, w2 = _one_packet_call(sim)
+    segs, probs, occs = sim.walk()
+    assert probs == []
+    end = sim.clock[CLIENT]
+    _check_contiguous(segs, 0, end)
+    assert _names(segs) == ["C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8'", "C8''", "S1", "S2", "S3", "S4", "S5",
+                            "S6", "S7", "S8", "S9'", "S9''", "C15", "C16", "C17", "C18", "C19", "C20", "C21"]
+    d = {n: e - b for n, b, e, _ in segs}
+    assert d["C8''"] == 10 and d["S1"] == 90 and d["S2"] == 500 and d["C15"] == 90 and d["C16"] == 700
+    sl = rtp.slack(occs, segs, end)
+    # Client: C9..C14 and the rest of C8'' end at the switch out; the path needs the client at the waking.
+    client_idle = [b for b, _, n, _ in sim.labels[CLIENT] if n == "C14"][0] + 50
+    for s in ("C9", "C11", "C14", "C8''"):
+        assert sl[s][1] == w2 - client_idle
+    assert sl["C9"][0] == 50 and sl["C8''"][0] == 200 - 10 - 90
+    # Server tail: never needed again in this call: slack to the call end.
+    server_idle = [b for b, _, n, _ in sim.labels[SERVER] if n == "S14"][0] + 50
+    for s in ("S10", "S11", "S14"):
+        assert sl[s][1] == end - server_idle
+    assert "C1" not in sl and "S4" not in sl
+    assert all(v[1] >= 0 for v in sl.values())
+
+
+def test_three_fragments_only_the_last_wakes_the_server():
+    sim = Sim()
+    _one_packet_call(sim, nfrags=3)
+    segs, probs, _ = sim.walk()
+    assert probs == []
+    _check_contiguous(segs, 0, sim.clock[CLIENT])
+    names = _names(segs)
+    assert names[:10] == ["C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8'", "C8''", "S1"]
+    assert "network" not in names and names.count("S1") == 1
+    d = {n: e - b for n, b, e, _ in segs}
+    # C8'' on the path: the first two fragments (their softirqs included) and the third up to its softirq.
+    assert d["C8''"] == 2 * 200 + 10
+
+
+def test_two_windows_with_an_ack():
+    sim = Sim()
+    for s in ("C1", "C2", "C3", "C4", "C5", "C6", "C7"):
+        sim.step(CLIENT, s, 100)
+    w1 = sim.send(CLIENT, "C8", wakee=SERVER, rx_step="S1")
+    sim.sleep(CLIENT, "C14")
+    sim.resume(SERVER, w1, 400, "S2")
+    for s in ("S3", "S4", "S16", "S15", "S8"):
+        sim.step(SERVER, s, 100)
+    wa = sim.send(SERVER, "S9", wakee=CLIENT, rx_step="C15")       # the window acknowledgement
+    sim.sleep(SERVER, "S14")
+    sim.resume(CLIENT, wa, 600, "C16")
+    for s in ("C17", "C18", "C22", "C7"):
+        sim.step(CLIENT, s, 100)
+    w2 = sim.send(CLIENT, "C8", nfrags=2, wakee=SERVER, rx_step="S1")   # the second window
+    sim.sleep(CLIENT, "C14")
+    sim.resume(SERVER, w2, 300, "S2")
+    for s in ("S3", "S4", "S16", "S5", "S6", "S7", "S8"):
+        sim.step(SERVER, s, 100)
+    w3 = sim.send(SERVER, "S9", wakee=CLIENT, rx_step="C15")       # the reply
+    sim.sleep(SERVER, "S14")
+    sim.resume(CLIENT, w3, 800, "C16")
+    for s in ("C17", "C18", "C19", "C20", "C21"):
+        sim.step(CLIENT, s, 100)
+    segs, probs, occs = sim.walk()
+    assert probs == []
+    _check_contiguous(segs, 0, sim.clock[CLIENT])
+    names = _names(segs)
+    assert names == ["C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8'", "C8''", "S1", "S2", "S3", "S4", "S16", "S15",
+                     "S8", "S9'", "S9''", "C15", "C16", "C17", "C18", "C22", "C7", "C8'", "C8''", "S1", "S2", "S3",
+                     "S4", "S16", "S5", "S6", "S7", "S8", "S9'", "S9''", "C15", "C16", "C17", "C18", "C19", "C20",
+                     "C21"]
+    sl = rtp.slack(occs, segs, sim.clock[CLIENT])
+    assert set(sl) >= {"C14", "S14", "C8''", "S9''"} and all(v[1] >= 0 for v in sl.values())
+
+
+def test_graph_states_and_links():
+    sim = Sim()
+    w1, w2 = _one_packet_call(sim)
+    g = sim.graph()
+    st = g.states(SERVER, 0, sim.clock[CLIENT])
+    kinds = [s for _, _, s in st]
+    assert kinds[:3] == ["blocked", "wakeup", "running"]
+    assert st[0][1] == w1 and st[1] == (w1, w1 + 500, "wakeup")
+    assert any(s.startswith("interrupted (softirq NET_RX)") for s in kinds)
+    w = g.wakeup_before(CLIENT, w2 + 700, 0)
+    assert w["ts"] == w2 and w["waker"] == SERVER and w["context"] == "softirq NET_RX"
+    xs, rs, skbs = g.packet_links()
+    assert len(xs) == 2 and all(r > x for x, r in zip(xs, rs))
+    assert g.current(CPU[CLIENT], w2 + 699) == IDLE and g.current(CPU[CLIENT], w2 + 700) == CLIENT
+
+
+def test_preempted_time_is_on_the_path():
+    sim = Sim()
+    sim.step(CLIENT, "C1", 100)
+    sim.ev(100, 0, CLIENT, "sched_switch", tid2=99, state=0)       # preempted by another task
+    sim.ev(400, 0, 99, "sched_switch", tid2=CLIENT, state=1)
+    sim.clock[CLIENT] = 400
+    sim.step(CLIENT, "C2", 100)
+    segs, probs, _ = sim.walk()
+    assert _names(segs) == ["C1", "preempted", "C2"] and probs == []
+
+
+# ---------------------------------------------------------------- the committed real run
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rtp") / "run"
+    shutil.copytree(RUN, d, ignore=shutil.ignore_patterns("analysis"))
+    return rtp.analyze_rtp(d, per_rpc=True), d
+
+
+def test_real_run_sums_to_rtt(real):
+    out, d = real
+    assert (d / "analysis" / "rtp.json").exists()
+    for c in out["cases"]:
+        assert c["walked"] == c["rpcs"] > 0
+        for p in c["per_rpc"]:
+            assert abs(p["sum_ns"] - p["rtt_ns"]) <= 1000
+
+
+def test_real_run_steps_on_the_path(real):
+    out, _ = real
+    for c in out["cases"]:
+        for p in c["per_rpc"]:
+            on = {s[0] for s in p["segments"]}
+            for s in ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C18", "C19", "C20", "C21"):
+                assert s in on, (c["case"], s)
+            if c["size"] == 0:        # a one-packet call: the server's receive .. send is on the path
+                for s in ("S4", "S5", "S6", "S7", "S8", "S9'"):
+                    assert s in on, (c["case"], s)
+            for name, (off, sl) in p["slack"].items():
+                assert sl >= 0 and off > 0
+        # Overlapped as in DCE's Figure 5 (here every RPC): the client's C9-C14, the server's S10-S14.
+        over = {r["step"] for r in c["overlapped"]}
+        assert {"C9", "C10", "C11", "C14", "S10", "S11", "S14"} <= over
+        path = {r["segment"]: r for r in c["path"]}
+        assert path["C16"]["on_path_frac"] == 1.0 and path["S2"]["on_path_frac"] == 1.0
+
+
+def test_rtp_steps_for_the_model(real):
+    _, d = real
+    st = rtp.rtp_steps(d)
+    assert set(st) == {0, 8032}
+    assert "C14" not in st[0] and "S10" not in st[0]
+    assert st[0]["C8'"]["count"] == 1 and st[8032]["C8'"]["count"] == 2
+    assert st[8032]["S4"]["count"] == 3
+
+
+def _cli(argv, capsys):
+    import argparse
+    from rpcscope.analysis import rtp_cli
+    from rpcscope.output import UserError
+    ap = argparse.ArgumentParser(prog="rpcscope")
+    rtp_cli.register(ap.add_subparsers())
+    try:
+        args = ap.parse_args(argv)
+        rc = args.func(args)
+    except UserError as e:
+        rc, err = 1, str(e)
+    except SystemExit as e:
+        rc, err = e.code, ""
+    else:
+        err = ""
+    out = capsys.readouterr()
+    return rc, out.out, out.err + err
+
+
+def test_cli(real, tmp_path, capsys):
+    _, d = real
+    rc, out, _ = _cli(["rtp", "--help"], capsys)
+    assert rc == 0 and "examples:" in out
+    rc, out, err = _cli(["rtp", str(d), "--quiet"], capsys)
+    assert rc == 0, err
+    assert "udp-maxarg-0" in out and "slack" in out and "veth" in out
+    rc, out, _ = _cli(["rtp", str(d), "--json", "--case", "udp-maxarg-0"], capsys)
+    j = json.loads(out)
+    assert j["format"] == "rpcscope-rtp/1" and [c["case"] for c in j["cases"]] == ["udp-maxarg-0"]
+    rc, out, err = _cli(["rtp", str(d), "--case", "udp-maxarg-0", "--rpc", "0"], capsys)
+    assert rc == 0 and "C21" in out
+    rc, out, err = _cli(["rtp", str(tmp_path)], capsys)
+    assert rc != 0 and "manifest" in err
+
+
+def test_registered_in_the_cli():
+    src = (pathlib.Path(__file__).parents[2] / "rpcscope" / "cli.py").read_text()
+    assert '"rpcscope.analysis.rtp_cli"' in src

@@ -279,6 +279,28 @@ def fit(costs, holdout=(), steps=None, predict=()):
     return model
 
 
+def with_rtp(costs, rtp):
+    """Restrict the terms to the measured round-trip path (analysis/rtp.py's rtp_steps: {size: {step:
+    {"count", "median_ns"}}}): each path step costs its median time ON the path (at most the step's own
+    median, which may be probe-corrected), counted as often as
+    the path visited it; at a size where the step is off the path its count is 0. Returns (costs, steps)."""
+    costs = copy.deepcopy(costs)
+    on = {st for v in rtp.values() for st in v if st in STEP_RULES}
+    steps = [st for st in STEP_RULES if st in on]
+    for size, v in costs.sizes.items():
+        path = rtp.get(size, {})
+        for st in steps:
+            if st in path:
+                # The time on the path, but never more than the step's own (e.g. probe-corrected) median.
+                own = (v.get(st) or {}).get("median_ns")
+                med = path[st]["median_ns"] if own is None else min(own, path[st]["median_ns"])
+                v[st] = dict(v.get(st) or {}, median_ns=med, count=path[st]["count"])
+            else:
+                v[st] = dict(v.get(st) or {}, count=0)
+    costs.source += " + measured round-trip path (rtp.json)"
+    return costs, steps
+
+
 def _fit_linear(pts):
     """Least squares of each size's per-RPC total T = n*a + n*bytes*b (n occurrences of mean
     `bytes`): the fit minimises the error of the step's share of the RTT. A constant where the

@@ -10,7 +10,8 @@ from . import whatif as W
 MODEL_EPILOG = """examples:
   rpcscope model --paper dce                          the DCE study's Table 2 as a model: counts, unit costs, % error
   rpcscope model runs/maxarg-udp                      fit the run's analysis/steps.json (rpcscope analyze), write
-                                                      runs/maxarg-udp/analysis/model.json
+                                                      runs/maxarg-udp/analysis/model.json; with analysis/rtp.json
+                                                      (rpcscope rtp) only the steps on the measured path count
   rpcscope model costs.json --holdout 8032,16064      fit without those sizes, predict them (goal: |err| <= 5 %)
   rpcscope model costs.json --predict 12048 --out m.json --json
   rpcscope model costs.json --steps "C1,C2,C8',S1,S2,S4,C15,C16,C18"   choose the round-trip-path terms
@@ -105,6 +106,11 @@ def cmd_model(args):
         try:
             costs = M.load_costs(args.input, corrected=args.corrected, proc=args.proc, transport=args.transport)
             steps = [s.strip() for s in args.steps.split(",") if s.strip()] if args.steps else None
+            if steps is None and not args.catalog_rtp:
+                from .rtp import rtp_steps
+                path = rtp_steps(args.input, transport=costs.params.get("transport"), proc=costs.params.get("proc"))
+                if path:
+                    costs, steps = M.with_rtp(costs, path)
             m = M.fit(costs, holdout=_sizes(args.holdout), steps=steps, predict=_sizes(args.predict))
         except ValueError as e:
             raise UserError(str(e)) from None
@@ -196,6 +202,8 @@ def register(subparsers):
     ap.add_argument("--predict", metavar="SIZES", help="extra sizes to calculate (no measurement)")
     ap.add_argument("--steps", metavar="IDS", help="comma-separated terms (default: the catalog's rtp steps, "
                     "C8'/S9' for C8/S9 when measured)")
+    ap.add_argument("--catalog-rtp", action="store_true", help="use the catalog's rtp steps even when the run has "
+                    "analysis/rtp.json (by default, `rpcscope rtp`'s measured path: its steps, on-path time, counts)")
     ap.add_argument("--corrected", action="store_true", help="from steps.json: use probe-corrected medians")
     ap.add_argument("--proc", help="from steps.json: the procedure, when the run has several")
     ap.add_argument("--transport", help="from steps.json: the transport, when the run has several")

@@ -379,8 +379,8 @@ def rtp_steps(path, transport=None, proc=None, min_frac=0.5):
     """{size: {step: {"count", "median_ns"}}} of the steps on the measured path (in at least
     min_frac of the RPCs) from an rtp.json (a file, a run directory or its analysis/), for the model."""
     p = pathlib.Path(path)
-    for cand in (p, p / "rtp.json", p / "analysis" / "rtp.json"):
-        if cand.is_file():
+    for cand in (p, p / "rtp.json", p / "analysis" / "rtp.json", p.parent / "rtp.json"):
+        if cand.is_file() and cand.name == "rtp.json":
             p = cand
             break
     else:

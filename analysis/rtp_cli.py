@@ -67,7 +67,7 @@ def cmd_rtp(args):
     if args.case and not cases:
         raise UserError(f"no case {args.case!r} (cases: {', '.join(c['case'] for c in res['cases'])})")
     if args.json:
-        emit_json(dict(res, cases=cases))
+        emit_json(dict(res, cases=cases), out=sys.stdout)
         return 0
     if args.rpc is not None:
         c = cases[0]

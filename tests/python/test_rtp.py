@@ -316,3 +316,27 @@ def test_cli(real, tmp_path, capsys):
 def test_registered_in_the_cli():
     src = (pathlib.Path(__file__).parents[2] / "rpcscope" / "cli.py").read_text()
     assert '"rpcscope.analysis.rtp_cli"' in src
+
+
+def test_model_sums_only_the_measured_path(real, capsys):
+    from rpcscope.analysis import model as M
+    from rpcscope.analysis import model_cli
+    from rpcscope.analysis.steps import analyze
+    _, d = real
+    analyze(d)
+    costs = M.load_costs(d)
+    path = rtp.rtp_steps(d, transport="udp", proc="maxarg")
+    c2, steps = M.with_rtp(costs, path)
+    assert "C14" not in steps and "S10" not in steps and "C8'" in steps and "S1" in steps
+    assert "C22" in steps and c2.sizes[0]["C22"]["count"] == 0 and c2.sizes[8032]["C22"]["count"] == 1
+    m = M.fit(c2, steps=steps)
+    for s in (0, 8032):
+        calc = m.calculated(s) * 1000
+        on_steps = sum(v["median_ns"] * 1 for k, v in path[s].items() if k in steps)
+        assert calc == pytest.approx(on_steps, rel=0.3)
+    import argparse
+    ap = argparse.ArgumentParser()
+    model_cli.register(ap.add_subparsers())
+    args = ap.parse_args(["model", str(d), "--out", str(d / "m.json")])
+    assert args.func(args) == 0
+    assert "measured round-trip path" in capsys.readouterr().out

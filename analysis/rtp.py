@@ -195,7 +195,8 @@ def walk(graph, labels, client_tid, begin, end, roles=None):
         wrole = roles.get(T)
         ctx = w["context"]
         net = ctx == "softirq NET_RX" and w["softirq"]
-        add(lab if lab in _WAKE_STEPS else _INFERRED[wrole][1] if net and wrole in _INFERRED else "wakeup latency",
+        add(lab if lab in _WAKE_STEPS else _INFERRED[wrole][1] if net and wrole in _INFERRED else
+            f"wakeup latency ({ctx})",
             w["ts"], t, T)
         if net:
             se = w["softirq"][0]

@@ -221,6 +221,43 @@ def test_graph_states_and_links():
     assert g.current(CPU[CLIENT], w2 + 699) == IDLE and g.current(CPU[CLIENT], w2 + 700) == CLIENT
 
 
+def test_executor_handoff_is_a_task_wakeup():
+    LISTENER = 30
+    CPU[LISTENER] = 2
+    try:
+        sim = Sim()
+        sim.labels[LISTENER] = []
+        sim.clock[LISTENER] = 0
+        sim.ev(-1000, 2, LISTENER, "sched_switch", tid2=IDLE, state=1)
+        for st in ("C1", "C7"):
+            sim.step(CLIENT, st, 100)
+        w1 = sim.send(CLIENT, "C8", wakee=LISTENER, rx_step="S1")
+        sim.sleep(CLIENT, "C14")
+        sim.resume(LISTENER, w1, 400, "S2")
+        sim.step(LISTENER, "S4", 100)
+        sim.step(LISTENER, "S5", 100)
+        h = sim.clock[LISTENER]
+        sim.ev(h, 2, LISTENER, "sched_waking", tid2=SERVER, vec=1)      # futex wake of the executor
+        sim.step(LISTENER, "S12", 100)
+        sim.sleep(LISTENER, "S14")
+        sim.ev(h + 300, 1, IDLE, "sched_switch", tid2=SERVER, state=0)
+        sim.clock[SERVER] = h + 300
+        sim.step(SERVER, "S6", 100)
+        w2 = sim.send(SERVER, "S9", wakee=CLIENT, rx_step="C15")
+        sim.sleep(SERVER, "S14")
+        sim.resume(CLIENT, w2, 500, "C16")
+        sim.step(CLIENT, "C21", 100)
+        labels = {t: rtp._Labels(v) for t, v in sim.labels.items()}
+        g = Graph(_Ev(sim.rows, sim.names), threads=[CLIENT, SERVER, LISTENER])
+        segs, probs = rtp.walk(g, labels, CLIENT, 0, sim.clock[CLIENT], {**ROLES, LISTENER: "server"})
+        assert probs == []
+        _check_contiguous(segs, 0, sim.clock[CLIENT])
+        assert _names(segs) == ["C1", "C7", "C8'", "C8''", "S1", "S2", "S4", "S5", "wakeup latency (task)", "S6",
+                                "S9'", "S9''", "C15", "C16", "C21"]
+    finally:
+        del CPU[LISTENER]
+
+
 def test_preempted_time_is_on_the_path():
     sim = Sim()
     sim.step(CLIENT, "C1", 100)

@@ -282,7 +282,7 @@ class Sessiond:
     @staticmethod
     def running():
         p = subprocess.run(["pgrep", "-u", "root", "-x", "lttng-sessiond"], capture_output=True, text=True)
-        return [int(x) for x in p.stdout.split()]
+        return [int(x) for x in p.stdout.split() if _alive(int(x))]   # a zombie is not a daemon
 
     def ensure(self):
         if self.running():
@@ -290,8 +290,10 @@ class Sessiond:
         p = subprocess.run(["lttng-sessiond", "--daemonize"], capture_output=True, text=True, timeout=30)
         if p.returncode != 0:
             raise UserError(f"lttng-sessiond could not start: {p.stderr.strip()[-300:]}")
+        # The daemon forks a run-as helper of the same name: keep the one whose parent is not a sessiond.
         pids = self.running()
-        self.started_pid = max(pids) if pids else None
+        main = [pid for pid in pids if _ppid(pid) not in pids]
+        self.started_pid = min(main or pids) if pids else None
 
     def restore(self):
         pid = self.started_pid
@@ -304,6 +306,14 @@ class Sessiond:
                 break
             time.sleep(0.05)
         self.started_pid = None
+
+
+def _ppid(pid):
+    st = _read(f"/proc/{pid}/stat", "")
+    try:
+        return int(st.rsplit(")", 1)[1].split()[1])
+    except (IndexError, ValueError):
+        return None
 
 
 def _alive(pid):

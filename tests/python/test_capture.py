@@ -114,6 +114,20 @@ def test_bad_input_fails_before_anything_starts(tmp_path):
         assert not out.exists()
 
 
+def test_missing_perf_is_named_before_anything_starts(testbed, tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for t in ("ip", "tc", "taskset", "lttng", "lttng-sessiond", "babeltrace2", "pgrep", "git", "nft", "sh"):
+        real = shutil.which(t, path="/usr/sbin:/usr/bin:/sbin:/bin")
+        if real:
+            (bindir / t).symlink_to(real)
+    out = tmp_path / "run"
+    p = subprocess.run(RPCSCOPE + ["capture", "--sizes", "0", "--kernel", "perf", "--out", str(out)], cwd=REPO,
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "PATH": str(bindir)})
+    assert p.returncode == 2 and "'perf' was not found" in p.stderr and "--kernel none" in p.stderr, p.stderr
+    assert not out.exists() and leftovers(out) == []
+
+
 def test_lttng_kernel_command_lines():
     """The LTTng-kernel collector (lttng-modules cannot load here): its command lines as documented."""
     cmds = clttng.lttng_kernel_commands("s", "/o/kernel", ["net:net_dev_xmit", "net:netif_receive_skb",
@@ -165,11 +179,15 @@ def _kernel_events(kdir):
 
 @pytest.fixture(scope="module")
 def run(testbed, tmp_path_factory):
+    from rpcscope.collectors.capture import Sessiond
+    sessiond_before = set(Sessiond.running())
     out = tmp_path_factory.mktemp("capture") / "run"
     p = rpcscope("capture", "--sizes", "0,4016", "--proc", "maxarg", "--transport", "udp,tcp",
                  "--calls", str(CALLS), "--warmup", str(WARMUP), "--kernel", "perf", "--calibration", "quick",
                  "--calibration-calls", "1000", "--out", str(out), timeout=600)
     print(p.stdout)
+    # lttng-sessiond is left as found (started and stopped again, or the running one left alone).
+    assert set(Sessiond.running()) == sessiond_before
     return out
 
 
@@ -285,12 +303,19 @@ def test_capture_through_ansible_on_the_testbed_inventory(testbed, tmp_path):
     """ansible/capture.yml, as on real hosts: each host its own session and perf; traces fetched per host.
     (On this testbed the hosts share a kernel and a session daemon, so each host's traces also hold the
     other's events; real hosts do not.)"""
-    d = rpcscope("deploy", "--json", timeout=900)
-    assert json.loads(d.stdout)["ok"], d.stdout[-3000:]
-    out = tmp_path / "remote"
     inv = REPO / "ansible" / "inventories" / "local" / "hosts.yml"
-    rpcscope("capture", "--inventory", str(inv), "--kernel", "perf", "--sizes", "0", "--calls", "200",
-             "--warmup", "20", "--out", str(out), timeout=900)
+    out = tmp_path / "remote"
+    try:
+        d = rpcscope("deploy", "--json", timeout=900)
+        assert json.loads(d.stdout)["ok"], d.stdout[-3000:]
+        rpcscope("capture", "--inventory", str(inv), "--kernel", "perf", "--sizes", "0", "--calls", "200",
+                 "--warmup", "20", "--out", str(out), timeout=900)
+    finally:
+        # Stop what deploy started (its lttng-sessiond), as test_testbed does.
+        env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
+               "PATH": f"{pathlib.Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        subprocess.run([str(pathlib.Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv), "teardown.yml"],
+                       cwd=REPO / "ansible", env=env, capture_output=True, timeout=300)
     m = json.loads((out / "manifest.json").read_text())
     assert m["complete"] and m["testbed"]["kind"] == "inventory" and not m["testbed"]["shared_kernel"]
     assert set(m["hosts"]) == {CLIENT, SERVER} and all(h["kernel"] and h["cpu_model"] for h in m["hosts"].values())

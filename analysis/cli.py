@@ -23,9 +23,9 @@ runs/NAME/analysis/cache/. "n/a": the run's conditions rule the step out;
 
 
 class _Progress:
-    def __init__(self, out=sys.stderr):
-        self.out = out
-        self.tty = out.isatty()
+    def __init__(self, out=None):
+        self.out = out or sys.stderr  # resolved per call: sys.stderr may be replaced after import
+        self.tty = self.out.isatty()
 
     def __call__(self, k, ncases, case_id, done, total):
         if not self.tty:

@@ -26,8 +26,11 @@ Needs the kernel trace (rpcscope capture --kernel perf|lttng).
 
 
 class _Progress:
-    def __init__(self, out=sys.stderr):
-        self.out, self.tty = out, out.isatty()
+    def __init__(self, out=None):
+        # Resolve the stream now, not at import: a default bound at import time
+        # outlives a replaced (and closed) sys.stderr.
+        self.out = out or sys.stderr
+        self.tty = self.out.isatty()
 
     def __call__(self, k, n, case_id, done, total):
         if self.tty:

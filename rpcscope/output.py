@@ -7,8 +7,9 @@ class UserError(Exception):
     """An error the user can fix; the CLI prints it without a traceback and exits 2."""
 
 
-def table(rows, columns, out=sys.stdout):
+def table(rows, columns, out=None):
     """Print rows (dicts) as an aligned text table with the given column keys."""
+    out = out or sys.stdout  # resolved per call: sys.stdout may be replaced after import
     cells = [[_fmt(r.get(c, "")) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths)), file=out)
@@ -17,7 +18,8 @@ def table(rows, columns, out=sys.stdout):
         print("  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(row, widths)), file=out)
 
 
-def emit_json(obj, out=sys.stdout):
+def emit_json(obj, out=None):
+    out = out or sys.stdout
     json.dump(obj, out, indent=2, sort_keys=False, default=str)
     out.write("\n")
 

@@ -45,8 +45,8 @@ def sessiond():
         yield None
         return
     subprocess.run(["lttng-sessiond", "--daemonize"], check=True)
-    pid = int(subprocess.run(["pgrep", "-xn", "lttng-sessiond"], capture_output=True, text=True,
-                             check=True).stdout.split()[0])
+    # The daemon writes its pid here; `pgrep -n` could pick its run-as helper instead.
+    pid = int(pathlib.Path("/var/run/lttng/lttng-sessiond.pid").read_text().split()[0])
     try:
         yield pid
     finally:

@@ -191,7 +191,7 @@ def cmd_whatif(args):
 
 def register(subparsers):
     ap = subparsers.add_parser(
-        "model", help="RTT model: fit unit costs per step, calculated RTT = sum of count x unit cost, % error",
+        "model", help="RTT model: fit unit costs per step, calculated RTT = sum of count x unit cost, %% error",
         description="Fit each round-trip-path step's unit cost (a + b x bytes) over the captured sizes, count "
                     "its occurrences per size from the protocol's packet and window arithmetic, and compare "
                     "the calculated RTT with the measured (untraced) one, as the DCE study's Table 2.",

@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "rpcscope.analysis.cli",
     "rpcscope.analysis.model_cli",
     "rpcscope.analysis.rtp_cli",
+    "rpcscope.reports.cli",
 ]
 
 EPILOG = """examples:

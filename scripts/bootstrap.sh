@@ -10,6 +10,7 @@ PACKAGES=(
   build-essential clang llvm libclang-rt-14-dev pkg-config
   lttng-tools liblttng-ust-dev babeltrace2 python3-bt2 libbabeltrace2-dev linux-perf valgrind
   python3-venv python3-dev sockperf
+  chromium
   openssh-server openssh-client openssh-sftp-server iproute2 nftables procps psmisc
   util-linux git tar python3-apt
 )

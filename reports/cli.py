@@ -1,0 +1,61 @@
+"""`rpcscope report runs/NAME`: report.md and a self-contained index.html of one run."""
+import argparse
+from pathlib import Path
+
+from rpcscope.output import UserError, emit_json
+
+EPILOG = """examples:
+  rpcscope analyze runs/maxarg-udp && rpcscope model runs/maxarg-udp && rpcscope report runs/maxarg-udp
+  rpcscope report runs/maxarg-udp                 writes runs/maxarg-udp/report/{report.md,index.html,fig-*.svg}
+  rpcscope report runs/maxarg-udp --per-rpc       also rebuild every RPC from the traces: per-RPC RTT histograms
+  rpcscope report runs/maxarg-udp --out /tmp/r --json
+
+The report reads runs/NAME/manifest.json and, when there, analysis/steps.json (rpcscope analyze),
+analysis/model.json (rpcscope model) and analysis/rtp.json (the measured round trip path; without it
+the RTP diagrams use the catalog's rtp flags and say so). Every table and figure names its source
+file and columns. The same figures in Jupyter: reports/notebooks/rpcscope.ipynb (RPCSCOPE_RUN=runs/NAME).
+"""
+
+
+def cmd_report(args):
+    from .data import ReportError, load
+    from .report import build, write
+    try:
+        d = load(args.run, per_rpc=args.per_rpc)
+    except ReportError as e:
+        raise UserError(str(e)) from None
+    rep = build(d)
+    out = write(rep, args.out or Path(args.run) / "report")
+    if args.json:
+        emit_json({**out, "summary": rep.headline})
+        return 0
+    h = rep.headline
+    print(f"report: {out['html']}")
+    print(f"        {out['markdown']} ({len(out['figures'])} figures)")
+    print(f"run {h['run']}: {h['cases']} cases; analysis {'yes' if h['analysis'] else 'no'}, "
+          f"model {'yes' if h['model'] else 'no'}, round trip path {'measured' if h['rtp_measured'] else 'catalog flags'}")
+    for r in h["rtt"]:
+        t, u = r["traced_p50_us"], r["untraced_p50_us"]
+        print(f"  {r['case']}: traced p50 {t:.1f} us, untraced p50 {u:.1f} us" if t and u else f"  {r['case']}")
+    for z, e in (h.get("model_percent_error") or {}).items():
+        if e is not None:
+            print(f"  model at size {z}: {e:+.2f} % error")
+    for m in h["missing"]:
+        print(f"missing: {m}")
+    return 0
+
+
+def register(subparsers):
+    ap = subparsers.add_parser(
+        "report", help="write a run's report: report.md and a self-contained index.html with SVG figures",
+        description="Write runs/NAME/report/: the run summary, the Table-2-style model table, per-step costs, "
+                    "round-trip-path diagrams (Figure 5 style), RTT vs size with packet boundaries, latency "
+                    "distributions, traced vs untraced.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run", metavar="runs/NAME", help="a run directory (rpcscope capture), ideally analysed")
+    ap.add_argument("--out", metavar="DIR", help="where to write (default runs/NAME/report)")
+    ap.add_argument("--per-rpc", action="store_true",
+                    help="rebuild every RPC from the traces for per-RPC RTT distributions (slower)")
+    ap.add_argument("--json", action="store_true", help="print the written paths and a summary as JSON")
+    ap.set_defaults(func=cmd_report)
+    return ap

@@ -1,0 +1,189 @@
+"""Everything a report shows about one run, read from the run directory, each value with its source.
+
+    from rpcscope.reports.data import load
+    d = load("runs/NAME")
+    d.summary          [{"item", "value", "source"}]
+    d.steps            analysis/steps.json rows (or [] and d.missing says how to make them)
+    d.rtt              analysis/steps.json "rtt" rows
+    d.model            analysis/model.json (dict) or None
+    d.rtp              analysis/rtp.json (dict) or None
+    d.latency(case)    per-case latency samples / percentiles for the distribution figures
+
+Nothing here writes; nothing here needs numpy unless per-RPC RTTs are rebuilt from the traces.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PCTS = (("min", 0.0), ("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
+
+
+class ReportError(Exception):
+    pass
+
+
+def _read_json(p):
+    try:
+        return json.loads(Path(p).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise ReportError(f"{p}: unreadable: {e}") from None
+
+
+@dataclass
+class RunData:
+    path: Path
+    manifest: dict
+    steps_json: dict | None
+    model: dict | None
+    rtp: dict | None
+    missing: list = field(default_factory=list)      # what is absent and how to make it
+    per_rpc: dict = field(default_factory=dict)      # case id -> [traced RTT us] (from traces)
+    per_rpc_source: str = ""
+
+    @property
+    def name(self):
+        return self.path.name
+
+    @property
+    def cases(self):
+        return [c for c in self.manifest.get("cases", [])]
+
+    @property
+    def steps(self):
+        return (self.steps_json or {}).get("steps", [])
+
+    @property
+    def rtt(self):
+        return (self.steps_json or {}).get("rtt", [])
+
+    # ------------------------------------------------------------ summary
+    @property
+    def summary(self):
+        m = self.manifest
+        p = m.get("params", {})
+        tb = m.get("testbed", {})
+        link = tb.get("link") or {}
+        out = []
+
+        def add(item, value, source):
+            if value not in (None, "", [], {}):
+                out.append({"item": item, "value": value, "source": source})
+
+        add("run", str(self.path), "command line")
+        add("created / finished", f"{m.get('created', '?')} / {m.get('finished', '?')}", "manifest.json created, finished")
+        add("complete", f"{m.get('complete')} (interrupted: {m.get('interrupted')})", "manifest.json complete, interrupted")
+        add("git commit", m.get("git_commit"), "manifest.json git_commit")
+        add("procedure, sizes, transports",
+            f"{p.get('proc')}; sizes {', '.join(map(str, p.get('sizes', [])))}; {', '.join(p.get('transports', []))}",
+            "manifest.json params.proc, params.sizes, params.transports")
+        add("calls per case (warm-up)", f"{p.get('calls')} ({p.get('warmup')})", "manifest.json params.calls, params.warmup")
+        add("testbed", f"{tb.get('kind')} (shared kernel: {tb.get('shared_kernel')}); devices "
+            f"{', '.join(tb.get('devices', []))}", "manifest.json testbed.kind, shared_kernel, devices")
+        add("link", f"rate {link.get('rate')}, MTU {link.get('mtu')}, loss {link.get('loss')}"
+            + (f", kind {link['kind']}" if link.get("kind") else ""), "manifest.json testbed.link")
+        for name, h in (m.get("hosts") or {}).items():
+            add(f"host {name}", f"{h.get('role')}, {h.get('address')}, CPUs {h.get('cpus')}, {h.get('cpu_model')}, "
+                f"kernel {h.get('kernel')}, clocksource {h.get('clocksource')}", f"manifest.json hosts.{name}")
+        add("CPU placement", m.get("placement") or p.get("placement"), "manifest.json placement")
+        add("waiting mode", f"client {m.get('wait')}; server {m.get('server_wait')}; server executors "
+            f"{m.get('server_executors')} ({'inline' if not m.get('server_executors') else 'pool'})",
+            "manifest.json wait, server_wait, server_executors")
+        add("kernel collector, clock", f"{m.get('kernel_collector')}, {m.get('clock')}, kernel clock aligned to UST: "
+            f"{m.get('kernel_clock_aligned_to_ust')}", "manifest.json kernel_collector, clock, kernel_clock_aligned_to_ust")
+        add("tool versions", ", ".join(f"{k} {v}" for k, v in (m.get("tools") or {}).items()), "manifest.json tools")
+        add("untraced build", p.get("untraced"), "manifest.json params.untraced")
+        add("calibration", ", ".join(f"{h}: UST event {c.get('ust_event_ns')} ns, kernel event "
+                                     f"{(c.get('kernel_event_ns') or {}).get('all')} ns"
+                                     for h, c in (m.get("calibration") or {}).items()) or "none (corrected = raw)",
+            "manifest.json calibration.HOST.ust_event_ns, kernel_event_ns.all")
+        cs = m.get("clock_sync") or (self.steps_json or {}).get("clock_sync")
+        if cs:
+            src = "manifest.json clock_sync" if m.get("clock_sync") else "analysis/steps.json clock_sync"
+            add("clock sync", json.dumps(cs) if not isinstance(cs, str) else cs, src)
+        elif tb.get("shared_kernel"):
+            add("clock sync", "not needed: client and server share one kernel clock", "manifest.json testbed.shared_kernel")
+        else:
+            add("clock sync", "not recorded", "manifest.json (no clock_sync)")
+        lossy = [c["id"] for c in self.cases if c.get("lossy")]
+        losses = {c["id"]: c.get("losses") for c in self.cases if any((c.get("losses") or {}).values())}
+        add("losses", "none" if not losses else "; ".join(f"{k}: {v}" for k, v in losses.items()),
+            "manifest.json cases[].losses")
+        add("lossy cases", ", ".join(lossy) or "none", "manifest.json cases[].lossy")
+        incomplete = [c["id"] for c in self.cases if c.get("complete") is False]
+        add("incomplete cases (skipped)", ", ".join(incomplete) or "none", "manifest.json cases[].complete")
+        excl = {}
+        for r in self.rtt:
+            for why, n in (r.get("excluded") or {}).items():
+                excl[why] = excl.get(why, 0) + n
+            for why, n in (r.get("incomplete_by_first_missing_step") or {}).items():
+                excl[f"incomplete, first missing {why}"] = excl.get(f"incomplete, first missing {why}", 0) + n
+        if self.steps_json:
+            add("excluded RPCs", "; ".join(f"{k}: {v}" for k, v in excl.items()) or "none",
+                "analysis/steps.json rtt[].excluded, rtt[].incomplete_by_first_missing_step")
+        return out
+
+    # ------------------------------------------------------------ latency
+    def latency(self, case):
+        """{name: {"kind": "samples"|"percentiles", "values": [...] or {pct: us}, "source": str}}"""
+        out = {}
+        cid = case["id"]
+        if cid in self.per_rpc:
+            out["traced (per RPC, trace)"] = {"kind": "samples", "values": self.per_rpc[cid],
+                                              "source": self.per_rpc_source}
+        for which in ("untraced", "traced"):
+            f = self.path / case.get("dir", f"cases/{cid}") / f"client-{which}.json"
+            d = _read_json(f)
+            if d and d.get("rtt_ns"):
+                pc = {k: d["rtt_ns"][k] / 1000.0 for k, _ in PCTS if d["rtt_ns"].get(k) is not None}
+                src = f"{f.relative_to(self.path)} rtt_ns.{{min,p50,p90,p99,max}}"
+            elif case.get(which):
+                pc = {k: case[which][k] / 1000.0 for k, _ in PCTS if case[which].get(k) is not None}
+                src = f"manifest.json cases[{cid}].{which}.{{min,p50,p90,p99,max}}"
+            else:
+                continue
+            out[f"{which} (client percentiles)"] = {"kind": "percentiles", "values": pc, "source": src}
+        return out
+
+
+def load(run, per_rpc=False):
+    """Read a run directory (and its analysis/ output when present). per_rpc: rebuild every RPC from the
+    traces (rpcscope.analysis) for per-RPC traced RTT distributions."""
+    path = Path(run)
+    manifest = _read_json(path / "manifest.json")
+    if manifest is None:
+        raise ReportError(f"{path} is not a run directory: no manifest.json (make one with `rpcscope capture`)")
+    a = path / "analysis"
+    sj = _read_json(a / "steps.json")
+    model = _read_json(a / "model.json")
+    rtp = _read_json(a / "rtp.json")
+    missing = []
+    if sj is None:
+        missing.append(f"analysis/steps.json: run `rpcscope analyze {path}` for the per-step tables")
+    if model is None:
+        missing.append(f"analysis/model.json: run `rpcscope model {path}` (after analyze) for the Table-2-style table")
+    if rtp is None:
+        missing.append("analysis/rtp.json: the measured round trip path is not there; the RTP diagrams use the "
+                       "catalog's rtp flags")
+    d = RunData(path, manifest, sj, model, rtp, missing)
+    if per_rpc:
+        d.per_rpc, d.per_rpc_source = per_rpc_rtts(path)
+    return d
+
+
+def per_rpc_rtts(path):
+    """Per-RPC traced RTT (c1_begin..c21_end, us) per case, rebuilt from the traces by rpcscope.analysis."""
+    import numpy as np
+
+    from rpcscope.analysis.rpcs import MEASURED
+    from rpcscope.analysis.steps import analyze
+    res = analyze(path, write=False)
+    out = {}
+    for cid, r in res["_rpcs"].items():
+        row = r.rows["RTT"]
+        m = row.status == MEASURED
+        out[cid] = (np.asarray(row.dur)[m] / 1000.0).tolist()
+    return out, "traces via rpcscope.analysis (RTT row: c1_begin..c21_end, per RPC)"

@@ -1,0 +1,509 @@
+"""`rpcscope report runs/NAME`: report.md and a self-contained index.html under runs/NAME/report/.
+
+    from rpcscope.reports.report import build, write
+    rep = build(load("runs/NAME"))     # sections: tables and SVG figures, each with its source
+    write(rep, "runs/NAME/report")     # report.md, index.html, fig-*.svg
+
+The figures and tables are the same objects the notebook (reports/notebooks/rpcscope.ipynb) shows.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+
+from . import svg
+from .data import PCTS, RunData
+
+# ------------------------------------------------------------------ report objects
+
+
+@dataclass
+class Table:
+    title: str
+    columns: list
+    rows: list
+    source: str
+    note: str = ""
+
+
+@dataclass
+class Figure:
+    name: str            # file stem: fig-NAME.svg
+    title: str
+    svg: str
+    source: str
+    note: str = ""
+
+
+@dataclass
+class Section:
+    title: str
+    items: list = field(default_factory=list)   # Table | Figure | str (a paragraph)
+
+
+@dataclass
+class Report:
+    run: str
+    sections: list
+    headline: dict
+
+    def figures(self):
+        return [i for s in self.sections for i in s.items if isinstance(i, Figure)]
+
+    def tables(self):
+        return [i for s in self.sections for i in s.items if isinstance(i, Table)]
+
+
+def _f(v, nd=2):
+    if v is None or v == "":
+        return ""
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+def _case_key(r):
+    return (r.get("transport"), r.get("proc"), int(r.get("size", 0)))
+
+
+# ------------------------------------------------------------------ sections
+
+
+def summary_section(d: RunData):
+    s = Section("Run summary")
+    s.items.append(Table("Run", ["item", "value", "source"], d.summary, "manifest.json (and analysis/steps.json), "
+                         "per row in the source column"))
+    if d.missing:
+        s.items.append("Not in this run yet: " + "; ".join(d.missing) + ".")
+    return s
+
+
+def model_section(d: RunData):
+    s = Section("Round-trip time model (Table-2 style)")
+    m = d.model
+    if not m:
+        s.items.append(f"No analysis/model.json: run `rpcscope analyze {d.path}` then `rpcscope model {d.path}` to "
+                       "fit unit costs and get calculated vs measured RTT per size.")
+    else:
+        sizes = [int(x) for x in m["sizes"]]
+        cols = ["device", "step", "unit_us"] + [c for z in sizes for c in (f"n@{z}", f"us@{z}")]
+        rows = []
+        for t in m["terms"]:
+            a, b = t["a_us"], t.get("b_us_per_byte", 0.0)
+            r = {"device": t["device"], "step": t["term"] or t["step"],
+                 "unit_us": f"{a:.3f}" + (f" + {b * 1000:.4f} ns/B" if b else "")}
+            for z in sizes:
+                ps = t["per_size"].get(str(z), {})
+                n = ps.get("count", 0)
+                r[f"n@{z}"] = n
+                r[f"us@{z}"] = f"{n * (a + b * ps.get('bytes', 0)):.2f}" if n else ""
+            rows.append(r)
+        calc, meas = m.get("calculated_us", {}), m.get("measured_us", {})
+        err = {}
+        for z in sizes:
+            c, me = calc.get(str(z)), meas.get(str(z))
+            err[z] = (me - c) * 100.0 / me if c is not None and me else None
+        for label, vals in (("sum (calculated)", calc), ("measured (untraced p50)", meas)):
+            rows.append({"device": label, **{f"us@{z}": _f(vals.get(str(z))) for z in sizes}})
+        rows.append({"device": "% error", **{f"us@{z}": _f(err[z]) for z in sizes}})
+        s.items.append(Table(
+            f"Calculated vs measured RTT per size (model: {m.get('source', '')})", cols, rows,
+            "analysis/model.json terms[].a_us, b_us_per_byte, per_size.{count,bytes} (us = count × unit(bytes)); "
+            "calculated_us, measured_us; % error = (measured − calculated) × 100 / measured",
+            "held out (predicted, not fitted): " + ", ".join(map(str, m.get("holdout", []))) if m.get("holdout") else ""))
+        for n in m.get("notes", []):
+            s.items.append(f"Model note: {n}")
+    try:
+        from rpcscope.analysis.model import paper_dce_summary, shared_dir
+        rows = paper_dce_summary()
+        s.items.append(Table(
+            "Beside it: the DCE study's Table 2 (bottom rows, as printed; µs on a 1994 HP 9000/DCE testbed)",
+            ["request_bytes", "calculated_us", "measured_us", "percent_error"], rows,
+            f"{shared_dir() / 'seeds' / 'tables' / 'dce_table2_summary.csv'} (all columns)"))
+    except (ImportError, OSError, ValueError, KeyError):
+        s.items.append("The DCE study's Table 2 (shared/seeds/tables/dce_table2_summary.csv) is not available here "
+                       "(set RPCSCOPE_SHARED).")
+    return s
+
+
+STEP_COLS = ["step", "name", "rtp", "status", "n", "median_us", "p10_us", "p90_us", "corrected_median_us",
+             "corrected_mean_us", "missing"]
+
+
+def steps_section(d: RunData):
+    s = Section("Per-step costs")
+    if not d.steps:
+        s.items.append(f"No analysis/steps.json: run `rpcscope analyze {d.path}`.")
+        return s
+    s.items.append("Per call: per-fragment and per-window steps are the per-call sum of their occurrences. "
+                   "Corrected = minus the calibrated cost of the tracepoints inside the step. "
+                   "n/a: the run's conditions rule the step out; missing: RPCs where the step applies but was not found.")
+    by = {}
+    for r in d.steps:
+        by.setdefault(r["case"], []).append(r)
+    for case, rows in by.items():
+        out = [{"step": r["step"], "name": r["name"], "rtp": {True: "yes", False: "", None: "(row)"}[r.get("rtp")],
+                "status": r["status"], "n": r["n"], "median_us": _f(r["median_us"]), "p10_us": _f(r["p10_us"]),
+                "p90_us": _f(r["p90_us"]), "corrected_median_us": _f(r["corrected_median_us"]),
+                "corrected_mean_us": _f(r["corrected_mean_us"]), "missing": r["missing"] or ""} for r in rows]
+        s.items.append(Table(f"Case {case}", STEP_COLS, out,
+                             f"analysis/steps.json steps[case={case}] columns {', '.join(STEP_COLS[1:])} "
+                             "(also analysis/steps.csv)"))
+    return s
+
+
+# --------------------------------------------------- RTP diagrams
+
+
+def _num(step):
+    m = re.match(r"[CS](\d+)", step)
+    return int(m.group(1)) if m else 0
+
+
+def _lane(step, given=None):
+    if given in svg.LANES:
+        return given
+    return "client" if step.startswith("C") else "server" if step.startswith("S") else "network"
+
+
+def _catalog_boxes(case_rows, packets_note):
+    """Boxes from the catalog's rtp flags and the step medians (not a measured path)."""
+    from rpcscope.tracepoints import STEPS
+    med = {r["step"]: r for r in case_rows}
+    cat = {st["id"]: st for st in STEPS}
+
+    def us(sid):
+        r = med.get(sid)
+        return r.get("median_us") if r else None
+
+    def applies(sid):
+        r = med.get(sid)
+        return r is None or r["status"] != "n/a"
+
+    groups = [
+        ("client", [x for x in cat if x.startswith("C") and (_num(x) <= 8 or x == "C22")]),
+        ("network", ["request"]),
+        ("server", [x for x in cat if x.startswith("S")]),
+        ("network", ["reply"]),
+        ("client", [x for x in cat if x.startswith("C") and 15 <= _num(x) <= 21]),
+    ]
+    boxes, t = [], 0.0
+    side_over = {"client": [x for x in cat if x.startswith("C") and 9 <= _num(x) <= 14],
+                 "server": [x for x in cat if x.startswith("S") and 10 <= _num(x) <= 14]}
+    anchor = {"client": "C8", "server": "S9"}
+    for lane, ids in groups:
+        for sid in ids:
+            if lane == "network":
+                boxes.append({"lane": "network", "label": f"{sid} {packets_note.get(sid, '')}".strip(),
+                              "us": None, "begin": t, "rtp": True,
+                              "tip": f"{sid}: in flight (not measured; a virtual link's wire time is inside C8''/S9'')"})
+                continue
+            if not cat[sid]["rtp"] or not applies(sid):
+                continue
+            u = us(sid) or 0.0
+            boxes.append({"lane": lane, "label": f"{sid} {cat[sid]['name']}", "us": us(sid), "begin": t, "rtp": True})
+            t += u
+            if sid == anchor.get(lane):
+                t2 = t
+                for o in side_over[lane]:
+                    if not applies(o):
+                        continue
+                    uo = us(o) or 0.0
+                    boxes.append({"lane": lane, "label": o, "us": us(o), "begin": t2, "rtp": False,
+                                  "tip": f"{o} {cat[o]['name']}: {uo:.2f} µs (overlapped)"})
+                    t2 += uo
+    return boxes
+
+
+def _rtp_json_boxes(entry):
+    """Boxes from analysis/rtp.json's entry for one size: {"rtp": [...], "overlapped": [...]}; steps as ids
+    or dicts (step/id, us/median_us/duration_us, begin_us/start_us, side/lane, slack_us)."""
+    def norm(x):
+        if isinstance(x, str):
+            return {"step": x}
+        return dict(x)
+
+    boxes, t = [], 0.0
+    ends = {}
+    for x in map(norm, entry.get("rtp") or entry.get("path") or []):
+        sid = x.get("step") or x.get("id") or "?"
+        u = next((x[k] for k in ("us", "median_us", "duration_us") if x.get(k) is not None), None)
+        b = next((x[k] for k in ("begin_us", "start_us") if x.get(k) is not None), t)
+        lane = _lane(sid, x.get("lane") or x.get("side"))
+        boxes.append({"lane": lane, "label": f"{sid} {x.get('name', '')}".strip(), "us": u, "begin": b, "rtp": True})
+        t = b + (u or 0.0)
+        ends[sid] = t
+    for x in map(norm, entry.get("overlapped") or []):
+        sid = x.get("step") or x.get("id") or "?"
+        u = next((x[k] for k in ("us", "median_us", "duration_us") if x.get(k) is not None), None)
+        lane = _lane(sid, x.get("lane") or x.get("side"))
+        b = next((x[k] for k in ("begin_us", "start_us") if x.get(k) is not None), None)
+        if b is None:
+            prev = [bx for bx in boxes if bx["lane"] == lane and bx["rtp"]]
+            b = (prev[-1]["begin"] + (prev[-1]["us"] or 0)) if prev else 0.0
+        slack = x.get("slack_us")
+        tip = f"{sid}: {u if u is not None else '?'} µs, overlapped" + (f", slack {slack:.2f} µs" if slack is not None else "")
+        boxes.append({"lane": lane, "label": sid + (f" (slack {slack:.1f})" if slack is not None else ""),
+                      "us": u, "begin": b, "rtp": False, "tip": tip})
+    return boxes
+
+
+def _rtp_entry(rtp, case):
+    for key in ("sizes", "cases"):
+        block = rtp.get(key)
+        if isinstance(block, dict):
+            for k in (str(case.get("size")), case.get("id")):
+                if k in block:
+                    return block[k]
+        if isinstance(block, list):
+            for e in block:
+                if str(e.get("size")) == str(case.get("size")) or e.get("case") == case.get("id"):
+                    return e
+    return None
+
+
+def _packets_note(proc, size):
+    try:
+        from rpcscope.analysis import packets as P
+        from rpcscope.analysis.run import request_body_bytes
+    except ImportError:
+        return {}
+    body = request_body_bytes(proc, size)
+    if body is None:
+        return {}
+    q = P.Message(body)
+    return {"request": f"({len(q.frags)} frag, {len(q.ip)} IP pkt)", "reply": ""}
+
+
+def rtp_section(d: RunData):
+    s = Section("Round trip path (Figure 5 style)")
+    cases = [c for c in d.cases if c.get("complete", True) is not False]
+    by_case = {}
+    for r in d.steps:
+        by_case.setdefault(r["case"], []).append(r)
+    for c in cases:
+        entry = _rtp_entry(d.rtp, c) if d.rtp else None
+        if entry:
+            boxes = _rtp_json_boxes(entry)
+            sub, src = "measured round trip path", "analysis/rtp.json (rtp and overlapped steps per size)"
+        else:
+            boxes = _catalog_boxes(by_case.get(c["id"], []), _packets_note(c.get("proc"), int(c.get("size", 0))))
+            sub = "catalog flags, not measured"
+            src = ("tracepoints/steps.toml rtp flags (which steps are on the path); box times: analysis/steps.json "
+                   f"steps[case={c['id']}].median_us" + ("" if by_case.get(c["id"]) else " (absent: no analysis)"))
+        svgs = svg.rtp_diagram(boxes, f"Round trip path, {c['id']} ({c.get('proc')}, {c.get('size')} bytes)", sub)
+        s.items.append(Figure(f"rtp-{c['id']}", f"RTP {c['id']}", svgs, src,
+                              "Box heights proportional to time with a minimum height so short steps stay legible; "
+                              "solid: on the round trip path, dashed: overlapped."))
+    return s
+
+
+# --------------------------------------------------- RTT vs size
+
+
+def packet_marks(proc, max_size):
+    """[(size, label)] where one more byte of request costs one more IP packet or fragment."""
+    try:
+        from rpcscope.analysis import packets as P
+        from rpcscope.analysis.run import request_body_bytes
+    except ImportError:
+        return []
+    body = (lambda z: request_body_bytes(proc, z)) if request_body_bytes(proc, 0) is not None else (lambda z: z)
+    marks, prev = [], None
+    for z in range(0, int(max_size) + 1):
+        b = body(z)
+        cur = (P.frag_count(b), P.request_packets(b))
+        if prev and cur != prev:
+            what = "fragment" if cur[0] != prev[0] else "IP packet"
+            marks.append((z, f"{z - 1}/{z} ({what} {cur[0] if what == 'fragment' else cur[1]}; body {body(z - 1)}/{b})"))
+        prev = cur
+    return marks
+
+
+def rtt_section(d: RunData):
+    s = Section("RTT vs request size")
+    groups = {}
+    if d.rtt:
+        for r in d.rtt:
+            groups.setdefault((r["transport"], r["proc"]), []).append(r)
+        src = ("analysis/steps.json rtt[].traced_rtt_median_us, corrected_rtt_median_us, untraced_p50_us "
+               "(also analysis/rtt.csv)")
+    else:
+        for c in d.cases:
+            groups.setdefault((c.get("transport"), c.get("proc")), []).append(
+                {"size": c.get("size"), "traced_rtt_median_us": ((c.get("traced") or {}).get("p50") or 0) / 1000 or None,
+                 "corrected_rtt_median_us": None,
+                 "untraced_p50_us": ((c.get("untraced") or {}).get("p50") or 0) / 1000 or None})
+        src = "manifest.json cases[].traced.p50 (client-measured), cases[].untraced.p50"
+    for (tr, proc), rows in groups.items():
+        series = {"untraced p50": [(int(r["size"]), r["untraced_p50_us"]) for r in rows],
+                  "traced median": [(int(r["size"]), r["traced_rtt_median_us"]) for r in rows],
+                  "traced, probe-corrected": [(int(r["size"]), r.get("corrected_rtt_median_us")) for r in rows]}
+        series = {k: v for k, v in series.items() if any(y is not None for _, y in v)}
+        maxz = max(int(r["size"]) for r in rows)
+        marks = packet_marks(proc, maxz) if tr == "udp" else []
+        shown = [m for m in marks if "fragment" in m[1]] + [m for m in marks if "IP packet" in m[1]][:3]
+        fig = svg.line_plot(series, f"RTT vs size, {tr} {proc}", "request size (bytes)", "RTT (µs)",
+                            marks=sorted(shown), dashed=("traced, probe-corrected",))
+        note = ("Dotted lines: request sizes where one more byte costs one more IP packet or fragment "
+                "(rpcscope.analysis.packets on the marshalled request body, MTU 1500, 4096-byte PDUs); "
+                f"{len(marks)} boundaries up to {maxz} bytes, {len(shown)} shown. " +
+                ("Only two sizes were captured: the jumps between them cannot be seen." if len(rows) < 3 else ""))
+        s.items.append(Figure(f"rtt-{tr}-{proc}", f"RTT vs size ({tr} {proc})", fig, src, note))
+        s.items.append(Table(f"Traced vs untraced, {tr} {proc}",
+                             ["size", "rpcs", "complete", "traced_p50_us", "corrected_p50_us", "untraced_p50_us",
+                              "traced_vs_untraced_%", "corrected_vs_untraced_%"],
+                             [{"size": r["size"], "rpcs": r.get("rpcs", ""), "complete": r.get("complete_rpcs", ""),
+                               "traced_p50_us": _f(r["traced_rtt_median_us"]),
+                               "corrected_p50_us": _f(r.get("corrected_rtt_median_us")),
+                               "untraced_p50_us": _f(r["untraced_p50_us"]),
+                               "traced_vs_untraced_%": _f(r.get("traced_vs_untraced_pct"), 1),
+                               "corrected_vs_untraced_%": _f(r.get("corrected_vs_untraced_pct"), 1)} for r in rows],
+                             src + "; traced_vs_untraced_pct, corrected_vs_untraced_pct"))
+    return s
+
+
+def latency_section(d: RunData):
+    s = Section("Latency distributions")
+    for c in d.cases:
+        lat = d.latency(c)
+        if not lat:
+            continue
+        series, srcs = {}, []
+        for name, v in lat.items():
+            if v["kind"] == "samples":
+                xs = sorted(v["values"])
+                series[name] = [(x, (i + 1) / len(xs)) for i, x in enumerate(xs)]
+            else:
+                series[name] = [(v["values"][k], f) for k, f in PCTS if k in v["values"]]
+            srcs.append(f"{name}: {v['source']}")
+        s.items.append(Figure(f"cdf-{c['id']}", f"CDF {c['id']}",
+                              svg.cdf_plot(series, f"RTT distribution, {c['id']}",
+                                           dashed=[k for k in series if "traced (client" in k]),
+                              "; ".join(srcs),
+                              "Client percentiles are drawn as points (min, p50, p90, p99, max) joined by lines: "
+                              "the shape between them is not measured."))
+        samples = [v for v in lat.values() if v["kind"] == "samples"]
+        if samples:
+            s.items.append(Figure(f"hist-{c['id']}", f"Histogram {c['id']}",
+                                  svg.histogram(samples[0]["values"], f"Traced RTT per RPC, {c['id']}"),
+                                  samples[0]["source"]))
+    if not d.per_rpc:
+        s.items.append("Per-RPC RTTs are not in the analysis output: the distributions use the client's percentiles. "
+                       "`rpcscope report --per-rpc` rebuilds every RPC from the traces for per-RPC histograms.")
+    return s
+
+
+def build(d: RunData) -> Report:
+    sections = [summary_section(d), model_section(d), steps_section(d), rtp_section(d), rtt_section(d),
+                latency_section(d)]
+    head = {"run": str(d.path), "cases": len(d.cases), "analysis": d.steps_json is not None,
+            "model": d.model is not None, "rtp_measured": d.rtp is not None, "missing": d.missing, "rtt": []}
+    for r in d.rtt:
+        head["rtt"].append({"case": r["case"], "traced_p50_us": r["traced_rtt_median_us"],
+                            "untraced_p50_us": r["untraced_p50_us"]})
+    if d.model:
+        head["model_percent_error"] = {
+            z: ((d.model["measured_us"].get(z) - c) * 100 / d.model["measured_us"][z]
+                if d.model.get("measured_us", {}).get(z) else None)
+            for z, c in d.model.get("calculated_us", {}).items()}
+    return Report(str(d.path), sections, head)
+
+
+# ------------------------------------------------------------------ rendering
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1100px;padding:1em 2em;color:#222}
+h1{font-size:1.6em;border-bottom:2px solid #1f4e79;padding-bottom:.2em}
+h2{font-size:1.25em;margin-top:2em;color:#1f4e79}
+h3{font-size:1.05em;margin-bottom:.3em}
+table{border-collapse:collapse;font-size:12px;margin:.4em 0}
+th,td{border:1px solid #ccc;padding:2px 6px;text-align:right;vertical-align:top}
+th{background:#eef3f8}
+td:first-child,td.t{text-align:left}
+tr.sum td{font-weight:bold;background:#f7f7f7}
+.src{font-size:11px;color:#666;margin:.2em 0 1em}
+.note{font-size:12px;color:#444}
+.figs{display:flex;flex-wrap:wrap;gap:1em}
+figure{margin:0 0 1em}
+nav a{margin-right:1em}
+"""
+
+
+def _slug(t):
+    return re.sub(r"[^a-z0-9]+", "-", t.lower()).strip("-")
+
+
+def _is_num(v):
+    return bool(re.fullmatch(r"-?[\d.,]+( \+ -?[\d.]+ ns/B)?", str(v)))
+
+
+def to_html(rep: Report) -> str:
+    o = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+         f"<title>rpcscope report: {escape(rep.run)}</title>", f"<style>{CSS}</style></head><body>",
+         f"<h1>rpcscope report: {escape(rep.run)}</h1>",
+         "<nav>" + "".join(f'<a href="#{_slug(s.title)}">{escape(s.title)}</a>' for s in rep.sections) + "</nav>"]
+    for s in rep.sections:
+        o.append(f'<h2 id="{_slug(s.title)}">{escape(s.title)}</h2>')
+        figs = []
+        for it in s.items + [None]:
+            if isinstance(it, Figure):
+                figs.append(it)
+                continue
+            if figs:
+                o.append('<div class="figs">')
+                for f in figs:
+                    o.append(f'<figure id="{escape(f.name)}">{f.svg}<figcaption class="src">source: '
+                             f'{escape(f.source)}' + (f'<br><span class="note">{escape(f.note)}</span>' if f.note else "")
+                             + "</figcaption></figure>")
+                o.append("</div>")
+                figs = []
+            if isinstance(it, Table):
+                o.append(f"<h3>{escape(it.title)}</h3><table><thead><tr>"
+                         + "".join(f"<th>{escape(c)}</th>" for c in it.columns) + "</tr></thead><tbody>")
+                for r in it.rows:
+                    summ = str(r.get(it.columns[0], "")) in ("sum (calculated)", "measured (untraced p50)", "% error")
+                    o.append(f'<tr{" class=sum" if summ else ""}>' + "".join(
+                        f'<td{"" if _is_num(r.get(c, "")) else " class=t"}>{escape(_f(r.get(c, "")))}</td>'
+                        for c in it.columns) + "</tr>")
+                o.append(f'</tbody></table><div class="src">source: {escape(it.source)}'
+                         + (f"<br>{escape(it.note)}" if it.note else "") + "</div>")
+            elif isinstance(it, str):
+                o.append(f'<p class="note">{escape(it)}</p>')
+    o.append("</body></html>")
+    return "\n".join(o)
+
+
+def to_markdown(rep: Report) -> str:
+    o = [f"# rpcscope report: {rep.run}", "",
+         "Figures are the `fig-*.svg` files next to this file; `index.html` is the same report in one file.", ""]
+    for s in rep.sections:
+        o += [f"## {s.title}", ""]
+        for it in s.items:
+            if isinstance(it, Table):
+                o += [f"### {it.title}", "", "| " + " | ".join(it.columns) + " |",
+                      "|" + "|".join("---" for _ in it.columns) + "|"]
+                for r in it.rows:
+                    o.append("| " + " | ".join(_f(r.get(c, "")).replace("|", "\\|") for c in it.columns) + " |")
+                o += ["", f"*source: {it.source}*" + (f"  \n{it.note}" if it.note else ""), ""]
+            elif isinstance(it, Figure):
+                o += [f"![{it.title}](fig-{it.name}.svg)", "", f"*source: {it.source}*"
+                      + (f"  \n{it.note}" if it.note else ""), ""]
+            else:
+                o += [it, ""]
+    return "\n".join(o)
+
+
+def write(rep: Report, out_dir) -> dict:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for f in out.glob("fig-*.svg"):
+        f.unlink()
+    for f in rep.figures():
+        (out / f"fig-{f.name}.svg").write_text(f.svg + "\n")
+    (out / "report.md").write_text(to_markdown(rep))
+    (out / "index.html").write_text(to_html(rep))
+    return {"dir": str(out), "html": str(out / "index.html"), "markdown": str(out / "report.md"),
+            "figures": [str(out / f"fig-{f.name}.svg") for f in rep.figures()]}

@@ -1,0 +1,275 @@
+"""Plain-Python SVG figures for the report: no matplotlib, no external resources.
+
+    line_plot(series, ...)      x/y lines with markers, optional vertical marks (packet boundaries)
+    cdf_plot(series, ...)       step CDFs (per-RPC samples, or percentile points)
+    histogram(values, ...)      one histogram
+    rtp_diagram(lanes, ...)     the DCE study's Figure 5 in boxes: client, network, server columns
+
+Every function returns one <svg> element as a string (width/height set, viewBox, a <title>).
+"""
+from __future__ import annotations
+
+import math
+from html import escape
+
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"]
+FONT = 'font-family="sans-serif" font-size="11"'
+
+
+def _e(s):
+    return escape(str(s), quote=True)
+
+
+def _nice_ticks(lo, hi, n=6):
+    if hi <= lo:
+        hi = lo + 1.0
+    raw = (hi - lo) / max(n, 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    start = math.floor(lo / step) * step
+    out, v = [], start
+    while v <= hi + step * 1e-9:
+        out.append(round(v, 10))
+        v += step
+    return out
+
+
+def _fmt(v):
+    if v == 0:
+        return "0"
+    a = abs(v)
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 10:
+        return f"{v:.0f}"
+    if a >= 1:
+        return f"{v:.1f}".rstrip("0").rstrip(".")
+    return f"{v:.2g}"
+
+
+class _Axes:
+    def __init__(self, x0, x1, y0, y1, w=640, h=360, left=64, right=16, top=34, bottom=48, xlog=False):
+        self.w, self.h, self.l, self.r, self.t, self.b = w, h, left, right, top, bottom
+        self.xlog = xlog
+        self.xt = _nice_ticks(x0, x1)
+        self.yt = _nice_ticks(y0, y1)
+        self.x0, self.x1 = min(self.xt[0], x0), max(self.xt[-1], x1)
+        self.y0, self.y1 = min(self.yt[0], y0), max(self.yt[-1], y1)
+
+    def X(self, x):
+        return self.l + (x - self.x0) / ((self.x1 - self.x0) or 1) * (self.w - self.l - self.r)
+
+    def Y(self, y):
+        return self.h - self.b - (y - self.y0) / ((self.y1 - self.y0) or 1) * (self.h - self.t - self.b)
+
+    def frame(self, title, xlabel, ylabel):
+        o = [f'<svg xmlns="http://www.w3.org/2000/svg" class="fig" width="{self.w}" height="{self.h}" '
+             f'viewBox="0 0 {self.w} {self.h}" role="img" {FONT}><title>{_e(title)}</title>',
+             f'<rect x="0" y="0" width="{self.w}" height="{self.h}" fill="white"/>',
+             f'<text x="{self.w / 2:.1f}" y="16" text-anchor="middle" font-size="13" font-weight="bold">{_e(title)}</text>']
+        for v in self.yt:
+            y = self.Y(v)
+            o.append(f'<line x1="{self.l}" x2="{self.w - self.r}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e5e5e5"/>')
+            o.append(f'<text x="{self.l - 6}" y="{y + 4:.1f}" text-anchor="end">{_fmt(v)}</text>')
+        for v in self.xt:
+            x = self.X(v)
+            o.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{self.h - self.b}" y2="{self.h - self.b + 4}" stroke="#333"/>')
+            o.append(f'<text x="{x:.1f}" y="{self.h - self.b + 16}" text-anchor="middle">{_fmt(v)}</text>')
+        o.append(f'<rect x="{self.l}" y="{self.t}" width="{self.w - self.l - self.r}" '
+                 f'height="{self.h - self.t - self.b}" fill="none" stroke="#333"/>')
+        o.append(f'<text x="{(self.l + self.w - self.r) / 2:.1f}" y="{self.h - 10}" text-anchor="middle">{_e(xlabel)}</text>')
+        o.append(f'<text transform="translate(14 {(self.t + self.h - self.b) / 2:.1f}) rotate(-90)" '
+                 f'text-anchor="middle">{_e(ylabel)}</text>')
+        return o
+
+    def legend(self, names, dashed=()):
+        o = []
+        for i, n in enumerate(names):
+            y = self.t + 12 + i * 15
+            x = self.l + 10
+            d = ' stroke-dasharray="5 3"' if n in dashed else ""
+            o.append(f'<line x1="{x}" x2="{x + 18}" y1="{y - 4}" y2="{y - 4}" stroke="{PALETTE[i % len(PALETTE)]}" '
+                     f'stroke-width="2"{d}/>')
+            o.append(f'<text x="{x + 24}" y="{y}">{_e(n)}</text>')
+        return o
+
+
+def line_plot(series, title, xlabel, ylabel, marks=(), w=640, h=360, dashed=()):
+    """series: {name: [(x, y), ...]} (y None skipped); marks: [(x, label)] drawn as vertical dotted lines."""
+    pts = [(x, y) for s in series.values() for x, y in s if y is not None]
+    xs = [p[0] for p in pts] + [m[0] for m in marks]
+    if not pts:
+        pts, xs = [(0, 0), (1, 1)], [0, 1]
+    ys = [p[1] for p in pts]
+    ax = _Axes(min(xs), max(xs), 0, max(ys) * 1.08, w, h)
+    o = ax.frame(title, xlabel, ylabel)
+    for i, (x, label) in enumerate(marks):
+        X = ax.X(x)
+        o.append(f'<line class="mark" x1="{X:.1f}" x2="{X:.1f}" y1="{ax.t}" y2="{ax.h - ax.b}" stroke="#999" '
+                 f'stroke-dasharray="2 3"/>')
+        o.append(f'<text x="{X + 3:.1f}" y="{ax.t + 12 + (i % 4) * 12}" fill="#666" font-size="10">{_e(label)}</text>')
+    for i, (name, s) in enumerate(series.items()):
+        c = PALETTE[i % len(PALETTE)]
+        s = sorted((x, y) for x, y in s if y is not None)
+        if not s:
+            continue
+        d = " ".join(f"{'M' if j == 0 else 'L'}{ax.X(x):.1f},{ax.Y(y):.1f}" for j, (x, y) in enumerate(s))
+        dash = ' stroke-dasharray="6 4"' if name in dashed else ""
+        o.append(f'<path class="series" d="{d}" fill="none" stroke="{c}" stroke-width="2"{dash}>'
+                 f'<title>{_e(name)}</title></path>')
+        for x, y in s:
+            o.append(f'<circle cx="{ax.X(x):.1f}" cy="{ax.Y(y):.1f}" r="3" fill="{c}">'
+                     f'<title>{_e(name)}: size {x}, {y:.2f}</title></circle>')
+    # legend at the right-bottom corner region: top-left is usually free for RTT-vs-size
+    o += ax.legend(list(series), dashed)
+    o.append("</svg>")
+    return "\n".join(o)
+
+
+def cdf_plot(series, title, xlabel="RTT (us)", w=640, h=320, dashed=()):
+    """series: {name: [(x, F)]} cumulative points (already sorted or not), drawn as steps."""
+    pts = [p for s in series.values() for p in s]
+    if not pts:
+        pts = [(0, 0), (1, 1)]
+    ax = _Axes(min(p[0] for p in pts), max(p[0] for p in pts), 0, 1, w, h)
+    o = ax.frame(title, xlabel, "fraction of RPCs ≤ x")
+    for i, (name, s) in enumerate(series.items()):
+        c = PALETTE[i % len(PALETTE)]
+        s = sorted(s)
+        if not s:
+            continue
+        d = [f"M{ax.X(s[0][0]):.1f},{ax.Y(0):.1f}"]
+        for x, f in s:
+            d.append(f"L{ax.X(x):.1f},{ax.Y(f):.1f}" if len(s) < 12 else
+                     f"H{ax.X(x):.1f} V{ax.Y(f):.1f}")
+        dash = ' stroke-dasharray="6 4"' if name in dashed else ""
+        o.append(f'<path class="series" d="{" ".join(d)}" fill="none" stroke="{c}" stroke-width="2"{dash}>'
+                 f'<title>{_e(name)}</title></path>')
+        if len(s) < 12:
+            for x, f in s:
+                o.append(f'<circle cx="{ax.X(x):.1f}" cy="{ax.Y(f):.1f}" r="3" fill="{c}">'
+                         f'<title>{_e(name)}: {x:.1f} us at {f:.2f}</title></circle>')
+    o += ax.legend(list(series), dashed)
+    o.append("</svg>")
+    return "\n".join(o)
+
+
+def histogram(values, title, xlabel="RTT (us)", bins=20, w=640, h=260):
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        vals = [0.0]
+    lo, hi = vals[0], vals[-1]
+    if hi <= lo:
+        hi = lo + 1
+    width = (hi - lo) / bins
+    counts = [0] * bins
+    for v in vals:
+        counts[min(int((v - lo) / width), bins - 1)] += 1
+    ax = _Axes(lo, hi, 0, max(counts) * 1.1, w, h)
+    o = ax.frame(title, xlabel, "RPCs")
+    for k, n in enumerate(counts):
+        x0, x1 = ax.X(lo + k * width), ax.X(lo + (k + 1) * width)
+        y = ax.Y(n)
+        o.append(f'<rect class="bar" x="{x0:.1f}" y="{y:.1f}" width="{max(x1 - x0 - 1, 1):.1f}" '
+                 f'height="{ax.Y(0) - y:.1f}" fill="{PALETTE[0]}"><title>{lo + k * width:.1f}–'
+                 f'{lo + (k + 1) * width:.1f} us: {n}</title></rect>')
+    o.append("</svg>")
+    return "\n".join(o)
+
+
+# ------------------------------------------------------------------ the RTP diagram (Figure 5)
+
+LANES = ("client", "network", "server")
+
+
+def rtp_diagram(boxes, title, subtitle="", w=700, px_per_us=None, min_h=16, max_total=900):
+    """The round trip path in the manner of the DCE study's Figure 5.
+
+    boxes: [{"lane": client|network|server, "label": str, "us": float or None, "begin": float,
+             "rtp": bool}], begin/us in microseconds on the round trip's time axis (top = call start).
+    Steps on the path are solid boxes, overlapped steps dashed and drawn beside their lane's path
+    column. Heights are proportional to time with a minimum (min_h px) so short steps stay legible;
+    the left axis is labelled by the path's cumulative time.
+    """
+    if not boxes:
+        boxes = [{"lane": "client", "label": "no steps", "us": 0, "begin": 0, "rtp": True}]
+    end = max((b["begin"] + (b["us"] or 0)) for b in boxes) or 1.0
+    # time -> y: piecewise so that every box is at least min_h tall (layout in order of begin)
+    top = 62
+    scale = px_per_us or max(0.5, min(6.0, (max_total - top - 40) / end))
+    marks = sorted({0.0, end} | {b["begin"] for b in boxes} | {b["begin"] + (b["us"] or 0) for b in boxes})
+    ypos, y = {}, top
+    for i, t in enumerate(marks):
+        if i:
+            dt = t - marks[i - 1]
+            y += dt * scale
+        ypos[t] = y
+    # stretch so each box has at least min_h: walk boxes in begin order and push later marks down
+    for b in sorted(boxes, key=lambda b: (b["begin"], not b["rtp"])):
+        t0, t1 = b["begin"], b["begin"] + (b["us"] or 0)
+        need = ypos[t0] + min_h - ypos[t1]
+        if need > 0:
+            for t in marks:
+                if t >= t1:
+                    ypos[t] += need
+    h = int(ypos[end] + 50)
+    colx = {"client": 150, "network": 350, "server": 550}
+    cw = 150
+    o = [f'<svg xmlns="http://www.w3.org/2000/svg" class="fig rtp" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
+         f'role="img" {FONT}><title>{_e(title)}</title>',
+         f'<rect x="0" y="0" width="{w}" height="{h}" fill="white"/>',
+         f'<text x="{w / 2:.0f}" y="16" text-anchor="middle" font-size="13" font-weight="bold">{_e(title)}</text>']
+    if subtitle:
+        o.append(f'<text x="{w / 2:.0f}" y="31" text-anchor="middle" fill="#a00">{_e(subtitle)}</text>')
+    for lane, x in colx.items():
+        o.append(f'<text class="lane" x="{x}" y="52" text-anchor="middle" font-weight="bold">{lane}</text>')
+        o.append(f'<line x1="{x}" x2="{x}" y1="{top}" y2="{h - 40}" stroke="#ddd"/>')
+    # time axis (path time)
+    o.append(f'<line x1="40" x2="40" y1="{top}" y2="{ypos[end]:.1f}" stroke="#333"/>')
+    o.append(f'<text x="36" y="{top - 6}" text-anchor="middle" fill="#333">µs</text>')
+    last = -1e9
+    for t in marks:
+        if ypos[t] - last >= 14:
+            o.append(f'<text x="36" y="{ypos[t] + 4:.1f}" text-anchor="end" fill="#555" font-size="9">{t:.1f}</text>'
+                     f'<line x1="38" x2="42" y1="{ypos[t]:.1f}" y2="{ypos[t]:.1f}" stroke="#333"/>')
+            last = ypos[t]
+    prev = None
+    for b in sorted(boxes, key=lambda b: b["begin"]):
+        if not b["rtp"]:
+            continue
+        cx = colx.get(b["lane"], colx["network"])
+        y0 = ypos[b["begin"]]
+        if prev and prev[0] != cx:   # hand-off between columns: an arrow, as Figure 5's interrupts
+            o.append(f'<line class="handoff" x1="{prev[0]}" y1="{prev[1]:.1f}" x2="{cx}" y2="{y0:.1f}" '
+                     f'stroke="#333" stroke-width="1.5" marker-end="url(#arr)"/>')
+        prev = (cx, ypos[b["begin"] + (b["us"] or 0)])
+    o.insert(3, '<defs><marker id="arr" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" '
+                'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#333"/></marker></defs>')
+    for b in boxes:
+        cx = colx.get(b["lane"], colx["network"])
+        x = cx - cw / 2 if b["rtp"] else cx + cw / 2 - 8
+        bw = cw if b["rtp"] else cw * 0.62
+        if not b["rtp"] and b["lane"] == "server":
+            x = cx - cw / 2 - bw + 8
+        y0 = ypos[b["begin"]]
+        y1 = ypos[b["begin"] + (b["us"] or 0)]
+        us = "" if b["us"] is None else f" {b['us']:.2f} µs"
+        style = ('fill="#dbe9f6" stroke="#1f4e79" stroke-width="1.6"' if b["rtp"] else
+                 'fill="#fafafa" stroke="#888" stroke-width="1.2" stroke-dasharray="4 3"')
+        cls = "step rtp" if b["rtp"] else "step overlapped"
+        tip = b.get("tip") or f'{b["label"]}{us}' + ("" if b["rtp"] else " (overlapped: not on the round trip path)")
+        o.append(f'<g class="{cls}"><title>{_e(tip)}</title>'
+                 f'<rect x="{x:.1f}" y="{y0:.1f}" width="{bw:.1f}" height="{max(y1 - y0, min_h - 2):.1f}" rx="2" {style}/>')
+        label = b["label"] + us
+        fs = 10 if len(label) < 26 or not b["rtp"] else 9
+        if not b["rtp"]:
+            label = b["label"]
+        o.append(f'<text x="{x + bw / 2:.1f}" y="{y0 + min(max(y1 - y0, min_h - 2), 40) / 2 + 4:.1f}" '
+                 f'text-anchor="middle" font-size="{fs}" fill="{"#000" if b["rtp"] else "#555"}">{_e(label)}</text></g>')
+    ly = h - 22
+    o.append(f'<rect x="60" y="{ly - 10}" width="22" height="12" fill="#dbe9f6" stroke="#1f4e79"/>'
+             f'<text x="88" y="{ly}">on the round trip path</text>'
+             f'<rect x="260" y="{ly - 10}" width="22" height="12" fill="#fafafa" stroke="#888" stroke-dasharray="4 3"/>'
+             f'<text x="288" y="{ly}">overlapped (in parallel, not on the path)</text>')
+    o.append("</svg>")
+    return "\n".join(o)

@@ -1,0 +1,85 @@
+"""rpcscope report on the committed real fixture run (copied to a tmp dir)."""
+import json
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from rpcscope.cli import main
+
+FIX = Path(__file__).parent / "fixtures" / "run-udp-small"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rep") / "run"
+    shutil.copytree(FIX, d)
+    assert main(["analyze", str(d), "--quiet"]) == 0
+    assert main(["model", str(d)]) == 0
+    return d
+
+
+class _Tags(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def test_report_writes_md_html_and_svgs(run, capsys):
+    assert main(["report", str(run), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    html = Path(out["html"]).read_text()
+    p = _Tags()
+    p.feed(html)
+    tags = [t for t, _ in p.tags]
+    assert tags.count("svg") >= 5
+    # self-contained: no external resources
+    assert not any(a.get("src") or (t == "link") for t, a in p.tags)
+    assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    md = Path(out["markdown"]).read_text()
+    for s in ("Run summary", "Calculated vs measured RTT", "Per-step costs", "catalog flags, not measured",
+              "RTT vs request size", "Latency distributions", "source:", "% error"):
+        assert s in html and (s in md or s == "catalog flags, not measured")
+    assert 'class="step overlapped"' in html and 'class="step rtp"' in html
+    assert "1388/1389" in html        # maxarg: body 1392/1396 = first extra IP packet
+
+
+def test_report_without_analysis_says_how(tmp_path, capsys):
+    d = tmp_path / "run"
+    shutil.copytree(FIX, d)
+    assert main(["report", str(d)]) == 0
+    o = capsys.readouterr().out
+    assert "rpcscope analyze" in o and "index.html" in o
+    assert "rpcscope model" in (d / "report" / "report.md").read_text()
+
+
+def test_report_uses_rtp_json(run):
+    (run / "analysis" / "rtp.json").write_text(json.dumps({"sizes": {"0": {
+        "rtp": [{"step": "C1", "us": 1.0}, {"step": "S2", "us": 20.0}, {"step": "C16", "us": 24.0}],
+        "overlapped": [{"step": "C14", "us": 2.0, "slack_us": 30.0}]}}}))
+    try:
+        assert main(["report", str(run), "--out", str(run / "rep2")]) == 0
+        svg = (run / "rep2" / "fig-rtp-udp-maxarg-0.svg").read_text()
+        assert "measured round trip path" in svg and "slack 30.0" in svg
+    finally:
+        (run / "analysis" / "rtp.json").unlink()
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="chromium not installed (scripts/bootstrap.sh)")
+def test_report_renders_in_chromium(run, tmp_path):
+    assert main(["report", str(run)]) == 0
+    url = (run / "report" / "index.html").resolve().as_uri()
+    r = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", url],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0
+    assert r.stdout.count("<svg") >= 5 and "Round trip path" in r.stdout
+    shot = tmp_path / "shot.png"
+    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,3000",
+                    f"--screenshot={shot}", url], capture_output=True, timeout=60)
+    assert shot.stat().st_size > 10000

@@ -83,3 +83,13 @@ def test_report_renders_in_chromium(run, tmp_path):
     subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,3000",
                     f"--screenshot={shot}", url], capture_output=True, timeout=60)
     assert shot.stat().st_size > 10000
+
+
+def test_notebook_runs_on_fixture(run, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.read(Path(__file__).parents[2] / "reports" / "notebooks" / "rpcscope.ipynb", as_version=4)
+    monkeypatch.setenv("RPCSCOPE_RUN", str(run))
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    outs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert any("image/svg+xml" in o.get("data", {}) for o in outs)

@@ -119,7 +119,7 @@ def model_section(d: RunData):
         from rpcscope.analysis.model import paper_dce_summary, shared_dir
         rows = paper_dce_summary()
         s.items.append(Table(
-            "Beside it: the DCE study's Table 2 (bottom rows, as printed; µs on a 1994 HP 9000/DCE testbed)",
+            "Beside it: the DCE study's Table 2 (bottom rows, as printed; µs on IBM RS/6000s (AIX 3.2.4, OSF DCE 1.0.2) over 10 Mbit/s Ethernet)",
             ["request_bytes", "calculated_us", "measured_us", "percent_error"], rows,
             f"{shared_dir() / 'seeds' / 'tables' / 'dce_table2_summary.csv'} (all columns)"))
     except (ImportError, OSError, ValueError, KeyError):

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from rpcscope.collectors.capture import proc_max_size
+
 REPO = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
 
@@ -103,14 +105,8 @@ def reply_bytes(proc: str, size: int) -> int:
 
 
 def max_size(proc: str, max_msg: int = MAX_MSG) -> int:
-    """procs.c's proc_max_size: the largest --size rpc-client accepts."""
-    if proc in ("null", "incr", "add"):
-        return 0
-    if proc == "sum":
-        return (max_msg - 4) // 4
-    if proc == "concat":
-        return max_msg - 16
-    return max_msg - 8
+    """procs.c's proc_max_size: the largest --size rpc-client accepts (one Python copy, the collectors')."""
+    return proc_max_size(proc, max_msg)
 
 
 # ================================================================== 1. every procedure

@@ -606,15 +606,24 @@ def _client_kernel(r, evs, ctx, th):
             ex = K.thread(th)["epoll_exit"].last(sw_in[0], e[1])
             if ex:
                 occ["C17"].append((ex[0], e[1], e[3]))
-    for name in ("C14", "C15", "C16", "C17") + (("C18",) if recv else ()):
+    _put_waits(ctx, r, ("C14", "C15", "C16", "C17") + (("C18",) if recv else ()), occ, len(begins), reason)
+    return waits
+
+
+_WAIT_NOT_FOUND = {"C15": "NET_RX softirq not found", "S1": "NET_RX softirq not found",
+                   "C17": "epoll exit not found", "S3": "epoll exit not found"}
+
+
+def _put_waits(ctx, r, names, occ, expected, reason):
+    """Record the wait steps of one side: a shared reason, a per-step reason when
+    an occurrence is missing (not every wait found its kernel marks), or the occurrences."""
+    for name in names:
         if reason:
             _put(ctx, name, r, reason)
-        elif len(occ[name]) != len(begins):
-            _put(ctx, name, r, {"C15": "NET_RX softirq not found", "C17": "epoll exit not found"}.get(
-                name, "events not found"))
+        elif len(occ[name]) != expected:
+            _put(ctx, name, r, _WAIT_NOT_FOUND.get(name, "events not found"))
         else:
             _put(ctx, name, r, occ[name])
-    return waits
 
 
 def _server_kernel(r, evs, ctx):
@@ -652,15 +661,7 @@ def _server_kernel(r, evs, ctx):
             ex = K.thread(th)["epoll_exit"].last(sw_in[0], mark[1])
             if ex:
                 occ["S3"].append((ex[0], mark[1], mark[3]))
-    names = ("S1", "S2") + (("S4",) if recv else ("S3",))
-    for name in names:
-        if reason:
-            _put(ctx, name, r, reason)
-        elif len(occ[name]) != len(s4e):
-            _put(ctx, name, r, {"S1": "NET_RX softirq not found", "S3": "epoll exit not found"}.get(
-                name, "events not found"))
-        else:
-            _put(ctx, name, r, occ[name])
+    _put_waits(ctx, r, ("S1", "S2") + (("S4",) if recv else ("S3",)), occ, len(s4e), reason)
     # S14: s14_begin -> the listener's switch out before its next user event.
     occ14 = []
     reason = None

@@ -149,9 +149,11 @@ test: $(VENV_STAMP)
 	$(MAKE) lint-ansible
 	$(PY) -m pytest -q -p no:cacheprovider tests/python
 
+# The main job (rpcscope/pipeline.py): testbed up, deploy, capture the DCE sizes plus held-out
+# ones over UDP and TCP, analyze, round-trip path, model, report, testbed down. RUN_ARGS adds options.
 run: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all
-	$(VENV)/bin/rpcscope bench-null
+	$(VENV)/bin/rpcscope run $(RUN_ARGS)
 
 bench: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all

@@ -195,6 +195,7 @@ class _Kernel:
         for c in np.unique(self.cpu[sirq]):
             self.softirq[int(c)] = _Sel(ev, sirq & (self.cpu == c))
         self._threads = {}
+        self.inferred = collections.Counter()     # tid -> switches in inferred (see _wake)
 
     def thread(self, t):
         k = self._threads.get(t)
@@ -209,6 +210,7 @@ class _Kernel:
                 "out": _Sel(self.ev, on & (self._kind == KIND["sched_switch"]) & (self._tid2 != t)),
                 "in": _Sel(self.ev, (self._kind == KIND["sched_switch"]) & (self._tid2 == t) & ~on),
                 "waking": _Sel(self.ev, (self._kind == KIND["sched_waking"]) & (self._tid2 == t)),
+                "any": _Sel(self.ev, on & (self._kind != KIND["sched_switch"])),
             }
         return k
 
@@ -393,7 +395,15 @@ def reconstruct(case, progress=None, kernel=True, occurrences=False):
         for k in ("begin", "end", "dur", "cost", "tracepoints", "count", "status", "why", "occ"):
             setattr(row, k, getattr(row, k)[keep])
     threads = {t: {"role": r, **(ust.threads.get(t) or {})} for t, r in roles.items()}
-    return CaseRPCs(case, call_ids[keep], rows, excluded, problems, cond, threads)
+    if K is not None and K.inferred:
+        for t, k in sorted(K.inferred.items()):
+            problems.append({"what": "switch_in_inferred", "count": int(k), "trace": "kernel",
+                             "message": f"{roles.get(t, 'thread')} thread {t}: {k} switch(es) in not traced (the "
+                                        f"kernel did not report leaving the idle task on that CPU); each was taken "
+                                        f"at the thread's first kernel event after its waking"})
+    out = CaseRPCs(case, call_ids[keep], rows, excluded, problems, cond, threads)
+    out.costs = costs                 # the probe cost of the events on each CPU (analysis/rtp.py charges the path)
+    return out
 
 
 def _put(ctx, name, r, occ, cpu_end=None):
@@ -558,7 +568,13 @@ def _sends(ctx, r, evs, first, last, k_first, k_mid, k_last, split):
 
 def _wake(K, th, lo, hi):
     """The thread's sleep inside [lo, hi]: (out, softirq, waking, in) kernel events,
-    or a reason string."""
+    or a reason string.
+
+    Some kernels do not fire sched_switch when a CPU leaves its idle task (on this
+    VM: never on CPU 1, neither for perf nor for ftrace). The switch in is then
+    inferred at the thread's first kernel event after the waking (its return from
+    the wait syscall), as the execution graph does (graph.Graph.last_in); K.inferred
+    counts those occurrences."""
     kt = K.thread(th)
     out = kt["out"].first(lo, hi)
     if not out:
@@ -568,7 +584,10 @@ def _wake(K, th, lo, hi):
         return "sched_waking not found"
     sw_in = kt["in"].first(wk[0], hi)
     if not sw_in:
-        return "switch back in not found"
+        sw_in = kt["any"].first(wk[0], hi)
+        if not sw_in:
+            return "switch back in not found"
+        K.inferred[th] += 1
     sel = K.softirq.get(int(K.cpu[wk[1]]))
     sirq = sel.last(out[0], wk[0]) if sel else None
     return out, sirq, wk, sw_in

@@ -45,6 +45,7 @@ from .run import load_run
 
 RTP_FORMAT = "rpcscope-rtp/1"
 MAX_SEGMENTS = 100_000
+TYPICAL_BAND = (40, 60)      # percentiles of the corrected RTT that make "the typical call"
 
 # Label priority: the innermost step wins where occurrences nest.
 _SOFTIRQ_STEPS = {"C15", "S1"}
@@ -141,18 +142,24 @@ def rpc_labels(rpcs, r, graph, roles):
     return {t: _Labels(v) for t, v in by_tid.items()}, occs
 
 
-def walk(graph, labels, client_tid, begin, end, roles=None):
-    """Segments [(label, b, e, tid)] of the round-trip path from end back to begin, in time order,
-    and a list of problems (empty when the walk reached the call begin cleanly)."""
+def walk(graph, labels, client_tid, begin, end, roles=None, role_cpu=None):
+    """Segments [(label, b, e, tid, cpu)] of the round-trip path from end back to begin, in time
+    order, and a list of problems (empty when the walk reached the call begin cleanly). cpu is
+    where the segment's work ran (None: nothing ran for the RPC, e.g. blocked or network time);
+    role_cpu {role: cpu} is the fallback where the trace has no switch in to say."""
     roles = roles or {}
+    role_cpu = role_cpu or {}
     segs, problems = [], []
     T, t = client_tid, end
     empty = _Labels([])
 
-    def add(label, b, e, tid):
+    def add(label, b, e, tid, cpu=None):
         b = max(b, begin)
         if e > b:
-            segs.append((label, b, e, tid))
+            segs.append((label, b, e, tid, cpu))
+
+    def cpu_of(tid, li):
+        return li[1] if li is not None else role_cpu.get(roles.get(tid))
 
     def role(tid):
         return roles.get(tid, f"tid {tid}")
@@ -172,10 +179,10 @@ def walk(graph, labels, client_tid, begin, end, roles=None):
             pb, lab = labels.get(T, empty).at(t)
             if lab is None:
                 b = max(run_start, pb if pb is not None else run_start, begin)
-                add(f"{role(T)} (no step)", b, t, T)
+                add(f"{role(T)} (no step)", b, t, T, cpu_of(T, li))
             else:
                 b = max(run_start, pb)
-                add(lab, b, t, T)
+                add(lab, b, t, T, cpu_of(T, li))
             t = b
             if T == client_tid and t <= begin:
                 break
@@ -197,7 +204,7 @@ def walk(graph, labels, client_tid, begin, end, roles=None):
         net = ctx == "softirq NET_RX" and w["softirq"]
         add(lab if lab in _WAKE_STEPS else _INFERRED[wrole][1] if net and wrole in _INFERRED else
             f"wakeup latency ({ctx})",
-            w["ts"], t, T)
+            w["ts"], t, T, cpu_of(T, li))
         if net:
             se = w["softirq"][0]
             rx = graph.receive_in(w["cpu"], se, w["ts"])
@@ -207,7 +214,7 @@ def walk(graph, labels, client_tid, begin, end, roles=None):
                 victim = org["tid"]                     # veth/loopback: sent inside the victim's send
             pb, lab = labels.get(victim, empty).at(w["ts"])
             add(lab if lab in _SOFTIRQ_STEPS else _INFERRED[wrole][0] if wrole in _INFERRED else "softirq NET_RX",
-                se, w["ts"], victim)
+                se, w["ts"], victim, w["cpu"])
             if org and org["cpu"] == w["cpu"] and org["ts"] <= se:
                 T, t = victim, se
             elif org and org["ts"] <= se:
@@ -235,7 +242,7 @@ def walk(graph, labels, client_tid, begin, end, roles=None):
 def slack(occs, segs, end):
     """{step: (off-path ns, min slack ns)} for the steps with time off the path."""
     on = collections.defaultdict(list)      # tid -> [(b, e)] path segments on that thread
-    for lab, b, e, tid in segs:
+    for lab, b, e, tid, _cpu in segs:
         on[tid].append((b, e))
     starts = {t: np.array(sorted(b for b, _ in v), np.int64) for t, v in on.items()}
     out = {}
@@ -276,11 +283,15 @@ def slack(occs, segs, end):
 def analyze_case(case, progress=None):
     rpcs = reconstruct(case, occurrences=True)
     res = {"case": case.id, "transport": case.transport, "proc": case.proc, "size": case.size,
-           "rpcs": len(rpcs), "walked": 0, "problems": collections.Counter(), "per_rpc": []}
+           "rpcs": len(rpcs), "walked": 0, "problems": collections.Counter(), "per_rpc": [],
+           "untraced_p50_ns": (case.meta.get("untraced") or {}).get("p50")}
     if not case.has_kernel() or not len(rpcs):
         res["problems"]["no kernel trace" if not case.has_kernel() else "no RPCs"] += 1
         return res, rpcs
     roles = {t: v["role"] for t, v in rpcs.threads.items()}
+    role_cpu = {h.get("role"): int(h["cpus"][0]) for h in case.run.hosts.values() if h.get("cpus")}
+    costs = getattr(rpcs, "costs", None)
+    res["probe_costs"] = bool(costs is not None and costs.available)
     g = Graph(case.kernel(), threads=list(roles))
     for r in range(len(rpcs)):
         if progress and r % 200 == 0:
@@ -289,12 +300,18 @@ def analyze_case(case, progress=None):
         b, e = int(rpcs.rows["RTT"].begin[r]), int(rpcs.rows["RTT"].end[r])
         c1 = occs.get("C1")
         client = c1[0][2] if c1 else next((t for t, v in roles.items() if v == "client"), -1)
-        segs, probs = walk(g, labels, client, b, e, roles)
+        segs, probs = walk(g, labels, client, b, e, roles, role_cpu)
         for p in probs:
             res["problems"][p.split(" at ")[0].split(":")[0]] += 1
         total = sum(s[2] - s[1] for s in segs)
+        # The probe effect on the path: the calibrated cost of the tracepoints recorded on the
+        # segment's CPU inside it (rpcs.py's charging rule, applied to the path alone).
+        seg_cost = [costs.between(c, sb, se)[0] if (costs is not None and c is not None) else 0.0
+                    for _, sb, se, _, c in segs]
         res["per_rpc"].append({"call_id": int(rpcs.call_ids[r]), "rtt_ns": e - b, "sum_ns": total,
-                               "segments": [(lab, sb - b, se - sb) for lab, sb, se, _ in segs],
+                               "probe_ns": float(sum(seg_cost)),
+                               "segments": [(lab, sb - b, se - sb, round(pc, 1))
+                                            for (lab, sb, se, _, _), pc in zip(segs, seg_cost)],
                                "slack": slack(occs, segs, e), "ok": not probs})
         res["walked"] += 1
     return res, rpcs
@@ -313,14 +330,27 @@ def aggregate(res):
     on = collections.defaultdict(lambda: np.zeros(n))
     cnt = collections.defaultdict(lambda: np.zeros(n))
     first = collections.defaultdict(list)
+    cost = collections.defaultdict(lambda: np.zeros(n))
     for i, p in enumerate(per):
         seen = set()
-        for lab, off, d in p["segments"]:
+        for lab, off, d, *pc in p["segments"]:
             on[lab][i] += d
             cnt[lab][i] += 1
+            cost[lab][i] += pc[0] if pc else 0.0
             if lab not in seen:
                 seen.add(lab)
                 first[lab].append(off)
+    # The typical call (the DCE study's per-step costs add up to one RTT): the RPCs whose
+    # probe-corrected RTT lies in the middle of its distribution (TYPICAL_BAND percentiles).
+    # Mean times over those RPCs are additive, so the steps' typical costs sum to the band's
+    # mean RTT, which sits at the median (medians of the steps would not add up).
+    corr = rtt - np.array([p.get("probe_ns", 0.0) for p in per], float)
+    if n:
+        lo_q, hi_q = np.percentile(corr, TYPICAL_BAND)
+        band = (corr >= lo_q) & (corr <= hi_q)
+    else:
+        band = np.zeros(0, bool)
+    nb = int(band.sum())
     order = {lab: float(np.median(v)) for lab, v in first.items()}
     off_ns = collections.defaultdict(list)
     slk = collections.defaultdict(list)
@@ -337,6 +367,10 @@ def aggregate(res):
                      "count_median": float(np.median(cnt[lab])),
                      "median_ns": float(np.median(on[lab])), "mean_ns": float(on[lab].mean()),
                      "share_of_rtt": float(on[lab].sum() / rtt.sum()) if rtt.sum() else 0.0,
+                     "probe_median_ns": float(np.median(cost[lab])),
+                     "typical_ns": float(on[lab][band].mean()) if nb else None,
+                     "typical_corrected_ns": float((on[lab][band] - cost[lab][band]).mean()) if nb else None,
+                     "typical_count": float(cnt[lab][band].mean()) if nb else None,
                      "catalog_rtp": lab in _CATALOG_RTP})
     over = []
     for name in sorted(slk, key=lambda x: [s["id"] for s in STEPS].index(x) if x in _SIDE and
@@ -350,6 +384,13 @@ def aggregate(res):
     return {"case": res["case"], "transport": res["transport"], "proc": res["proc"], "size": res["size"],
             "rpcs": res["rpcs"], "walked": res["walked"], "clean": int(sum(p["ok"] for p in per)),
             "rtt_median_ns": float(np.median(rtt)) if n else None,
+            "probe_costs": bool(res.get("probe_costs")),
+            "rtt_corrected_median_ns": float(np.median(corr)) if n else None,
+            "probe_on_path_median_ns": float(np.median(rtt - corr)) if n else None,
+            "untraced_p50_ns": res.get("untraced_p50_ns"),
+            "typical": {"band_percentiles": list(TYPICAL_BAND), "rpcs": nb,
+                        "rtt_mean_ns": float(rtt[band].mean()) if nb else None,
+                        "corrected_rtt_mean_ns": float(corr[band].mean()) if nb else None},
             "sum_check_max_abs_ns": float(err.max()) if n else None,
             "problems": dict(res["problems"]), "path": rows, "overlapped": over}
 

@@ -79,7 +79,7 @@ def cmd_rtp(args):
         p = c["per_rpc"][args.rpc]
         print(f"{c['case']} RPC {args.rpc} (call id {p['call_id']:#x}): RTT {p['rtt_ns'] / 1000:.2f} us, "
               f"sum of path segments {p['sum_ns'] / 1000:.2f} us")
-        _grid([{"segment": lab, "from_us": _us(off), "us": _us(d)} for lab, off, d in p["segments"]],
+        _grid([{"segment": lab, "from_us": _us(off), "us": _us(d)} for lab, off, d, *_ in p["segments"]],
               ["segment", "from_us", "us"])
         print("\noverlapped (off the path): step, time off the path, slack (us)")
         _grid([{"step": k, "off_us": _us(v[0]), "slack_us": _us(v[1])} for k, v in p["slack"].items()],
@@ -108,10 +108,22 @@ def cmd_rtp(args):
     _grid(rows, ["segment", "dce"] + names)
     tot = {"segment": "RTT (median)", "dce": ""}
     chk = {"segment": "max |sum - RTT|, us", "dce": ""}
+    prb = {"segment": "probes on the path (median)", "dce": ""}
+    cor = {"segment": "corrected RTT (median)", "dce": ""}
+    unt = {"segment": "untraced RTT (p50)", "dce": ""}
+    pct = {"segment": "corrected vs untraced, %", "dce": ""}
     for c in cases:
         tot[c["case"]] = _us(c["rtt_median_ns"])
         chk[c["case"]] = _us(c["sum_check_max_abs_ns"])
-    _grid([tot, chk], ["segment", "dce"] + names)
+        prb[c["case"]] = _us(c.get("probe_on_path_median_ns"))
+        cor[c["case"]] = _us(c.get("rtt_corrected_median_ns"))
+        u = c.get("untraced_p50_ns")
+        unt[c["case"]] = _us(u)
+        pct[c["case"]] = (f"{(c['rtt_corrected_median_ns'] - u) * 100 / u:+.1f}"
+                          if u and c.get("rtt_corrected_median_ns") is not None else "")
+    _grid([tot, chk, prb, cor, unt, pct], ["segment", "dce"] + names)
+    if cases and not all(c.get("probe_costs") for c in cases):
+        print("no probe calibration in the manifest: corrected = traced (capture with --calibration quick|full)")
     print("\noverlapped steps: median slack us (min) -- how much the step could grow before joining the path")
     steps = []
     for c in cases:

@@ -31,7 +31,7 @@ import uuid
 from rpcscope import ROOT
 from rpcscope.output import UserError
 
-from . import lttng, perf
+from . import idle, lttng, perf
 
 FORMAT = 1
 PROCS = ("null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway")
@@ -99,6 +99,8 @@ def validate(p):
         raise UserError(f"--warmup {p['warmup']}: must be 0 or more")
     if p["wait"] == "recv" and "tcp" in p["transports"]:
         pass  # the client sleeps in recv; the server has no recv mode on TCP and uses select (recorded)
+    if p.get("idle", "poll") not in idle.POLICIES:
+        raise UserError(f"--idle {p.get('idle')!r}: use poll or os")
     if p["placement"] == "split" and len(os.sched_getaffinity(0)) < 2:
         raise UserError("--placement split needs two CPUs (one per host); this machine offers "
                         f"{sorted(os.sched_getaffinity(0))}: use --placement same")
@@ -136,6 +138,7 @@ def preflight(p, testbed_state):
     if problems:
         raise UserError(f"the local testbed is not healthy ({'; '.join(problems)}); "
                         f"repair it with `rpcscope testbed up`")
+    idle.IdlePolicy(p.get("idle", "poll")).check()
     require_tool("ip", "install iproute2 (make bootstrap does)")
     require_tool("taskset", "install util-linux (make bootstrap does)")
     require_tool("lttng", "install lttng-tools (make bootstrap does)")
@@ -677,6 +680,7 @@ class Capture:
                         "devices": self.devices()},
             "hosts": hosts,
             "placement": self.p["placement"], "wait": self.p["wait"],
+            "idle": idle.IdlePolicy(self.p.get("idle", "poll")).record(),
             "server_wait": {t: self.server_wait(t) for t in self.p["transports"]},
             "server_executors": self.p["executors"],
             "kernel_collector": self.kernel,
@@ -693,7 +697,9 @@ class Capture:
         self.manifest = self.base_manifest()
         self.write_manifest()
         old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+        idle_policy = idle.IdlePolicy(self.p.get("idle", "poll"))
         try:
+            idle_policy.__enter__()
             self.sessiond.ensure()
             if self.p["calibration"] != "none":
                 self.manifest["calibration"] = self.calibrate()
@@ -709,6 +715,7 @@ class Capture:
             old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)   # cleanup is not interrupted
             try:
                 self.cleanup()
+                idle_policy.close()
                 self.manifest["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
                 self.write_manifest()
             finally:

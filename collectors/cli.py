@@ -9,6 +9,7 @@ from rpcscope import ROOT
 from rpcscope.output import UserError, emit_json, table
 
 from . import capture as cap
+from . import idle
 
 EPILOG = """examples:
   rpcscope testbed up && make && make TRACE=0
@@ -47,6 +48,9 @@ def add_common(ap, default_calls, default_sizes):
                          "same: both hosts on one CPU")
     ap.add_argument("--wait", choices=("select", "recv", "busy"), default="select",
                     help="how the client waits for the reply (the server uses select, or recv on UDP with recv)")
+    ap.add_argument("--idle", choices=("poll", "os"), default="poll",
+                    help="poll: idle CPUs spin (PM QoS /dev/cpu_dma_latency = 0) so a wake-up costs what it "
+                         "would on a machine without deep C-states (default); os: they halt, as the OS chooses")
     ap.add_argument("--executors", type=int, default=0, help="server executor threads; 0 = inline (default)")
     ap.add_argument("--untraced", choices=("notrace", "stopped"), default="notrace",
                     help="untraced calls with the TRACE=0 build (default) or the traced build with no session")
@@ -62,7 +66,7 @@ def params_from(args):
     p = {
         "sizes": cap.parse_sizes(args.sizes), "proc": args.proc,
         "transports": cap.parse_transports(args.transport), "calls": args.calls, "warmup": args.warmup,
-        "kernel": args.kernel, "placement": args.placement, "wait": args.wait, "executors": args.executors,
+        "kernel": args.kernel, "placement": args.placement, "wait": args.wait, "idle": args.idle, "executors": args.executors,
         "untraced": args.untraced, "calibration": args.calibration, "calibration_calls": args.calibration_calls,
         "keep_perf_data": args.keep_perf_data, "replace": args.replace,
     }
@@ -143,7 +147,8 @@ def cmd_capture(args):
         return 0
     cpus = ", ".join(f"{n} {h['cpus']}" for n, h in manifest["hosts"].items())
     print(f"run {args.out}: {len(manifest['cases'])} case(s), kernel collector {manifest['kernel_collector']}, "
-          f"placement {manifest['placement']} (CPUs: {cpus}), wait {manifest['wait']}")
+          f"placement {manifest['placement']} (CPUs: {cpus}), wait {manifest['wait']}, "
+          f"idle {manifest.get('idle', {}).get('policy', 'os')}")
     table(rows_of(manifest), COLUMNS)
     for host, cal in manifest.get("calibration", {}).items():
         k = cal.get("kernel_event_ns", {})
@@ -164,10 +169,12 @@ def cmd_bench(args):
     # Plain rpc-client runs per case (untraced build, same placement and waiting, nothing around
     # them), several rounds: their spread is the noise the capture's untraced run is judged against.
     plain = {}
+    idle_policy = None
     try:
         c.sessiond = cap.Sessiond()   # nothing to restore
         pdir = out / "plain"
         pdir.mkdir(exist_ok=True)
+        idle_policy = idle.IdlePolicy(p["idle"]).__enter__()   # the same idle policy as the capture's
         for case in manifest["cases"]:
             p50s = []
             for r in range(args.plain_rounds):
@@ -178,6 +185,8 @@ def cmd_bench(args):
             plain[case["id"]] = sorted(p50s)
     finally:
         c.cleanup()
+        if idle_policy is not None:
+            idle_policy.close()
         shutil.rmtree(out / "plain", ignore_errors=True)
     rows = []
     for case in manifest["cases"]:
@@ -197,6 +206,7 @@ def cmd_bench(args):
         emit_json(result)
         return 0
     print(f"capture-bench: {p['calls']} calls per size, placement {p['placement']}, wait {p['wait']}, "
+          f"idle {p['idle']}, "
           f"kernel collector {manifest['kernel_collector']} (run in {out})")
     table(rows, COLUMNS[:3] + ["plain_p50_us", "plain_range_us", "untraced/plain", "untraced_in_plain_range"]
           + COLUMNS[3:])

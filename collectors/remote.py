@@ -31,6 +31,9 @@ def run(p, out, inventory, progress=None, echo=lambda s: None):
         "testbed": {"kind": "inventory", "inventory": str(inventory), "shared_kernel": False,
                     "shared_sessiond": False, "link": {"rate": None, "mtu": None, "loss": None}},
         "hosts": {}, "placement": p["placement"], "wait": p["wait"], "server_executors": p["executors"],
+        # capture.yml does not hold a PM QoS request on the hosts: their idle policy is the OS's.
+        "idle": {"policy": "os", "requested": p.get("idle", "poll"),
+                 "mechanism": "not applied on real hosts by this driver: set C-states on the hosts themselves"},
         "kernel_collector": p["kernel"], "clock": "monotonic", "kernel_clock_aligned_to_ust": False,
         "tools": {}, "calibration": {}, "cases": [],
     }

@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "rpcscope.analysis.model_cli",
     "rpcscope.analysis.rtp_cli",
     "rpcscope.reports.cli",
+    "rpcscope.pipeline",
 ]
 
 EPILOG = """examples:

@@ -107,7 +107,7 @@ def _check_contiguous(segs, begin, end):
     assert segs[0][1] == begin and segs[-1][2] == end
     for a, b in zip(segs, segs[1:]):
         assert a[2] == b[1], (a, b)
-    assert sum(e - b for _, b, e, _ in segs) == end - begin
+    assert sum(e - b for _, b, e, _, _ in segs) == end - begin
 
 
 def _one_packet_call(sim, nfrags=1):
@@ -139,7 +139,7 @@ def test_single_packet_path_and_slack():
     _check_contiguous(segs, 0, end)
     assert _names(segs) == ["C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8'", "C8''", "S1", "S2", "S3", "S4", "S5",
                             "S6", "S7", "S8", "S9'", "S9''", "C15", "C16", "C17", "C18", "C19", "C20", "C21"]
-    d = {n: e - b for n, b, e, _ in segs}
+    d = {n: e - b for n, b, e, _, _ in segs}
     assert d["C8''"] == 10 and d["S1"] == 90 and d["S2"] == 500 and d["C15"] == 90 and d["C16"] == 700
     sl = rtp.slack(occs, segs, end)
     # Client: C9..C14 and the rest of C8'' end at the switch out; the path needs the client at the waking.
@@ -164,7 +164,7 @@ def test_three_fragments_only_the_last_wakes_the_server():
     names = _names(segs)
     assert names[:10] == ["C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8'", "C8''", "S1"]
     assert "network" not in names and names.count("S1") == 1
-    d = {n: e - b for n, b, e, _ in segs}
+    d = {n: e - b for n, b, e, _, _ in segs}
     # C8'' on the path: the first two fragments (their softirqs included) and the third up to its softirq.
     assert d["C8''"] == 2 * 200 + 10
 

@@ -1,0 +1,167 @@
+"""`rpcscope run`: the main job end to end on the local two-host testbed (what `make run` does).
+
+    testbed up -> deploy -> capture -> analyze -> rtp -> model (per transport) -> report -> testbed down
+
+Each stage is the same subcommand a user would type, run in this process with the
+arguments printed first, so any stage can be repeated by hand on the run directory.
+The testbed is taken down at the end if this command brought it up (also after a
+failure or Ctrl-C); one that was already up is left up.
+"""
+import argparse
+import datetime
+import io
+import pathlib
+import time
+from contextlib import redirect_stdout
+
+from . import ROOT
+from .output import UserError, emit_json, table
+
+DCE_SIZES = (0, 1392, 4016, 8032, 16064, 24096)    # the DCE study's Table 2 and Figure 6 sizes
+HOLDOUT_SIZES = (1393, 6000)                       # one byte past a packet boundary; between two
+
+EPILOG = """examples:
+  rpcscope run                                   DCE sizes + held-out 1393,6000, UDP and TCP, 2000 calls each
+  rpcscope run --transport udp --calls 5000 --out runs/dce-udp
+  rpcscope run --sizes 0,4016,8032 --holdout 6000 --keep-testbed
+  rpcscope run --json                            the % error tables and paths as JSON
+
+Stages (each printed with its command line, so it can be re-run by hand):
+  rpcscope testbed up; rpcscope deploy; rpcscope capture ...; rpcscope analyze RUN;
+  rpcscope rtp RUN; rpcscope model RUN --transport T --holdout ... --corrected; rpcscope report RUN;
+  rpcscope testbed down (when this command brought the testbed up)
+"""
+
+
+def _sizes(text, what):
+    try:
+        out = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--{what} {text!r}: give byte counts separated by commas, e.g. 0,4016") from None
+    if any(s < 0 for s in out):
+        raise UserError(f"--{what} {text!r}: sizes are byte counts, 0 or more")
+    return out
+
+
+class Stages:
+    def __init__(self, total, quiet):
+        self.k = 0
+        self.total = total
+        self.quiet = quiet
+        self.timings = []
+
+    def run(self, name, argv, capture_output=False):
+        """Run `rpcscope ARGV` in this process; a non-zero exit stops the pipeline with the stage named."""
+        from .cli import main
+        self.k += 1
+        if not self.quiet:
+            print(f"\n[{self.k}/{self.total}] {name}: rpcscope {' '.join(argv)}", flush=True)
+        t0 = time.monotonic()
+        buf = io.StringIO()
+        if capture_output or self.quiet:
+            with redirect_stdout(buf):
+                rc = main(argv)
+        else:
+            rc = main(argv)
+        self.timings.append({"stage": name, "seconds": round(time.monotonic() - t0, 1)})
+        if rc != 0:
+            tail = buf.getvalue().strip().splitlines()[-5:]
+            raise UserError(f"stage '{name}' failed (exit {rc}); the message above says why"
+                            + (": " + " | ".join(tail) if tail else "")
+                            + f". Re-run it alone with: rpcscope {' '.join(argv)}")
+        return buf.getvalue()
+
+
+def cmd_run(args):
+    from . import testbed
+    sizes = _sizes(args.sizes, "sizes")
+    holdout = _sizes(args.holdout, "holdout") if args.holdout else []
+    transports = [t.strip() for t in args.transport.split(",") if t.strip()]
+    if not transports or any(t not in ("udp", "tcp") for t in transports):
+        raise UserError(f"--transport {args.transport!r}: use udp, tcp or udp,tcp")
+    all_sizes = sorted(set(sizes) | set(holdout))
+    if len(set(sizes) - set(holdout)) < 2:
+        raise UserError("the model needs at least two fitted sizes besides the held-out ones")
+    out = pathlib.Path(args.out or f"runs/run-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    if out.exists() and not args.replace:
+        raise UserError(f"{out} already exists; choose another --out or pass --replace")
+    for d, hint in ((ROOT / "build" / "trace" / "bin", "make"), (ROOT / "build" / "notrace" / "bin", "make TRACE=0")):
+        if not (d / "rpc-client").exists():
+            raise UserError(f"{d}/rpc-client is missing; build it with `{hint}` (make run does)")
+
+    st = Stages(5 + len(transports) + 2, args.json)
+    started_testbed = testbed.load_state() is None
+    t0 = time.monotonic()
+    result = {"run": str(out), "sizes": sizes, "holdout": holdout, "transports": transports, "models": {}}
+    try:
+        st.run("testbed up", ["testbed", "up"])
+        st.run("deploy", ["deploy"])
+        cap = ["capture", "--sizes", ",".join(map(str, all_sizes)), "--proc", args.proc,
+               "--transport", ",".join(transports), "--calls", str(args.calls), "--warmup", str(args.warmup),
+               "--kernel", "auto", "--placement", args.placement, "--idle", args.idle,
+               "--calibration", "quick", "--out", str(out)] + (["--replace"] if args.replace else [])
+        st.run("capture", cap)
+        st.run("analyze", ["analyze", str(out)])
+        st.run("round-trip path", ["rtp", str(out), "--quiet"])
+        for i, t in enumerate(transports):
+            mfile = out / "analysis" / ("model.json" if i == 0 else f"model-{t}.json")
+            argv = ["model", str(out), "--transport", t, "--corrected", "--out", str(mfile)]
+            if holdout:
+                argv += ["--holdout", ",".join(map(str, holdout))]
+            st.run(f"model ({t})", argv + ["--json"], capture_output=True)
+            from .analysis import model as M
+            result["models"][t] = {"file": str(mfile), "errors": M.load_model(mfile).error_rows()}
+        st.run("report", ["report", str(out)])
+    finally:
+        if started_testbed and not args.keep_testbed:
+            from .cli import main
+            if not args.json:
+                print("\n[end] testbed down: rpcscope testbed down", flush=True)
+            with redirect_stdout(io.StringIO()):
+                main(["testbed", "down"])
+    result["seconds"] = round(time.monotonic() - t0, 1)
+    result["stages"] = st.timings
+    result["report"] = str(out / "report" / "index.html")
+    if args.json:
+        emit_json(result)
+        return 0
+    print(f"\nrpcscope run: {out} in {result['seconds']:.0f} s "
+          f"({', '.join('%s %.0fs' % (x['stage'], x['seconds']) for x in st.timings)})")
+    for t, m in result["models"].items():
+        print(f"\n% error, {t.upper()} ({args.proc}; Measured = untraced p50, Calculated = the model from "
+              f"probe-corrected step costs on the measured round-trip path; {m['file']})")
+        table([{"size": e["size"], "calculated_us": round(e["calculated_us"], 2),
+                "measured_us": round(e["measured_us"], 2) if e["measured_us"] else None,
+                "%error": round(e["percent_error"], 2) if e["percent_error"] is not None else None,
+                "fit": "holdout" if e["holdout"] else "fitted", "goal": f"<= {e['goal_pct']:g} %",
+                "met": "" if e["goal_met"] is None else ("yes" if e["goal_met"] else "NO")}
+               for e in m["errors"]], ["size", "calculated_us", "measured_us", "%error", "fit", "goal", "met"])
+    print(f"\nreport: {result['report']}")
+    print(f"        {out / 'report' / 'report.md'}")
+    if started_testbed and not args.keep_testbed:
+        print("testbed: down again (it was down when this run started)")
+    return 0
+
+
+def register(subparsers):
+    ap = subparsers.add_parser(
+        "run", help="the main job on the local testbed: up, deploy, capture, analyze, rtp, model, report, down",
+        description=__doc__.split("\n\n")[0], epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default=",".join(map(str, DCE_SIZES)),
+                    help=f"fitted payload sizes (default the DCE study's: {','.join(map(str, DCE_SIZES))})")
+    ap.add_argument("--holdout", default=",".join(map(str, HOLDOUT_SIZES)),
+                    help=f"sizes captured but predicted without fitting (default {','.join(map(str, HOLDOUT_SIZES))}; "
+                         "'' for none)")
+    ap.add_argument("--transport", default="udp,tcp", help="udp, tcp or udp,tcp (default udp,tcp)")
+    ap.add_argument("--proc", default="maxarg", help="procedure (default maxarg: the DCE study's MAXARG)")
+    ap.add_argument("--calls", type=int, default=2000, help="measured calls per size (default 2000)")
+    ap.add_argument("--warmup", type=int, default=200, help="warm-up calls per size (default 200)")
+    ap.add_argument("--placement", choices=("split", "same"), default="split", help="CPU placement (default split)")
+    ap.add_argument("--idle", choices=("poll", "os"), default="poll", help="idle CPUs poll or halt (default poll)")
+    ap.add_argument("--out", metavar="runs/NAME", help="run directory (default runs/run-DATE-TIME)")
+    ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
+    ap.add_argument("--keep-testbed", action="store_true", help="leave the testbed up at the end")
+    ap.add_argument("--json", action="store_true", help="print the %% error tables, timings and paths as JSON")
+    ap.set_defaults(func=cmd_run)
+    return ap
+

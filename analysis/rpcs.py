@@ -215,6 +215,14 @@ class _Kernel:
         return k
 
 
+# Probe classes (analysis/probe.py calibrates one cost per class where the calls run): user events,
+# kernel network-device events (one per packet per device), the other kernel events (syscalls,
+# scheduler, softirq, copies).
+CLASS_UST, CLASS_NET, CLASS_OTHER = 0, 1, 2
+N_CLASSES = 3
+NET_KINDS = [KIND[k] for k in ("net_queue", "net_start_xmit", "net_xmit", "net_receive", "net_rx")]
+
+
 class _Costs:
     """Cumulative probe cost of the events recorded on each CPU."""
 
@@ -229,7 +237,7 @@ class _Costs:
         if len(ust):
             ucost = {r: max(0.0, float(cal[r].get("ust_event_ns") or 0.0)) for r in cal}
             costs = np.array([ucost.get(r, 0.0) for r in uroles])
-            parts.append((np.asarray(ust.ts), np.asarray(ust.cpu), costs))
+            parts.append((np.asarray(ust.ts), np.asarray(ust.cpu), costs, np.full(len(ust), CLASS_UST)))
         if kernel is not None and len(kernel):
             kc = np.zeros(len(kernel))
             kind = np.asarray(kernel.kind)
@@ -243,31 +251,48 @@ class _Costs:
                 if "all" in kev:
                     kc[mrole & (kind != KIND["user"])] = max(0.0, float(kev["all"] or 0.0))
                     continue
+                if "net" in kev and "other" in kev:        # per event class (analysis/probe.py)
+                    net = np.isin(kind, NET_KINDS)
+                    kc[mrole & net] = max(0.0, float(kev["net"] or 0.0))
+                    kc[mrole & ~net & (kind != KIND["user"])] = max(0.0, float(kev["other"] or 0.0))
+                    continue
                 for (k, n) in set(zip(kind[mrole].tolist(), names[mrole].tolist())):
                     kname = _perf_name(k, kernel.names[n])
                     v = kev.get(kname)
                     if v:
                         kc[mrole & (kind == k) & (names == n)] = max(0.0, float(v))
-            parts.append((np.asarray(kernel.ts), kcpu, kc))
+            parts.append((np.asarray(kernel.ts), kcpu, kc,
+                          np.where(np.isin(kind, NET_KINDS), CLASS_NET, CLASS_OTHER)))
         self.cpu = {}
         if not parts:
             return
         ts = np.concatenate([p[0] for p in parts])
         cpu = np.concatenate([p[1] for p in parts])
         cost = np.concatenate([p[2] for p in parts])
+        cls = np.concatenate([p[3] for p in parts])
         for c in np.unique(cpu):
             m = cpu == c
             o = np.argsort(ts[m], kind="stable")
-            self.cpu[int(c)] = (ts[m][o], np.concatenate([[0.0], np.cumsum(cost[m][o])]))
+            per_class = np.stack([np.concatenate([[0], np.cumsum(cls[m][o] == k)]) for k in range(N_CLASSES)])
+            self.cpu[int(c)] = (ts[m][o], np.concatenate([[0.0], np.cumsum(cost[m][o])]), per_class)
 
     def between(self, cpu, b, e):
         """(cost ns, number of tracepoints) on cpu with b <= ts < e."""
         x = self.cpu.get(int(cpu))
         if x is None or e <= b:
             return 0.0, 0
-        ts, cum = x
+        ts, cum, _ = x
         i, j = np.searchsorted(ts, b, "left"), np.searchsorted(ts, e, "left")
         return float(cum[j] - cum[i]), int(j - i)
+
+    def counts(self, cpu, b, e):
+        """Events on cpu with b <= ts < e per class: (user, kernel net device, other kernel)."""
+        x = self.cpu.get(int(cpu))
+        if x is None or e <= b:
+            return (0,) * N_CLASSES
+        ts, _, pc = x
+        i, j = np.searchsorted(ts, b, "left"), np.searchsorted(ts, e, "left")
+        return tuple(int(v) for v in pc[:, j] - pc[:, i])
 
 
 def _perf_name(kind, name):

@@ -292,6 +292,7 @@ def analyze_case(case, progress=None):
     role_cpu = {h.get("role"): int(h["cpus"][0]) for h in case.run.hosts.values() if h.get("cpus")}
     costs = getattr(rpcs, "costs", None)
     res["probe_costs"] = bool(costs is not None and costs.available)
+    res["probe_calibration"] = case.calibration("client").get("source", "loopback") if res["probe_costs"] else None
     g = Graph(case.kernel(), threads=list(roles))
     for r in range(len(rpcs)):
         if progress and r % 200 == 0:
@@ -308,8 +309,13 @@ def analyze_case(case, progress=None):
         # segment's CPU inside it (rpcs.py's charging rule, applied to the path alone).
         seg_cost = [costs.between(c, sb, se)[0] if (costs is not None and c is not None) else 0.0
                     for _, sb, se, _, c in segs]
+        n_cls = [0, 0, 0]                    # events on the path: user, kernel net device, other kernel
+        if costs is not None:
+            for _, sb, se, _, c in segs:
+                if c is not None:
+                    n_cls = [a + b_ for a, b_ in zip(n_cls, costs.counts(c, sb, se))]
         res["per_rpc"].append({"call_id": int(rpcs.call_ids[r]), "rtt_ns": e - b, "sum_ns": total,
-                               "probe_ns": float(sum(seg_cost)),
+                               "probe_ns": float(sum(seg_cost)), "path_events": tuple(n_cls),
                                "segments": [(lab, sb - b, se - sb, round(pc, 1))
                                             for (lab, sb, se, _, _), pc in zip(segs, seg_cost)],
                                "slack": slack(occs, segs, e), "ok": not probs})
@@ -387,6 +393,9 @@ def aggregate(res):
             "probe_costs": bool(res.get("probe_costs")),
             "rtt_corrected_median_ns": float(np.median(corr)) if n else None,
             "probe_on_path_median_ns": float(np.median(rtt - corr)) if n else None,
+            "path_events_median": {k: float(np.median([p["path_events"][i] for p in per])) if n else None
+                                   for i, k in enumerate(("ust", "kernel_net", "kernel_other"))},
+            "probe_calibration": res.get("probe_calibration"),
             "untraced_p50_ns": res.get("untraced_p50_ns"),
             "typical": {"band_percentiles": list(TYPICAL_BAND), "rpcs": nb,
                         "rtt_mean_ns": float(rtt[band].mean()) if nb else None,

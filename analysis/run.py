@@ -168,6 +168,12 @@ class Case:
         return None
 
     def calibration(self, role):
+        """The cost of one probe for this role's host: the in-situ calibration's effective costs on the
+        round-trip path when the run has one (analysis/probe.py), else the manifest's loopback ones."""
+        pr = self.run.probe
+        if pr and pr.get("ust_event_ns") is not None and pr.get("kernel_event_ns") is not None:
+            return {"ust_event_ns": max(0.0, pr["ust_event_ns"]),
+                    "kernel_event_ns": dict(pr["kernel_event_ns"]), "source": "in-situ"}
         return (self.run.manifest.get("calibration") or {}).get(self.host_of(role)) or {}
 
 
@@ -190,6 +196,16 @@ class Run:
         self.cases = [Case(self, c) for c in self.manifest.get("cases", [])]
         self.out_dir = self.path / "analysis"
         self.cache_dir = self.out_dir / "cache"
+        self._probe = None
+
+    @property
+    def probe(self):
+        """The in-situ probe calibration (analysis/probe.py), {} when there is none."""
+        if self._probe is None:
+            self._probe = {}                  # while it is computed, the calibration case uses none
+            from .probe import in_situ
+            self._probe = in_situ(self) or {}
+        return self._probe
 
     @property
     def shared_kernel(self):

@@ -39,6 +39,7 @@ MAX_MSG = 256 << 10           # rpc-client/rpc-server --max-msg default
 BASE_PORT = 7300
 SERVER_SAFETY_S = 900         # a server left behind exits on its own after this long
 UDP_FRAG_BODY = 4016          # body bytes per 4096-byte PDU
+IN_SITU_LARGE = 16064         # the in-situ calibration's second size: 4 fragments, 12 IP packets each way on UDP
 TRACE_BIN = ROOT / "build" / "trace" / "bin"
 NOTRACE_BIN = ROOT / "build" / "notrace" / "bin"
 
@@ -593,6 +594,77 @@ class Capture:
         shutil.rmtree(cdir, ignore_errors=True)
         return out
 
+    def calibrate_in_situ(self, rounds=3):
+        """The probe effect where the capture measures: between the testbed's hosts, with the run's
+        placement, idle policy and link, the run's procedure over its first transport at two sizes
+        (0, and IN_SITU_LARGE where the procedure allows, whose calls carry many more network-device
+        events), each in `rounds` rounds of three runs: untraced (TRACE=0 build), user events only,
+        user and kernel events. The traces of the last user+kernel run of each size are kept: the
+        analysis counts the events of each class that fall on the round-trip path and solves the p50
+        differences for the effective cost of one event of each class there (analysis/probe.py).
+        The loopback calibration above measures each host alone, where every event is on the path;
+        this one includes what only the real placement shows (tracer daemons sharing the CPUs,
+        cross-CPU effects)."""
+        transport = self.p["transports"][0]
+        calls = self.p["calibration_calls"]
+        warmup = max(100, calls // 10)
+        large = min(IN_SITU_LARGE, proc_max_size(self.p["proc"]))
+        out = {"transport": transport, "proc": self.p["proc"], "calls": calls, "warmup": warmup,
+               "rounds": rounds, "kernel_collector": self.kernel, "sizes": {}}
+        for size in sorted({0, large}):
+            d = self.out / "calibration-in-situ" / str(size)
+            d.mkdir(parents=True, exist_ok=True)
+            frags = fragments(size, transport)
+            p50 = {"untraced": [], "ust": [], "both": []}
+            kept = {}
+            for rnd in range(rounds):
+                self.step(f"in-situ calibration, size {size}, round {rnd + 1}/{rounds}")
+                res, _ = self.run_pair(transport, size, calls, warmup, False, d, f"untraced-{rnd}")
+                p50["untraced"].append(res["rtt_ns"]["p50"])
+                got = {}
+
+                def ust_hook(spid, cpid, rnd=rnd, d=d, frags=frags):
+                    udir = d / f"ust-only-{rnd}"
+                    name = self.ust_start(udir, calls + warmup, frags, [spid, cpid])
+                    return lambda: got.__setitem__("ust", (self.ust_stop(name), udir))
+
+                res, _ = self.run_pair(transport, size, calls, warmup, True, d, f"ust-{rnd}", ust_hook)
+                p50["ust"].append(res["rtt_ns"]["p50"])
+                shutil.rmtree(got["ust"][1], ignore_errors=True)
+                last = rnd == rounds - 1
+
+                def both_hook(spid, cpid, last=last, d=d, frags=frags):
+                    udir = d / ("ust" if last else "ust-tmp")
+                    shutil.rmtree(udir, ignore_errors=True)
+                    name = self.ust_start(udir, calls + warmup, frags, [spid, cpid])
+                    self.kernel_start(d, [spid, cpid])
+
+                    def stop():
+                        self.kernel_stop()
+                        got["both"] = self.ust_stop(name)
+                    return stop
+
+                res, pids = self.run_pair(transport, size, calls, warmup, True, d, f"both-{rnd}", both_hook)
+                p50["both"].append(res["rtt_ns"]["p50"])
+                if last:
+                    ev, lost, _ = self.kernel_finish(d, d / "ust")
+                    kept = {"pids": pids, "kernel_events": ev,
+                            "lossy": bool(lost or got["both"]["discarded_events"] or got["both"]["lost_packets"])}
+                else:
+                    if self.perf is not None:
+                        self.perf.data.unlink(missing_ok=True)
+                        self.perf = None
+                    shutil.rmtree(d / "ust-tmp", ignore_errors=True)
+                    shutil.rmtree(d / "kernel", ignore_errors=True)      # LTTng's kernel session output
+                self.advance()
+            for f in list(d.glob("*.log")) + list(d.glob("*-stats.json")):
+                f.unlink(missing_ok=True)
+            out["sizes"][str(size)] = {"dir": str(d.relative_to(self.out)), "p50_ns": p50,
+                                       "p50_median_ns": {k: sorted(v)[len(v) // 2] for k, v in p50.items()},
+                                       **kept}
+        out["complete"] = True
+        return out
+
     # ------------------------------------------------------------ one case
     def run_case(self, transport, size):
         cid = case_id(transport, self.p["proc"], size)
@@ -704,6 +776,9 @@ class Capture:
             if self.p["calibration"] != "none":
                 self.manifest["calibration"] = self.calibrate()
                 self.write_manifest()
+                if self.kernel != "none":
+                    self.manifest["calibration_in_situ"] = self.calibrate_in_situ()
+                    self.write_manifest()
             for transport in self.p["transports"]:
                 for size in self.p["sizes"]:
                     self.run_case(transport, size)

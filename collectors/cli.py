@@ -104,7 +104,7 @@ def do_capture(p, out, quiet=False, inventory=None):
     cap.preflight(p, st)
     out = cap.prepare_out(out, p["replace"])
     p["out"] = str(out)
-    total = len(p["sizes"]) * len(p["transports"]) * 3 + (2 if p["calibration"] != "none" else 0)
+    total = len(p["sizes"]) * len(p["transports"]) * 3 + (2 + 6 if p["calibration"] != "none" else 0)
     bar = _progress(total, disable=quiet or None)
     c = cap.Capture(p, out, st, progress=bar)
     try:

@@ -1,0 +1,49 @@
+"""analysis/probe.py's solve (the in-situ probe costs) and collectors/idle.py (the idle policy)."""
+import os
+
+import pytest
+
+from rpcscope.analysis import probe
+from rpcscope.collectors import idle
+from rpcscope.output import UserError
+
+
+def _per(costs, counts):
+    """Calibration rows that costs (user, net, other ns) would produce for counts {size: (u, n, o)}."""
+    cu, cn, co = costs
+    return {s: {"path_events_per_call": {"ust": u, "kernel_net": n, "kernel_other": o},
+                "d_user_ns": u * cu, "d_kernel_ns": n * cn + o * co} for s, (u, n, o) in counts.items()}
+
+
+def test_solve_recovers_per_class_costs_from_two_sizes():
+    cu, cn, co, method = probe.solve(_per((150.0, 300.0, 480.0), {0: (33, 12, 12), 16064: (71, 90, 64)}))
+    assert (round(cu, 6), round(cn, 6), round(co, 6)) == (150.0, 300.0, 480.0)
+    assert method.startswith("two sizes")
+
+
+def test_solve_falls_back_to_one_kernel_cost_without_a_positive_solution():
+    per = _per((150.0, 300.0, 480.0), {0: (33, 12, 12), 16064: (71, 90, 64)})
+    per[16064]["d_kernel_ns"] = 1000.0          # noise making the net cost negative
+    cu, cn, co, method = probe.solve(per)
+    assert cn == co == pytest.approx(per[0]["d_kernel_ns"] / 24)
+    assert method.startswith("one kernel cost")
+    cu, cn, co, _ = probe.solve({0: per[0]})       # one size only
+    assert cn == co == pytest.approx(390.0)
+
+
+def test_idle_policy_records_and_rejects():
+    with pytest.raises(UserError, match="poll or os"):
+        idle.IdlePolicy("sometimes")
+    rec = idle.IdlePolicy("os").record()
+    assert rec["policy"] == "os" and "cpuidle_driver" in rec and isinstance(rec["states"], list)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(idle.PM_QOS_DEV), reason="needs root and PM QoS")
+def test_idle_poll_holds_the_pm_qos_request_only_while_entered():
+    pol = idle.IdlePolicy("poll")
+    pol.check()
+    with pol:
+        assert pol.fd is not None
+        target = os.readlink(f"/proc/self/fd/{pol.fd}")
+        assert target == idle.PM_QOS_DEV
+    assert pol.fd is None

@@ -89,6 +89,9 @@ class RunData:
             add(f"host {name}", f"{h.get('role')}, {h.get('address')}, CPUs {h.get('cpus')}, {h.get('cpu_model')}, "
                 f"kernel {h.get('kernel')}, clocksource {h.get('clocksource')}", f"manifest.json hosts.{name}")
         add("CPU placement", m.get("placement") or p.get("placement"), "manifest.json placement")
+        idle = m.get("idle") or {}
+        add("idle policy", f"{idle.get('policy', 'not recorded (os)')}: {idle.get('mechanism', '')}; cpuidle driver "
+            f"{idle.get('cpuidle_driver')}", "manifest.json idle")
         add("waiting mode", f"client {m.get('wait')}; server {m.get('server_wait')}; server executors "
             f"{m.get('server_executors')} ({'inline' if not m.get('server_executors') else 'pool'})",
             "manifest.json wait, server_wait, server_executors")
@@ -100,6 +103,14 @@ class RunData:
                                      f"{(c.get('kernel_event_ns') or {}).get('all')} ns"
                                      for h, c in (m.get("calibration") or {}).items()) or "none (corrected = raw)",
             "manifest.json calibration.HOST.ust_event_ns, kernel_event_ns.all")
+        ins = m.get("calibration_in_situ") or {}
+        if ins.get("sizes"):
+            add("in-situ probe calibration", "; ".join(
+                f"size {z}: p50 untraced {v['p50_median_ns']['untraced'] / 1e3:.2f} us, user events "
+                f"{v['p50_median_ns']['ust'] / 1e3:.2f} us, user+kernel {v['p50_median_ns']['both'] / 1e3:.2f} us "
+                f"(median of {ins.get('rounds')} rounds)" for z, v in ins["sizes"].items())
+                + "; costs per event class on the path: analysis/probe.json",
+                "manifest.json calibration_in_situ.sizes.*.p50_median_ns")
         cs = m.get("clock_sync") or (self.steps_json or {}).get("clock_sync")
         if cs:
             src = "manifest.json clock_sync" if m.get("clock_sync") else "analysis/steps.json clock_sync"

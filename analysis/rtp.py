@@ -307,13 +307,14 @@ def analyze_case(case, progress=None):
         total = sum(s[2] - s[1] for s in segs)
         # The probe effect on the path: the calibrated cost of the tracepoints recorded on the
         # segment's CPU inside it (rpcs.py's charging rule, applied to the path alone).
-        seg_cost = [costs.between(c, sb, se)[0] if (costs is not None and c is not None) else 0.0
-                    for _, sb, se, _, c in segs]
+        seg_cost = []
         n_cls = [0, 0, 0]                    # events on the path: user, kernel net device, other kernel
-        if costs is not None:
-            for _, sb, se, _, c in segs:
-                if c is not None:
-                    n_cls = [a + b_ for a, b_ in zip(n_cls, costs.counts(c, sb, se))]
+        for _, sb, se, _, c in segs:
+            if costs is None or c is None:
+                seg_cost.append(0.0)
+                continue
+            seg_cost.append(costs.between(c, sb, se)[0])
+            n_cls = [a + b_ for a, b_ in zip(n_cls, costs.counts(c, sb, se))]
         res["per_rpc"].append({"call_id": int(rpcs.call_ids[r]), "rtt_ns": e - b, "sum_ns": total,
                                "probe_ns": float(sum(seg_cost)), "path_events": tuple(n_cls),
                                "segments": [(lab, sb - b, se - sb, round(pc, 1))

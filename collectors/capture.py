@@ -479,6 +479,23 @@ class Capture:
         self.sessions.remove(name)
         return st
 
+    def trace_hook(self, ust_dir, calls, frags, got, kernel_dir=None):
+        """A run_pair trace_hook: once both pids are known, a UST session recording into ust_dir (and,
+        with kernel_dir, the kernel collector writing there); its stop() stops them and records the UST
+        channel's losses in got["ust"] (and the kernel event set in got["kernel_events"])."""
+        def hook(spid, cpid):
+            shutil.rmtree(ust_dir, ignore_errors=True)
+            name = self.ust_start(ust_dir, calls, frags, [spid, cpid])
+            if kernel_dir is not None:
+                got["kernel_events"] = self.kernel_start(kernel_dir, [spid, cpid])
+
+            def stop():
+                if kernel_dir is not None:
+                    self.kernel_stop()
+                got["ust"] = self.ust_stop(name)
+            return stop
+        return hook
+
     def kernel_start(self, case_dir, pids):
         if self.kernel == "perf":
             evs = perf.event_set(self.p["executors"], bool(self.tb["link"].get("rate_bit")),
@@ -550,18 +567,11 @@ class Capture:
 
             self.step(f"calibration {host}: baseline")
             base = [run("base")]
-            counted = {}
-
-            def ust_hook(spid, cpid):
-                d = cdir / f"{host}-ust"
-                shutil.rmtree(d, ignore_errors=True)
-                name = self.ust_start(d, total, 1, [spid, cpid])
-                return lambda: counted.__setitem__("ust", (self.ust_stop(name), d))
-
+            udir = cdir / f"{host}-ust"
             self.step(f"calibration {host}: user events")
-            p50_ust = run("ust", ust_hook)
-            n_ust, _, _ = bt_count(counted["ust"][1])
-            shutil.rmtree(counted["ust"][1], ignore_errors=True)
+            p50_ust = run("ust", self.trace_hook(udir, total, 1, {}))
+            n_ust, _, _ = bt_count(udir)
+            shutil.rmtree(udir, ignore_errors=True)
             result = {"ust_event_ns": round((p50_ust - base[0]) / max(1e-9, n_ust / total), 1),
                       "ust_events_per_call": round(n_ust / total, 2), "kernel_event_ns": {},
                       "kernel_events_per_call": {}, "baseline_p50_ns": base[0], "calls": calls}
@@ -621,35 +631,20 @@ class Capture:
                 self.step(f"in-situ calibration, size {size}, round {rnd + 1}/{rounds}")
                 res, _ = self.run_pair(transport, size, calls, warmup, False, d, f"untraced-{rnd}")
                 p50["untraced"].append(res["rtt_ns"]["p50"])
-                got = {}
-
-                def ust_hook(spid, cpid, rnd=rnd, d=d, frags=frags):
-                    udir = d / f"ust-only-{rnd}"
-                    name = self.ust_start(udir, calls + warmup, frags, [spid, cpid])
-                    return lambda: got.__setitem__("ust", (self.ust_stop(name), udir))
-
-                res, _ = self.run_pair(transport, size, calls, warmup, True, d, f"ust-{rnd}", ust_hook)
+                udir = d / f"ust-only-{rnd}"
+                hook = self.trace_hook(udir, calls + warmup, frags, {})
+                res, _ = self.run_pair(transport, size, calls, warmup, True, d, f"ust-{rnd}", hook)
                 p50["ust"].append(res["rtt_ns"]["p50"])
-                shutil.rmtree(got["ust"][1], ignore_errors=True)
+                shutil.rmtree(udir, ignore_errors=True)
                 last = rnd == rounds - 1
-
-                def both_hook(spid, cpid, last=last, d=d, frags=frags):
-                    udir = d / ("ust" if last else "ust-tmp")
-                    shutil.rmtree(udir, ignore_errors=True)
-                    name = self.ust_start(udir, calls + warmup, frags, [spid, cpid])
-                    self.kernel_start(d, [spid, cpid])
-
-                    def stop():
-                        self.kernel_stop()
-                        got["both"] = self.ust_stop(name)
-                    return stop
-
-                res, pids = self.run_pair(transport, size, calls, warmup, True, d, f"both-{rnd}", both_hook)
+                got = {}
+                hook = self.trace_hook(d / ("ust" if last else "ust-tmp"), calls + warmup, frags, got, kernel_dir=d)
+                res, pids = self.run_pair(transport, size, calls, warmup, True, d, f"both-{rnd}", hook)
                 p50["both"].append(res["rtt_ns"]["p50"])
                 if last:
                     ev, lost, _ = self.kernel_finish(d, d / "ust")
                     kept = {"pids": pids, "kernel_events": ev,
-                            "lossy": bool(lost or got["both"]["discarded_events"] or got["both"]["lost_packets"])}
+                            "lossy": bool(lost or got["ust"]["discarded_events"] or got["ust"]["lost_packets"])}
                 else:
                     if self.perf is not None:
                         self.perf.data.unlink(missing_ok=True)
@@ -689,16 +684,7 @@ class Capture:
         ust_dir = cdir / "ust"
         frags = fragments(size, transport)
         got = {}
-
-        def hook(spid, cpid):
-            name = self.ust_start(ust_dir, calls + warmup, frags, [spid, cpid])
-            got["kernel_events"] = self.kernel_start(cdir, [spid, cpid])
-
-            def stop():
-                self.kernel_stop()
-                got["ust"] = self.ust_stop(name)
-            return stop
-
+        hook = self.trace_hook(ust_dir, calls + warmup, frags, got, kernel_dir=cdir)
         res_t, pids = self.run_pair(transport, size, calls, warmup, True, cdir, "traced", hook)
         (cdir / "client-traced.json").write_text(json.dumps(res_t, indent=2) + "\n")
         case["pids"] = pids

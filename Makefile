@@ -5,7 +5,8 @@
 #   make bootstrap    install Debian packages and the Python venv (idempotent)
 #   make test         bootstrap if needed, then run every test
 #   make run          the main job on the local testbed
-#   make bench        benchmarks (not tests): null-RPC RTT against sockperf
+#   make bench        benchmarks (not tests): null-RPC RTT against sockperf;
+#                     make bench-capture, make bench-analysis: capture and analysis cost
 #   make fuzz-long    a long libFuzzer campaign (not part of make test)
 
 SHELL := /bin/bash
@@ -164,6 +165,14 @@ bench: $(VENV_STAMP) all
 bench-capture: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all
 	$(VENV)/bin/rpcscope capture-bench
+
+# Benchmark of the analysis (not a test): events/s and peak memory on a run directory,
+# by default the newest under runs/ that has traces (make bench-analysis BENCH_RUN=runs/NAME).
+.PHONY: bench-analysis
+BENCH_RUN ?= $(shell ls -td runs/*/manifest.json 2>/dev/null | head -n 1 | xargs -r dirname)
+bench-analysis: $(VENV_STAMP) all
+	@test -n "$(BENCH_RUN)" || { echo "bench-analysis: no run under runs/: make run first, or give BENCH_RUN=runs/NAME"; exit 2; }
+	$(VENV)/bin/rpcscope analyze-bench $(BENCH_RUN)
 
 fuzz-long: $(FUZZ_DIR)/fuzz_pdu
 	@mkdir -p $(FUZZ_DIR)/corpus

@@ -38,23 +38,48 @@ struct row {
 	int64_t nbytes; uint64_t skb; int32_t dev, tid2; int64_t state; int32_t vec; uint8_t src;
 };
 
+/* Rows gather CHUNK at a time and leave column by column: one fwrite per column per chunk
+ * rather than fifteen (locked) stdio calls per event, a tenth of the extractor's time. */
+#define CHUNK 16384
+static struct row chunk[CHUNK];
+static size_t chunk_len;
+static unsigned char colbuf[CHUNK * 8];
+static int write_failed;
+
+#define FLUSH_COLUMN(c, field)                                                         \
+	do {                                                                           \
+		const size_t sz_ = sizeof chunk[0].field;                              \
+		for (size_t i_ = 0; i_ < chunk_len; i_++)                              \
+			memcpy(colbuf + i_ * sz_, &chunk[i_].field, sz_);              \
+		if (fwrite(colbuf, sz_, chunk_len, col_file[c]) != chunk_len)          \
+			write_failed = 1;                                              \
+	} while (0)
+
+static void flush_rows(void)
+{
+	FLUSH_COLUMN(C_TS, ts);
+	FLUSH_COLUMN(C_CPU, cpu);
+	FLUSH_COLUMN(C_TID, tid);
+	FLUSH_COLUMN(C_PID, pid);
+	FLUSH_COLUMN(C_KIND, kind);
+	FLUSH_COLUMN(C_NAME, name);
+	FLUSH_COLUMN(C_CALL_ID, call_id);
+	FLUSH_COLUMN(C_FRAG, frag);
+	FLUSH_COLUMN(C_NBYTES, nbytes);
+	FLUSH_COLUMN(C_SKB, skb);
+	FLUSH_COLUMN(C_DEV, dev);
+	FLUSH_COLUMN(C_TID2, tid2);
+	FLUSH_COLUMN(C_STATE, state);
+	FLUSH_COLUMN(C_VEC, vec);
+	FLUSH_COLUMN(C_SRC, src);
+	chunk_len = 0;
+}
+
 static void put_row(const struct row *r)
 {
-	fwrite(&r->ts, 8, 1, col_file[C_TS]);
-	fwrite(&r->cpu, 2, 1, col_file[C_CPU]);
-	fwrite(&r->tid, 4, 1, col_file[C_TID]);
-	fwrite(&r->pid, 4, 1, col_file[C_PID]);
-	fwrite(&r->kind, 1, 1, col_file[C_KIND]);
-	fwrite(&r->name, 4, 1, col_file[C_NAME]);
-	fwrite(&r->call_id, 8, 1, col_file[C_CALL_ID]);
-	fwrite(&r->frag, 4, 1, col_file[C_FRAG]);
-	fwrite(&r->nbytes, 8, 1, col_file[C_NBYTES]);
-	fwrite(&r->skb, 8, 1, col_file[C_SKB]);
-	fwrite(&r->dev, 4, 1, col_file[C_DEV]);
-	fwrite(&r->tid2, 4, 1, col_file[C_TID2]);
-	fwrite(&r->state, 8, 1, col_file[C_STATE]);
-	fwrite(&r->vec, 4, 1, col_file[C_VEC]);
-	fwrite(&r->src, 1, 1, col_file[C_SRC]);
+	chunk[chunk_len++] = *r;
+	if (chunk_len == CHUNK)
+		flush_rows();
 }
 
 /* ---------------------------------------------------------------- interned names */
@@ -554,8 +579,9 @@ int main(int argc, char **argv)
 	if (rs != BT_GRAPH_RUN_STATUS_OK)
 		error_text(err, sizeof err);
 done:
+	flush_rows();
 	for (int c = 0; c < NCOL; c++)
-		if (fclose(col_file[c])) {
+		if (fclose(col_file[c]) || write_failed) {
 			fprintf(stderr, "ctfcols: write error: %s\n", strerror(errno));
 			return 2;
 		}

@@ -90,7 +90,7 @@ class Graph:
             ends = np.full(len(eb), NEVER, np.int64)
             for v in np.unique(ev_):
                 xs = xb[xv == v]
-                k = np.searchsorted(xs, eb[ev_ == v], "left")
+                k = xs.searchsorted(eb[ev_ == v], "left")
                 ends[ev_ == v] = np.where(k < len(xs), xs[np.minimum(k, len(xs) - 1)], NEVER)
             # An entry whose next entry comes before its exit has lost its exit: end it there.
             nxt = np.append(eb[1:], NEVER)
@@ -102,7 +102,7 @@ class Graph:
         for c in np.unique(cpu[mi]):
             on = cpu == c
             eb, xb = ts[mi & on], ts[mxi & on]
-            k = np.searchsorted(xb, eb, "left")
+            k = xb.searchsorted(eb, "left")
             ends = xb[np.minimum(k, len(xb) - 1)] if len(xb) else np.full(len(eb), NEVER, np.int64)
             self._irq[int(c)] = (eb, np.where(k < len(xb), ends, NEVER))
 
@@ -144,7 +144,7 @@ class Graph:
         x = self._cpu_sw.get(int(cpu))
         if x is None:
             return -1
-        k = int(np.searchsorted(x[0], t, "right")) - 1
+        k = int(x[0].searchsorted(t, "right")) - 1
         if k < 0:
             return int(x[2][0]) if len(x[2]) else -1      # before the first switch: its prev
         return int(x[1][k])
@@ -154,12 +154,12 @@ class Graph:
         trace lost (the thread has events after its last switch out) is inferred at the
         thread's first event after that switch out."""
         ins, cpus = self._in.get(tid, (np.zeros(0, np.int64), None))
-        k = int(np.searchsorted(ins, t, "right")) - 1
+        k = int(ins.searchsorted(t, "right")) - 1
         got = (int(ins[k]), int(cpus[k])) if k >= 0 else None
         out = self.last_out(tid, t)
         if out is not None and (got is None or out[0] > got[0]):
             ets, ecpu = self._evts.get(tid, (np.zeros(0, np.int64), None))
-            j = int(np.searchsorted(ets, out[0], "right"))
+            j = int(ets.searchsorted(out[0], "right"))
             if j < len(ets) and ets[j] <= t:
                 return int(ets[j]), int(ecpu[j])
         return got
@@ -167,14 +167,14 @@ class Graph:
     def last_out(self, tid, t):
         """(ts, cpu, prev_state) of the thread's last switch out strictly before t, or None."""
         outs, cpus, st = self._out.get(tid, (np.zeros(0, np.int64), None, None))
-        k = int(np.searchsorted(outs, t, "left")) - 1
+        k = int(outs.searchsorted(t, "left")) - 1
         return (int(outs[k]), int(cpus[k]), int(st[k])) if k >= 0 else None
 
     def wakeup_before(self, tid, t, since):
         """The last sched_waking of tid in [since, t]: dict(ts, cpu, waker, context, vec,
         softirq=(entry, exit) or None), or None."""
         wts, wi = self._wk.get(tid, (np.zeros(0, np.int64), None))
-        k = int(np.searchsorted(wts, t, "right")) - 1
+        k = int(wts.searchsorted(t, "right")) - 1
         if k < 0 or wts[k] < since:
             return None
         i = int(wi[k])
@@ -197,7 +197,7 @@ class Graph:
         x = self._sirq.get(int(cpu))
         if x is None:
             return None
-        k = int(np.searchsorted(x[0], t, "right")) - 1
+        k = int(x[0].searchsorted(t, "right")) - 1
         if k >= 0 and x[1][k] >= t:
             return int(x[0][k]), int(x[1][k]), int(x[2][k])
         return None
@@ -207,8 +207,8 @@ class Graph:
         x = self._sirq.get(int(cpu))
         if x is None:
             return []
-        i = int(np.searchsorted(x[0], hi, "right"))
-        j = int(np.searchsorted(x[0], lo - PACKET_GAP_NS * 10, "left"))
+        i = int(x[0].searchsorted(hi, "right"))
+        j = int(x[0].searchsorted(lo - PACKET_GAP_NS * 10, "left"))
         m = j + np.nonzero(x[1][j:i] >= lo)[0]
         return [(int(x[0][k]), int(x[1][k]), int(x[2][k])) for k in m]
 
@@ -216,7 +216,7 @@ class Graph:
         x = self._irq.get(int(cpu))
         if x is None:
             return None
-        k = int(np.searchsorted(x[0], t, "right")) - 1
+        k = int(x[0].searchsorted(t, "right")) - 1
         return (int(x[0][k]), int(x[1][k])) if k >= 0 and x[1][k] >= t else None
 
     def states(self, tid, lo, hi):
@@ -265,7 +265,7 @@ class Graph:
         x = self._rx.get(int(cpu))
         if x is None:
             return None
-        k = int(np.searchsorted(x[0], hi, "right")) - 1
+        k = int(x[0].searchsorted(hi, "right")) - 1
         return int(x[1][k]) if k >= 0 and x[0][k] >= lo else None
 
     def packet_origin(self, i):

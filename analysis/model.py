@@ -41,7 +41,14 @@ def _req_reply(size, params):
     reply = params.get("reply", 0)
     reply_total = size if reply == "same" else int(reply)
     over = int(params.get("request_overhead", 0))
+    body = P.request_body_bytes(params["proc"], size) if params.get("proc") else None
+    if body is not None and "request_overhead" not in params:
+        over = body - size          # the marshalled arguments: maxarg's 4016 bytes are a 4020-byte body
     mtu, pdu = int(params.get("mtu", P.DEFAULT_MTU)), int(params.get("max_pdu", P.DEFAULT_MAX_PDU))
+    if params.get("transport") == "tcp":
+        # Over TCP a message is one record, sent and received whole (the kernel segments it): one
+        # "fragment", one window, no acks.
+        pdu = 1 << 30
     return P.Message(size + over, pdu, mtu), P.Message(reply_total, pdu, mtu)
 
 
@@ -60,7 +67,22 @@ RULES = {
     "acks": lambda q, r: [0] * q.acks,
     "request_ip": lambda q, r: list(q.ip),
     "reply_ip": lambda q, r: list(r.ip),
+    "call_bytes": lambda q, r: [q.total + r.total],               # once per call, both messages' bytes
+    "request_windows": lambda q, r: _window_bytes(q),             # once per window, the bytes it sends
 }
+
+
+def _window_bytes(q):
+    out, i = [], 0
+    for k in q.windows:
+        out.append(sum(q.frags[i:i + k]))
+        i += k
+    return out
+
+# The round-trip path's segments that are no catalog step (analysis/rtp.py: time between two marks
+# of one thread, a preemption, a block without a waking) become terms too, once per call and growing
+# with the bytes of the call: without them the terms cannot add up to the RTT.
+GAP_RULE = "call_bytes"
 
 # The reference RPC's steps (tracepoints/steps.toml) and the rule that counts each one.
 STEP_RULES = {
@@ -101,7 +123,15 @@ def default_steps(available):
 
 
 def _device(step):
+    if step.startswith(("client", "server")):
+        return step.split()[0]
+    if step not in STEP_RULES:
+        return "path"
     return "client" if step.startswith("C") else "server" if step.startswith("S") else step.split(".")[0]
+
+
+def _rule(sid, params):
+    return STEP_RULES.get(sid) or (params.get("term_rules") or {}).get(sid)
 
 
 # ------------------------------------------------------------------ model
@@ -254,11 +284,19 @@ def fit(costs, holdout=(), steps=None, predict=()):
     available = set().union(*(set(v) for v in costs.sizes.values()))
     steps = list(steps) if steps else default_steps(available)
     params = dict(costs.params)
+    # The % error is relative: each size weighs by 1 / its measured RTT squared, so that the small
+    # sizes' few microseconds count as much as the large sizes' tens (unweighted when not measured).
+    weights = {s: 1.0 / costs.measured_ns[s] ** 2 * 1e6 for s in fit_sizes if costs.measured_ns.get(s)} \
+        if all(costs.measured_ns.get(s) for s in fit_sizes) else None
     terms, notes = [], []
     for sid in steps:
-        rule = STEP_RULES.get(sid)
+        rule = _rule(sid, params)
         if rule is None:
             raise ValueError(f"no occurrence rule for step {sid!r} (known: {', '.join(STEP_RULES)})")
+        observed = {s: (costs.sizes[s].get(sid) or {}).get("path_count") for s in fit_sizes}
+        if params.get("path_rules") and sid in STEP_RULES and all(v is not None for v in observed.values()):
+            totals = {s: costs.sizes[s][sid]["median_ns"] / 1000.0 for s in fit_sizes}
+            rule = path_rule(sid, observed, totals, params, weights)
         per_size, pts = {}, []
         for s in sizes:
             n, b = occurrences(rule, s, params)
@@ -269,7 +307,7 @@ def fit(costs, holdout=(), steps=None, predict=()):
             med = m.get("median_ns")
             if s in fit_sizes and n and med is not None:
                 pts.append((s, n, b, med / 1000.0))   # the per-RPC total, us
-        a, bb, info = _fit_linear(pts)
+        a, bb, info = _fit_linear(pts, weights)
         if not pts:
             notes.append(f"{sid}: never measured at a fitted size with a count > 0; unit cost 0")
         terms.append(Term(_device(sid), sid, "", a, bb, rule, per_size, info))
@@ -279,16 +317,71 @@ def fit(costs, holdout=(), steps=None, predict=()):
     return model
 
 
-def with_rtp(costs, rtp):
-    """Restrict the terms to the measured round-trip path (analysis/rtp.py's rtp_steps: {size: {step:
-    {"count", "median_ns"}}}): each path step costs its median time ON the path (at most the step's own
-    median, which may be probe-corrected), counted as often as
-    the path visited it; at a size where the step is off the path its count is 0. Returns (costs, steps)."""
+# The arithmetic a step on the round-trip path may follow: which of its occurrences lie on the path
+# depends on the overlap (a server wakes once per window on the path, though once per fragment in all).
+PATH_RULE_CANDIDATES = ("call", "call_request", "call_reply", "request_frags", "reply_frags", "server_sends",
+                        "client_receives", "windows", "request_windows", "acks", "request_frags_multi")
+
+
+def path_rule(step, observed, totals, params, weights=None):
+    """The occurrence rule whose counts best match how often the measured round-trip path visited the
+    step at the fitted sizes (observed: {size: mean count}); among those that match equally, the one
+    whose a + b*bytes fit explains the step's totals ({size: us}) best; then the catalog's rule."""
+    def miss(rule):
+        return round(sum((occurrences(rule, s, params)[0] - n) ** 2 for s, n in observed.items()), 6)
+
+    def residual(rule):
+        pts = [(s, *occurrences(rule, s, params), t) for s, t in totals.items()]
+        pts = [p for p in pts if p[1]]
+        if not pts:
+            return float("inf")
+        a, b, _ = _fit_linear(pts, weights)
+        w = weights or {}
+        return round(sum(w.get(s, 1.0) * (t - n * (a + b * by)) ** 2 for s, n, by, t in pts), 9)
+
+    own = STEP_RULES[step]
+    best = min(miss(r) for r in PATH_RULE_CANDIDATES)
+    tied = [r for r in PATH_RULE_CANDIDATES if miss(r) == best]
+    return min(tied, key=lambda r: (residual(r), r != own))
+
+
+def with_rtp(costs, rtp, corrected=False):
+    """Restrict the terms to the measured round-trip path (analysis/rtp.py's rtp_steps: {size: {segment:
+    {"step", "count", "median_ns", "frac", "typical_ns", "typical_corrected_ns"}}}). Returns (costs, steps).
+
+    With the typical call (rtp.json's per-segment means over the RPCs in the middle of the corrected
+    RTT distribution, which add up to one RTT): every segment of the path is a term, the catalog's steps
+    and the time between them (GAP_RULE), its per-RPC total the typical mean (probe-corrected with
+    `corrected`), its counts from the protocol's arithmetic (for a step, the rule whose counts best
+    match how often the path visited it at the fitted sizes: path_rule), so that a held-out size is
+    predicted from the arithmetic alone. Without it (an older rtp.json): the steps on the path in at least half the
+    RPCs, each costing its median time on the path (at most the step's own median), counted as often
+    as the path visited it."""
     costs = copy.deepcopy(costs)
-    on = {st for v in rtp.values() for st in v if st in STEP_RULES}
+    typical = all(v and all(r.get("typical_ns") is not None for r in v.values()) for v in rtp.values())
+    if typical:
+        key = "typical_corrected_ns" if corrected else "typical_ns"
+        labels = []
+        for v in rtp.values():
+            for lab, r in v.items():
+                if lab not in labels and (r.get("typical_count") or 0) > 0:
+                    labels.append(lab)
+        order = list(STEP_RULES)
+        steps = [st for st in order if st in labels] + [lab for lab in labels if lab not in STEP_RULES]
+        rules = {lab: GAP_RULE for lab in steps if lab not in STEP_RULES}
+        for size, v in costs.sizes.items():
+            path = rtp.get(size, {})
+            for st in steps:
+                seg = path.get(st) or {}
+                v[st] = {"median_ns": seg.get(key) or 0.0, "n": (v.get(st) or {}).get("n"),
+                         "path_count": seg.get("typical_count") or 0.0}
+        costs.params = dict(costs.params, term_rules=rules, path_rules=True)
+        costs.source += " + the typical call's round-trip path (rtp.json" + (", probe-corrected)" if corrected else ")")
+        return costs, steps
+    on = {st for v in rtp.values() for st, r in v.items() if st in STEP_RULES and r.get("frac", 1) >= 0.5}
     steps = [st for st in STEP_RULES if st in on]
     for size, v in costs.sizes.items():
-        path = rtp.get(size, {})
+        path = {st: r for st, r in rtp.get(size, {}).items() if r.get("frac", 1) >= 0.5}
         for st in steps:
             if st in path:
                 # The time on the path, but never more than the step's own (e.g. probe-corrected) median.
@@ -301,29 +394,30 @@ def with_rtp(costs, rtp):
     return costs, steps
 
 
-def _fit_linear(pts):
+def _fit_linear(pts, weights=None):
     """Least squares of each size's per-RPC total T = n*a + n*bytes*b (n occurrences of mean
-    `bytes`): the fit minimises the error of the step's share of the RTT. A constant where the
-    bytes per occurrence do not vary."""
+    `bytes`): the fit minimises the error of the step's share of the RTT, each size weighted by
+    `weights` ({size: w}, default 1). A constant where the bytes per occurrence do not vary."""
     info = {"sizes": [p[0] for p in pts], "points": len(pts)}
     if not pts:
         info["kind"] = "none"
         return 0.0, 0.0, info
+    w = [(weights or {}).get(s, 1.0) for s, _, _, _ in pts]
     x1 = [n for _, n, _, _ in pts]
     x2 = [n * b for _, n, b, _ in pts]
     y = [tot for _, _, _, tot in pts]
-    s11 = sum(v * v for v in x1)
-    s22 = sum(v * v for v in x2)
-    s12 = sum(p * q for p, q in zip(x1, x2))
+    s11 = sum(k * v * v for k, v in zip(w, x1))
+    s22 = sum(k * v * v for k, v in zip(w, x2))
+    s12 = sum(k * p * q for k, p, q in zip(w, x1, x2))
     det = s11 * s22 - s12 * s12
     bvals = {b for _, _, b, _ in pts}
     if len(bvals) < 2 or det <= 1e-9 * max(s11 * s22, 1e-300):
-        a = sum(p * q for p, q in zip(x1, y)) / s11
+        a = sum(k * p * q for k, p, q in zip(w, x1, y)) / s11
         info["kind"] = "constant"
         b = 0.0
     else:
-        r1 = sum(p * q for p, q in zip(x1, y))
-        r2 = sum(p * q for p, q in zip(x2, y))
+        r1 = sum(k * p * q for k, p, q in zip(w, x1, y))
+        r2 = sum(k * p * q for k, p, q in zip(w, x2, y))
         a = (r1 * s22 - r2 * s12) / det
         b = (s11 * r2 - s12 * r1) / det
         info["kind"] = "linear"

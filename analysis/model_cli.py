@@ -110,7 +110,7 @@ def cmd_model(args):
                 from .rtp import rtp_steps
                 path = rtp_steps(args.input, transport=costs.params.get("transport"), proc=costs.params.get("proc"))
                 if path:
-                    costs, steps = M.with_rtp(costs, path)
+                    costs, steps = M.with_rtp(costs, path, corrected=args.corrected)
             m = M.fit(costs, holdout=_sizes(args.holdout), steps=steps, predict=_sizes(args.predict))
         except ValueError as e:
             raise UserError(str(e)) from None

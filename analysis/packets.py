@@ -14,6 +14,7 @@ with this module over many sizes and every boundary.
     windows(total, max_pdu)                 fragments per window, as a list
     ip_body_bytes(frag_body_len, mtu)       RPC body bytes carried by each IP packet of one fragment
     Message(total, max_pdu, mtu)            all of the above for one message, as lists and counts
+    request_body_bytes(proc, size)          the marshalled request body of a procedure at a workload size
 
 Sizes and counts are plain ints; nothing here needs numpy.
 """
@@ -156,3 +157,24 @@ class Message:
         return {"total": self.total, "max_pdu": self.max_pdu, "mtu": self.mtu, "frags": len(self.frags),
                 "frag_bytes": self.frags, "ip_packets": len(self.ip), "ip_bytes": self.ip,
                 "windows": self.windows, "acks": self.acks}
+
+
+def _pad4(n):
+    return (n + 3) & ~3
+
+
+def request_body_bytes(proc, size):
+    """Marshalled request body of a procedure for a workload size (rpc/procs.c's
+    marshal_args: opaque and strings carry a 4-byte length and are padded to 4;
+    `sum` sends `size` 32-bit integers after a count). None when unknown."""
+    if proc in ("null", "incr"):
+        return 0
+    if proc in ("maxarg", "echo", "courier", "courier_oneway"):
+        return 4 + _pad4(size)
+    if proc == "maxresult":
+        return 4
+    if proc == "add":
+        return 8
+    if proc == "sum":
+        return 4 + 4 * size
+    return None

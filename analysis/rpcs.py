@@ -146,13 +146,13 @@ class CaseRPCs:
 
 def _first_in(a, lo, hi):
     """Index into a (sorted) of the first value in [lo, hi], or -1."""
-    i = int(np.searchsorted(a, lo, "left"))
+    i = int(a.searchsorted(lo, "left"))
     return i if i < len(a) and a[i] <= hi else -1
 
 
 def _last_in(a, lo, hi):
     """Index into a (sorted) of the last value in [lo, hi], or -1."""
-    i = int(np.searchsorted(a, hi, "right")) - 1
+    i = int(a.searchsorted(hi, "right")) - 1
     return i if i >= 0 and a[i] >= lo else -1
 
 
@@ -282,7 +282,7 @@ class _Costs:
         if x is None or e <= b:
             return 0.0, 0
         ts, cum, _ = x
-        i, j = np.searchsorted(ts, b, "left"), np.searchsorted(ts, e, "left")
+        i, j = ts.searchsorted(b, "left"), ts.searchsorted(e, "left")
         return float(cum[j] - cum[i]), int(j - i)
 
     def counts(self, cpu, b, e):
@@ -291,7 +291,7 @@ class _Costs:
         if x is None or e <= b:
             return (0,) * N_CLASSES
         ts, _, pc = x
-        i, j = np.searchsorted(ts, b, "left"), np.searchsorted(ts, e, "left")
+        i, j = ts.searchsorted(b, "left"), ts.searchsorted(e, "left")
         return tuple(int(v) for v in pc[:, j] - pc[:, i])
 
 
@@ -370,8 +370,8 @@ def reconstruct(case, progress=None, kernel=True, occurrences=False):
 
     order = np.lexsort((ts, cid))
     scid = cid[order]
-    lo = np.searchsorted(scid, call_ids, "left")
-    hi = np.searchsorted(scid, call_ids, "right")
+    lo = scid.searchsorted(call_ids, "left")
+    hi = scid.searchsorted(call_ids, "right")
 
     # Per-thread user timestamps (to tell whether a thread slept between two marks).
     user_ts_of = {t: ts[tid == t] for t in roles}
@@ -689,7 +689,7 @@ def _server_kernel(r, evs, ctx):
                 reason = "not taken (the request was there at the non-blocking select)"
                 break
         uts = ctx["user_ts_of"].get(th)
-        k = int(np.searchsorted(uts, mark[1], "left")) - 1
+        k = int(uts.searchsorted(mark[1], "left")) - 1
         prev_user = int(uts[k]) if k >= 0 else 0
         w = _wake(K, th, prev_user, mark[1])
         if isinstance(w, str):
@@ -711,7 +711,7 @@ def _server_kernel(r, evs, ctx):
     reason = None
     for b in (m for m in evs.get("S14", []) if m[0] == "begin"):
         uts = ctx["user_ts_of"].get(b[2])
-        k = int(np.searchsorted(uts, b[1], "right"))
+        k = int(uts.searchsorted(b[1], "right"))
         nxt = int(uts[k]) if k < len(uts) else np.iinfo(np.int64).max
         out = K.thread(b[2])["out"].first(b[1], nxt)
         if not out:

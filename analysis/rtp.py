@@ -101,7 +101,7 @@ class _Labels:
     def at(self, t):
         """(begin, label) of the piece holding the instant just before t, or (end of the last piece
         before t, None) in a gap, or (None, None)."""
-        k = int(np.searchsorted(self.b, t, "left")) - 1
+        k = int(self.b.searchsorted(t, "left")) - 1
         if k < 0:
             return None, None
         if self.e[k] >= t:
@@ -271,7 +271,7 @@ def slack(occs, segs, end):
         st = starts.get(tid, np.zeros(0, np.int64))
         ends = sorted(lst, key=lambda p: p[1])
         for x, y, name in lst:
-            k = int(np.searchsorted(st, y, "left"))
+            k = int(st.searchsorted(y, "left"))
             join = int(st[k]) if k < len(st) else end
             run_end = max([q for _, q, _ in ends if y <= q <= join] or [y])
             s = max(0, join - run_end)
@@ -427,9 +427,10 @@ def analyze_rtp(path, progress=None, keep_rpcs=False, per_rpc=False):
     return out
 
 
-def rtp_steps(path, transport=None, proc=None, min_frac=0.5):
-    """{size: {step: {"count", "median_ns"}}} of the steps on the measured path (in at least
-    min_frac of the RPCs) from an rtp.json (a file, a run directory or its analysis/), for the model."""
+def rtp_steps(path, transport=None, proc=None):
+    """{size: {segment: {"step", "count", "median_ns", "frac", "typical_ns", "typical_corrected_ns",
+    "typical_count"}}} of every segment of the measured path, from an rtp.json (a file, a run directory
+    or its analysis/), for the model (analysis/model.py with_rtp)."""
     p = pathlib.Path(path)
     for cand in (p, p / "rtp.json", p / "analysis" / "rtp.json", p.parent / "rtp.json"):
         if cand.is_file() and cand.name == "rtp.json":
@@ -442,7 +443,10 @@ def rtp_steps(path, transport=None, proc=None, min_frac=0.5):
     for c in d.get("cases", []):
         if (transport and c["transport"] != transport) or (proc and c["proc"] != proc):
             continue
-        out[int(c["size"])] = {r["segment"]: {"count": r["count_median"], "median_ns": r["median_ns"],
-                                              "frac": r["on_path_frac"]}
-                               for r in c["path"] if r["step"] and r["on_path_frac"] >= min_frac}
+        out[int(c["size"])] = {r["segment"]: {"step": r["step"], "count": r["count_median"],
+                                              "median_ns": r["median_ns"], "frac": r["on_path_frac"],
+                                              "typical_ns": r.get("typical_ns"),
+                                              "typical_corrected_ns": r.get("typical_corrected_ns"),
+                                              "typical_count": r.get("typical_count")}
+                               for r in c["path"]}
     return out

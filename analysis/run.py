@@ -16,6 +16,7 @@ import pathlib
 import numpy as np
 
 from . import traceread
+from .packets import request_body_bytes  # noqa: F401  (re-exported: the reports use it from here)
 
 # rpc/wire.h: 4096-byte PDUs with an 80-byte header; windows of 4096 bytes
 # doubling up to 32 KiB (1, 2, 4, 8 PDUs).
@@ -43,25 +44,6 @@ def window_count(total, max_pdu=MAX_PDU):
     return windows
 
 
-def _pad4(n):
-    return (n + 3) & ~3
-
-
-def request_body_bytes(proc, size):
-    """Marshalled request body of a procedure for a workload size (rpc/procs.c's
-    marshal_args: opaque and strings carry a 4-byte length and are padded to 4;
-    `sum` sends `size` 32-bit integers after a count). None when unknown."""
-    if proc in ("null", "incr"):
-        return 0
-    if proc in ("maxarg", "echo", "courier", "courier_oneway"):
-        return 4 + _pad4(size)
-    if proc == "maxresult":
-        return 4
-    if proc == "add":
-        return 8
-    if proc == "sum":
-        return 4 + 4 * size
-    return None
 
 
 class RunError(Exception):
@@ -170,7 +152,7 @@ class Case:
     def calibration(self, role):
         """The cost of one probe for this role's host: the in-situ calibration's effective costs on the
         round-trip path when the run has one (analysis/probe.py), else the manifest's loopback ones."""
-        pr = self.run.probe
+        pr = self.run.probe.get(self.transport)
         if pr and pr.get("ust_event_ns") is not None and pr.get("kernel_event_ns") is not None:
             return {"ust_event_ns": max(0.0, pr["ust_event_ns"]),
                     "kernel_event_ns": dict(pr["kernel_event_ns"]), "source": "in-situ"}
@@ -200,12 +182,23 @@ class Run:
 
     @property
     def probe(self):
-        """The in-situ probe calibration (analysis/probe.py), {} when there is none."""
+        """The in-situ probe calibration (analysis/probe.py) per transport, {} when there is none."""
         if self._probe is None:
-            self._probe = {}                  # while it is computed, the calibration case uses none
+            self._probe = {}                  # while it is computed, the calibration cases use none
             from .probe import in_situ
             self._probe = in_situ(self) or {}
         return self._probe
+
+    def in_situ_calibrations(self):
+        """{transport: {"transport", "proc", "calls", "warmup", "rounds", "sizes": {size: {...}}}} of the
+        manifest's in-situ probe calibration (one per transport; a run made before that had one, for
+        its first transport, at the top level of calibration_in_situ)."""
+        meta = self.manifest.get("calibration_in_situ") or {}
+        if not meta.get("complete"):
+            return {}
+        if "transports" in meta:
+            return {t: dict(v, rounds=v.get("rounds", meta.get("rounds"))) for t, v in meta["transports"].items()}
+        return {meta["transport"]: meta} if meta.get("sizes") and meta.get("transport") else {}
 
     @property
     def shared_kernel(self):

@@ -19,7 +19,7 @@ import numpy as np
 from rpcscope.tracepoints import STEPS
 
 from .rpcs import EXTRA_ROWS, MEASURED, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
-from .run import load_run
+from .run import Run, load_run
 
 _STEP = {s["id"]: s for s in STEPS}
 CSV_COLUMNS = ["case", "transport", "proc", "size", "step", "side", "name", "rtp", "status", "n", "missing",
@@ -94,7 +94,8 @@ def rtt_summary(rpcs):
 
 
 def analyze(run_path, progress=None, write=True, kernel=True):
-    run = load_run(run_path)
+    """run_path: a run directory, or a loaded Run (whose cache_dir and out_dir may point elsewhere)."""
+    run = run_path if isinstance(run_path, Run) else load_run(run_path)
     steps, rtts, per_rpc = [], [], {}
     cases = [c for c in run.cases if c.complete]
     for k, case in enumerate(cases):

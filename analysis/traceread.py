@@ -564,7 +564,19 @@ def _read_native(path, src, cache_dir, key):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# Events returned by read_trace in this process, and of them those decoded rather than mapped
+# from the cache (for `rpcscope analyze-bench`).
+READ_STATS = {"events": 0, "decoded_events": 0}
+
+
 def read_trace(path, cache_dir=None, src=0, backend="auto"):
+    ev, decoded = _read_trace(path, cache_dir, src, backend)
+    READ_STATS["events"] += len(ev)
+    READ_STATS["decoded_events"] += len(ev) if decoded else 0
+    return ev
+
+
+def _read_trace(path, cache_dir, src, backend):
     """Decode every CTF trace under path (a LTTng session output, one LTTng
     trace, or perf's converted CTF) into time-sorted Events.
 
@@ -581,24 +593,24 @@ def read_trace(path, cache_dir=None, src=0, backend="auto"):
         msg = f"no trace at {path}" if not path.exists() else f"no CTF trace (no metadata file) under {path}"
         empty = {k: np.zeros(0, _NP[t]) for k, t in COLUMNS.items()}
         return Events(empty, [], [{"path": str(path), "clock": None, "tracer": None, "events": 0, "partial": True}],
-                      [{"source": src, "what": what, "message": msg}], {})
+                      [{"source": src, "what": what, "message": msg}], {}), False
     key = _cache_key(path) if cache_dir else None
     if key:
         cached = _load(cache_dir, key)
         if cached is not None:
-            return _with_src(cached, src)
+            return _with_src(cached, src), False
     if backend in ("auto", "native"):
         from . import native
         if native.available():
             ev = _read_native(path, src, cache_dir, key)
             if ev is not None:
-                return _with_src(ev, src)
+                return _with_src(ev, src), True
         elif backend == "native":
             raise TraceError("the native extractor is not built: run `make analysis`")
     ev = _read_python(path, src)
     if key:
         _save(cache_dir, key, ev)
-    return ev
+    return ev, True
 
 
 def _with_src(ev, src):
@@ -660,7 +672,7 @@ def _fill_tids(cols):
     for c in np.unique(cpu[missing]):
         s = sw[cpu[sw] == c]
         m = missing[cpu[missing] == c]
-        k = np.searchsorted(s, m) - 1       # the last switch on this CPU before the event
+        k = s.searchsorted(m) - 1       # the last switch on this CPU before the event
         ok = k >= 0
         tid[m[ok]] = np.asarray(cols["tid2"])[s[k[ok]]]
 

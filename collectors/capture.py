@@ -39,7 +39,16 @@ MAX_MSG = 256 << 10           # rpc-client/rpc-server --max-msg default
 BASE_PORT = 7300
 SERVER_SAFETY_S = 900         # a server left behind exits on its own after this long
 UDP_FRAG_BODY = 4016          # body bytes per 4096-byte PDU
-IN_SITU_LARGE = 16064         # the in-situ calibration's second size: 4 fragments, 12 IP packets each way on UDP
+IN_SITU_LARGE = 16064         # the in-situ calibration's largest size when the run's sizes are all small
+
+
+def in_situ_sizes(p):
+    """The in-situ calibration's sizes: 0, the run's largest (at least IN_SITU_LARGE, where the procedure
+    allows) and half of it, so that the run's sizes are interpolated, not extrapolated, and three sizes
+    over-determine the per-class costs."""
+    limit = proc_max_size(p["proc"])
+    large = min(limit, max(max(p["sizes"]), IN_SITU_LARGE))
+    return sorted({0, large // 2 // 4 * 4, large}) if large else [0]
 TRACE_BIN = ROOT / "build" / "trace" / "bin"
 NOTRACE_BIN = ROOT / "build" / "notrace" / "bin"
 
@@ -105,6 +114,11 @@ def validate(p):
     if p["placement"] == "split" and len(os.sched_getaffinity(0)) < 2:
         raise UserError("--placement split needs two CPUs (one per host); this machine offers "
                         f"{sorted(os.sched_getaffinity(0))}: use --placement same")
+
+
+def in_situ_rounds(p):
+    """Rounds of the in-situ probe calibration: at least 3, and no fewer than the cases' repeats."""
+    return max(3, p.get("repeats", 1))
 
 
 def placement_cpus(placement):
@@ -343,6 +357,7 @@ class Capture:
         self.sessiond = Sessiond()
         self.sessions = []             # lttng sessions created and not yet destroyed
         self.perf = None
+        self.stopped_perf = []         # stopped perf recorders whose data is not yet converted or deleted
         self.hosts = {h["role"]: h for h in testbed_state["hosts"]}
         self.cpus = placement_cpus(params["placement"])
         self.kernel = choose_kernel_collector(params["kernel"])
@@ -482,7 +497,8 @@ class Capture:
     def trace_hook(self, ust_dir, calls, frags, got, kernel_dir=None):
         """A run_pair trace_hook: once both pids are known, a UST session recording into ust_dir (and,
         with kernel_dir, the kernel collector writing there); its stop() stops them and records the UST
-        channel's losses in got["ust"] (and the kernel event set in got["kernel_events"])."""
+        channel's losses in got["ust"], the kernel event set in got["kernel_events"] and what
+        kernel_finish needs in got["kernel"]."""
         def hook(spid, cpid):
             shutil.rmtree(ust_dir, ignore_errors=True)
             name = self.ust_start(ust_dir, calls, frags, [spid, cpid])
@@ -491,16 +507,18 @@ class Capture:
 
             def stop():
                 if kernel_dir is not None:
-                    self.kernel_stop()
+                    got["kernel"] = self.kernel_stop()
                 got["ust"] = self.ust_stop(name)
             return stop
         return hook
 
-    def kernel_start(self, case_dir, pids):
+    def kernel_start(self, out_dir, pids):
+        """Start the kernel collector writing into out_dir (perf: out_dir/kernel.perf.data; LTTng:
+        out_dir/kernel)."""
         if self.kernel == "perf":
             evs = perf.event_set(self.p["executors"], bool(self.tb["link"].get("rate_bit")),
                                  available={e for e in perf.event_set(1, True) if perf.tracepoint_available(e)})
-            self.perf = perf.PerfRecorder(case_dir, case_dir / "kernel.perf.data", evs, self.devices())
+            self.perf = perf.PerfRecorder(out_dir, out_dir / "kernel.perf.data", evs, self.devices())
             self.perf.start()
             return evs
         if self.kernel == "lttng":
@@ -508,7 +526,7 @@ class Capture:
             evs = perf.event_set(self.p["executors"], False)
             sysc = sorted({e.split("_", 2)[2] for e in evs if e.startswith("syscalls:")})
             self.sessions.append(name)
-            for cmd in lttng.lttng_kernel_commands(name, case_dir / "kernel", [e for e in evs if not e.startswith("syscalls:")],
+            for cmd in lttng.lttng_kernel_commands(name, out_dir / "kernel", [e for e in evs if not e.startswith("syscalls:")],
                                                    sysc, self.devices(), perf.PROCNAMES):
                 lttng.run_lttng(cmd)
             lttng.run_lttng(["start", name])
@@ -517,34 +535,99 @@ class Capture:
         return []
 
     def kernel_stop(self):
+        """Stop the kernel collector; returns what kernel_finish needs: {"perf": the stopped recorder}
+        or {"lost": LTTng's discarded events and lost packets}."""
         if self.kernel == "perf" and self.perf:
-            self.perf.stop()
-        elif self.kernel == "lttng":
+            rec, self.perf = self.perf, None
+            try:
+                rec.stop()
+            finally:
+                self.stopped_perf.append(rec)       # its data is deleted by discard() or kernel_finish()
+            return {"perf": rec}
+        if self.kernel == "lttng":
             name = self._ksession
             lttng.run_lttng(["stop", name])
             st = lttng.channel_stats(name).get(lttng.KERNEL_CHANNEL, {})
             lttng.run_lttng(["destroy", name])
             self.sessions.remove(name)
-            self._klost = st.get("discarded_events", 0) + st.get("lost_packets", 0)
+            return {"lost": st.get("discarded_events", 0) + st.get("lost_packets", 0)}
+        return {}
 
-    def kernel_finish(self, case_dir, ust_dir):
-        """Convert, align clocks, count; returns (events, lost, per-event counts)."""
-        kdir = case_dir / "kernel"
+    def kernel_finish(self, out_dir, ust_dir, stopped):
+        """Convert into out_dir/kernel, align clocks, count; returns (events, lost, per-event counts).
+        stopped: kernel_stop()'s result."""
+        kdir = out_dir / "kernel"
         if self.kernel == "perf":
-            st = perf.stats(self.perf.data)
-            perf.convert_to_ctf(self.perf.data, kdir)
+            rec = stopped["perf"]
+            st = perf.stats(rec.data)
+            perf.convert_to_ctf(rec.data, kdir)
             clock = perf.ust_clock(ust_dir)
             if clock:
                 perf.align_clock(kdir, clock)
             if not self.p["keep_perf_data"]:
-                self.perf.data.unlink(missing_ok=True)
-            self.perf = None
+                rec.data.unlink(missing_ok=True)
+            elif rec.data.parent != out_dir:
+                rec.data.replace(out_dir / rec.data.name)
             events, _, _ = bt_count(kdir)
             return events, st["lost"], st["samples"]
         if self.kernel == "lttng":
             events, _, _ = bt_count(kdir)
-            return events, self._klost, {}
+            return events, stopped.get("lost", 0), {}
         return 0, 0, {}
+
+    # ------------------------------------------------------------ repeats
+    def repeats(self, d, transport, size, calls, warmup, kinds, n, label):
+        """n interleaved rounds of runs of the given kinds ("untraced", "ust": user events only, "traced":
+        user and kernel events) into d/repeat-R/. Why rounds: on this VM one traced run's p50 moves by up
+        to 25 % from the next identical one (its calls are uniformly slower or faster), so a single run
+        cannot stand for the configuration; the median run of n can. Returns {kind: [run]}, a run being
+        {"res", "pids", "got", "dir"}."""
+        frags = fragments(size, transport)
+        runs = {k: [] for k in kinds}
+        for r in range(n):
+            rdir = d / f"repeat-{r}"
+            rdir.mkdir(parents=True, exist_ok=True)
+            for kind in kinds:
+                self.step(f"{label}: {kind}, round {r + 1}/{n}")
+                got, hook, ust = {}, None, rdir / f"ust-{kind}"
+                if kind != "untraced":
+                    hook = self.trace_hook(ust, calls + warmup, frags, got,
+                                           kernel_dir=rdir if kind == "traced" else None)
+                res, pids = self.run_pair(transport, size, calls, warmup, kind != "untraced" or
+                                          self.p["untraced"] == "stopped", rdir, f"{kind}-{r}", hook)
+                runs[kind].append({"res": res, "pids": pids, "got": got, "dir": rdir, "ust": ust})
+                self.advance()
+        return runs
+
+    def keep_median(self, runs, d):
+        """Of runs of one kind, the one whose client p50 is the median (the lower middle one of an even
+        number); its traces move to d/ust (and d/kernel, converted). Returns (index, run, kernel counts)."""
+        order = sorted(range(len(runs)), key=lambda i: runs[i]["res"]["rtt_ns"]["p50"])
+        i = order[(len(order) - 1) // 2]
+        run = runs[i]
+        ust = d / "ust"
+        shutil.rmtree(ust, ignore_errors=True)
+        if run["ust"].is_dir():
+            run["ust"].replace(ust)
+        kernel = (0, 0, {})
+        if "kernel" in run["got"]:
+            if (run["dir"] / "kernel").is_dir():          # LTTng's kernel session output
+                shutil.rmtree(d / "kernel", ignore_errors=True)
+                (run["dir"] / "kernel").replace(d / "kernel")
+            kernel = self.kernel_finish(d, ust, run["got"]["kernel"])
+        return i, run, kernel
+
+    def discard(self, d):
+        """Delete the rounds' leftovers under d (traces not kept, perf data, logs of good runs)."""
+        for rec in self.stopped_perf:
+            if rec.data.parent.parent == d and rec.data.parent.name.startswith("repeat-"):
+                rec.data.unlink(missing_ok=True)
+        self.stopped_perf = [r for r in self.stopped_perf if r.data.exists()]
+        for rdir in d.glob("repeat-*"):
+            for f in rdir.glob("*.log"):
+                if f.stat().st_size:
+                    f.replace(d / f.name)
+            shutil.rmtree(rdir, ignore_errors=True)
 
     # ------------------------------------------------------------ calibration
     def calibrate(self):
@@ -606,57 +689,38 @@ class Capture:
 
     def calibrate_in_situ(self, rounds=3):
         """The probe effect where the capture measures: between the testbed's hosts, with the run's
-        placement, idle policy and link, the run's procedure over its first transport at two sizes
-        (0, and IN_SITU_LARGE where the procedure allows, whose calls carry many more network-device
-        events), each in `rounds` rounds of three runs: untraced (TRACE=0 build), user events only,
-        user and kernel events. The traces of the last user+kernel run of each size are kept: the
-        analysis counts the events of each class that fall on the round-trip path and solves the p50
-        differences for the effective cost of one event of each class there (analysis/probe.py).
-        The loopback calibration above measures each host alone, where every event is on the path;
-        this one includes what only the real placement shows (tracer daemons sharing the CPUs,
-        cross-CPU effects)."""
-        transport = self.p["transports"][0]
+        placement, idle policy and link, the run's procedure over each of its transports (the probe
+        effect differs between them: TCP's calls carry about as many events as UDP's but slow down
+        less) at the sizes of in_situ_sizes (0, half the largest, the largest: larger UDP calls carry
+        many more network-device events), each in `rounds` interleaved rounds of three runs: untraced
+        (TRACE=0 build), user events only, user and kernel events. The traces of the user+kernel run
+        with the median p50 are kept: the analysis counts the events of each class that fall on the
+        round-trip path and solves the p50 differences for the effective cost of one event of each
+        class there (analysis/probe.py). The loopback calibration above measures each host alone,
+        where every event is on the path; this one includes what only the real placement shows
+        (tracer daemons sharing the CPUs, cross-CPU effects)."""
         calls = self.p["calibration_calls"]
         warmup = max(100, calls // 10)
-        large = min(IN_SITU_LARGE, proc_max_size(self.p["proc"]))
-        out = {"transport": transport, "proc": self.p["proc"], "calls": calls, "warmup": warmup,
-               "rounds": rounds, "kernel_collector": self.kernel, "sizes": {}}
-        for size in sorted({0, large}):
-            d = self.out / "calibration-in-situ" / str(size)
-            d.mkdir(parents=True, exist_ok=True)
-            frags = fragments(size, transport)
-            p50 = {"untraced": [], "ust": [], "both": []}
-            kept = {}
-            for rnd in range(rounds):
-                self.step(f"in-situ calibration, size {size}, round {rnd + 1}/{rounds}")
-                res, _ = self.run_pair(transport, size, calls, warmup, False, d, f"untraced-{rnd}")
-                p50["untraced"].append(res["rtt_ns"]["p50"])
-                udir = d / f"ust-only-{rnd}"
-                hook = self.trace_hook(udir, calls + warmup, frags, {})
-                res, _ = self.run_pair(transport, size, calls, warmup, True, d, f"ust-{rnd}", hook)
-                p50["ust"].append(res["rtt_ns"]["p50"])
-                shutil.rmtree(udir, ignore_errors=True)
-                last = rnd == rounds - 1
-                got = {}
-                hook = self.trace_hook(d / ("ust" if last else "ust-tmp"), calls + warmup, frags, got, kernel_dir=d)
-                res, pids = self.run_pair(transport, size, calls, warmup, True, d, f"both-{rnd}", hook)
-                p50["both"].append(res["rtt_ns"]["p50"])
-                if last:
-                    ev, lost, _ = self.kernel_finish(d, d / "ust")
-                    kept = {"pids": pids, "kernel_events": ev,
-                            "lossy": bool(lost or got["ust"]["discarded_events"] or got["ust"]["lost_packets"])}
-                else:
-                    if self.perf is not None:
-                        self.perf.data.unlink(missing_ok=True)
-                        self.perf = None
-                    shutil.rmtree(d / "ust-tmp", ignore_errors=True)
-                    shutil.rmtree(d / "kernel", ignore_errors=True)      # LTTng's kernel session output
-                self.advance()
-            for f in list(d.glob("*.log")) + list(d.glob("*-stats.json")):
-                f.unlink(missing_ok=True)
-            out["sizes"][str(size)] = {"dir": str(d.relative_to(self.out)), "p50_ns": p50,
-                                       "p50_median_ns": {k: sorted(v)[len(v) // 2] for k, v in p50.items()},
-                                       **kept}
+        out = {"proc": self.p["proc"], "calls": calls, "warmup": warmup, "rounds": rounds,
+               "kernel_collector": self.kernel, "transports": {}}
+        for transport in self.p["transports"]:
+            per = out["transports"][transport] = {"transport": transport, "proc": self.p["proc"], "calls": calls,
+                                                  "warmup": warmup, "rounds": rounds, "sizes": {}}
+            for size in in_situ_sizes(self.p):
+                d = self.out / "calibration-in-situ" / transport / str(size)
+                d.mkdir(parents=True, exist_ok=True)
+                runs = self.repeats(d, transport, size, calls, warmup, ("untraced", "ust", "traced"), rounds,
+                                    f"in-situ calibration, {transport} {size}")
+                i, kept, (ev, lost, _) = self.keep_median(runs["traced"], d)
+                self.discard(d)
+                p50 = {k: [r["res"]["rtt_ns"]["p50"] for r in v] for k, v in runs.items()}
+                p50["both"] = p50.pop("traced")
+                got = kept["got"]
+                per["sizes"][str(size)] = {
+                    "dir": str(d.relative_to(self.out)), "p50_ns": p50,
+                    "p50_median_ns": {k: sorted(v)[(len(v) - 1) // 2] for k, v in p50.items()},
+                    "kept_round": i, "pids": kept["pids"], "kernel_events": ev,
+                    "lossy": bool(lost or got["ust"]["discarded_events"] or got["ust"]["lost_packets"])}
         out["complete"] = True
         return out
 
@@ -670,31 +734,27 @@ class Capture:
                 "warmup": warmup, "dir": f"cases/{cid}", "complete": False}
         self.manifest["cases"].append(case)
 
-        # untraced
-        self.step(f"{cid}: untraced")
+        # untraced and traced runs, interleaved in rounds; the median run of each kind stands for it
+        n = self.p.get("repeats", 1)
+        runs = self.repeats(cdir, transport, size, calls, warmup, ("untraced", "traced"), n, cid)
         traced_build = self.p["untraced"] == "stopped"
-        res_u, pids_u = self.run_pair(transport, size, calls, warmup, traced_build, cdir, "untraced")
+        order = sorted(runs["untraced"], key=lambda r: r["res"]["rtt_ns"]["p50"])
+        res_u = order[(len(order) - 1) // 2]["res"]
         (cdir / "client-untraced.json").write_text(json.dumps(res_u, indent=2) + "\n")
         case["untraced"] = _rtt(res_u)
         case["untraced_build"] = "trace (no session recording)" if traced_build else "notrace (TRACE=0)"
-        self.advance()
-
-        # traced
-        self.step(f"{cid}: traced")
+        self.step(f"{cid}: convert and count")
+        kept_i, kept, (n_k, k_lost, per_event) = self.keep_median(runs["traced"], cdir)
+        self.discard(cdir)
+        res_t, pids, got = kept["res"], kept["pids"], kept["got"]
         ust_dir = cdir / "ust"
-        frags = fragments(size, transport)
-        got = {}
-        hook = self.trace_hook(ust_dir, calls + warmup, frags, got, kernel_dir=cdir)
-        res_t, pids = self.run_pair(transport, size, calls, warmup, True, cdir, "traced", hook)
         (cdir / "client-traced.json").write_text(json.dumps(res_t, indent=2) + "\n")
         case["pids"] = pids
         case["traced"] = _rtt(res_t)
-        self.advance()
-
-        # convert, count
-        self.step(f"{cid}: convert and count")
+        case["repeats"] = {"rounds": n, "kept_traced_round": kept_i,
+                           "untraced_p50_ns": [r["res"]["rtt_ns"]["p50"] for r in runs["untraced"]],
+                           "traced_p50_ns": [r["res"]["rtt_ns"]["p50"] for r in runs["traced"]]}
         n_ust, d_ust, dp_ust = bt_count(ust_dir)
-        n_k, k_lost, per_event = self.kernel_finish(cdir, ust_dir)
         total = calls + warmup
         losses = {"ust_discarded": got["ust"]["discarded_events"] + d_ust,
                   "ust_lost_packets": got["ust"]["lost_packets"] + dp_ust, "kernel_lost": k_lost}
@@ -763,7 +823,7 @@ class Capture:
                 self.manifest["calibration"] = self.calibrate()
                 self.write_manifest()
                 if self.kernel != "none":
-                    self.manifest["calibration_in_situ"] = self.calibrate_in_situ()
+                    self.manifest["calibration_in_situ"] = self.calibrate_in_situ(in_situ_rounds(self.p))
                     self.write_manifest()
             for transport in self.p["transports"]:
                 for size in self.p["sizes"]:
@@ -787,7 +847,11 @@ class Capture:
     def cleanup(self):
         if self.perf:
             self.perf.kill()
+            self.stopped_perf.append(self.perf)
             self.perf = None
+        for rec in self.stopped_perf:            # an interrupted case's rounds: nothing to convert
+            rec.data.unlink(missing_ok=True)
+        self.stopped_perf = []
         self.procs.stop_all()
         for name in list(self.sessions):
             lttng.run_lttng(["destroy", name], check=False)

@@ -3,6 +3,7 @@ import argparse
 import os
 import pathlib
 import shutil
+import statistics
 import sys
 
 from rpcscope import ROOT
@@ -56,6 +57,9 @@ def add_common(ap, default_calls, default_sizes):
                     help="untraced calls with the TRACE=0 build (default) or the traced build with no session")
     ap.add_argument("--calibration", choices=("full", "quick", "none"), default="full",
                     help="per host: cost of a user event, and of each kernel event (full) or of all together (quick)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="local testbed: rounds of untraced and traced runs per size, interleaved; the median run of each is "
+                         "kept (default 3; one traced run's p50 can differ from the next identical one by 25%%)")
     ap.add_argument("--calibration-calls", type=int, default=3000, help="calls per calibration run (default 3000)")
     ap.add_argument("--keep-perf-data", action="store_true", help="keep perf.data next to the kernel CTF")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
@@ -68,10 +72,12 @@ def params_from(args):
         "transports": cap.parse_transports(args.transport), "calls": args.calls, "warmup": args.warmup,
         "kernel": args.kernel, "placement": args.placement, "wait": args.wait, "idle": args.idle, "executors": args.executors,
         "untraced": args.untraced, "calibration": args.calibration, "calibration_calls": args.calibration_calls,
-        "keep_perf_data": args.keep_perf_data, "replace": args.replace,
+        "repeats": args.repeats, "keep_perf_data": args.keep_perf_data, "replace": args.replace,
     }
     if args.executors < 0 or args.executors > 64:
         raise UserError(f"--executors {args.executors}: use 0 (inline) to 64")
+    if not 1 <= args.repeats <= 15:
+        raise UserError(f"--repeats {args.repeats}: use 1 to 15 rounds per size")
     if args.calibration_calls < 100:
         raise UserError(f"--calibration-calls {args.calibration_calls}: use at least 100")
     cap.validate(p)
@@ -104,7 +110,9 @@ def do_capture(p, out, quiet=False, inventory=None):
     cap.preflight(p, st)
     out = cap.prepare_out(out, p["replace"])
     p["out"] = str(out)
-    total = len(p["sizes"]) * len(p["transports"]) * 3 + (2 + 6 if p["calibration"] != "none" else 0)
+    rounds = cap.in_situ_rounds(p)
+    total = len(p["sizes"]) * len(p["transports"]) * (2 * p["repeats"] + 1) + \
+        (2 + len(p["transports"]) * len(cap.in_situ_sizes(p)) * 3 * rounds if p["calibration"] != "none" else 0)
     bar = _progress(total, disable=quiet or None)
     c = cap.Capture(p, out, st, progress=bar)
     try:
@@ -161,6 +169,13 @@ def cmd_capture(args):
     return 0
 
 
+def _pooled_sd(groups):
+    """Pooled sample standard deviation of several groups of values (each about its own mean)."""
+    ss = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in groups if len(g) > 1)
+    dof = sum(len(g) - 1 for g in groups if len(g) > 1)
+    return (ss / dof) ** 0.5 if dof else 0.0
+
+
 def cmd_bench(args):
     p = params_from(args)
     out = pathlib.Path(args.out) if args.out else ROOT / "runs" / "capture-bench"
@@ -197,7 +212,14 @@ def cmd_bench(args):
         r["plain_p50_us"] = med / 1e3
         r["plain_range_us"] = f"{p50s[0] / 1e3:.1f}-{p50s[-1] / 1e3:.1f}"
         r["untraced/plain"] = u / med
-        r["untraced_in_plain_range"] = "yes" if p50s[0] <= u <= p50s[-1] else "no"
+        # Agreement "within noise": the capture's untraced rounds and the plain rounds are two samples
+        # of the same run-to-run spread; they agree when their medians differ by at most two standard
+        # errors of that difference (pooled sample standard deviation; at least 1 %).
+        caps = (case.get("repeats") or {}).get("untraced_p50_ns") or [u]
+        sd = _pooled_sd([caps, p50s]) / med
+        se = sd * ((1 / len(caps) + 1 / len(p50s)) ** 0.5)
+        r["noise_%"] = round(100 * sd, 2)
+        r["untraced_agrees"] = "yes" if abs(u / med - 1) <= max(2 * se, 0.01) else "no"
         rows.append(r)
     result = {"run": str(out), "calls": p["calls"], "placement": p["placement"], "wait": p["wait"],
               "kernel_collector": manifest["kernel_collector"], "rows": rows,
@@ -208,8 +230,10 @@ def cmd_bench(args):
     print(f"capture-bench: {p['calls']} calls per size, placement {p['placement']}, wait {p['wait']}, "
           f"idle {p['idle']}, "
           f"kernel collector {manifest['kernel_collector']} (run in {out})")
-    table(rows, COLUMNS[:3] + ["plain_p50_us", "plain_range_us", "untraced/plain", "untraced_in_plain_range"]
-          + COLUMNS[3:])
+    table(rows, COLUMNS[:3] + ["plain_p50_us", "plain_range_us", "noise_%", "untraced/plain",
+                                "untraced_agrees"] + COLUMNS[3:])
+    print("noise_%: run-to-run standard deviation of p50 (the capture's untraced rounds and the plain rounds, "
+          "pooled); untraced_agrees: the two medians differ by at most two standard errors (at least 1 %)")
     return 0
 
 

@@ -76,7 +76,11 @@ def tracepoint_available(event):
 def record_argv(output, events, devices, procnames=PROCNAMES, mmap_pages=MMAP_PAGES, control=None):
     """perf record, system-wide, CLOCK_MONOTONIC (`-k mono`, LTTng-UST's clock), one filter per event.
     control: (ctl_fifo, ack_fifo): start disabled and wait for 'enable' on the control fifo."""
+    # --mmap-flush at its maximum (a quarter of the ring): perf leaves the ring alone until that
+    # much has gathered instead of copying out every new byte, so while the calls run it mostly
+    # sleeps rather than competing with them for the other vCPU.
     argv = [shutil.which("perf") or "perf", "record", "-a", "-k", "mono", "-m", str(mmap_pages),
+            "--mmap-flush", str(mmap_pages * os.sysconf("SC_PAGESIZE") // 4),
             "--no-buildid", "-q", "-o", str(output)]
     if control:
         argv += ["-D", "-1", f"--control=fifo:{control[0]},{control[1]}"]

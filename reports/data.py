@@ -103,14 +103,15 @@ class RunData:
                                      f"{(c.get('kernel_event_ns') or {}).get('all')} ns"
                                      for h, c in (m.get("calibration") or {}).items()) or "none (corrected = raw)",
             "manifest.json calibration.HOST.ust_event_ns, kernel_event_ns.all")
-        ins = m.get("calibration_in_situ") or {}
-        if ins.get("sizes"):
+        from rpcscope.analysis.run import Run
+        ins = Run(self.path).in_situ_calibrations() if (self.path / "manifest.json").exists() else {}
+        if ins:
             add("in-situ probe calibration", "; ".join(
-                f"size {z}: p50 untraced {v['p50_median_ns']['untraced'] / 1e3:.2f} us, user events "
+                f"{t} size {z}: p50 untraced {v['p50_median_ns']['untraced'] / 1e3:.2f} us, user events "
                 f"{v['p50_median_ns']['ust'] / 1e3:.2f} us, user+kernel {v['p50_median_ns']['both'] / 1e3:.2f} us "
-                f"(median of {ins.get('rounds')} rounds)" for z, v in ins["sizes"].items())
+                f"(median of {cal.get('rounds')} rounds)" for t, cal in ins.items() for z, v in cal["sizes"].items())
                 + "; costs per event class on the path: analysis/probe.json",
-                "manifest.json calibration_in_situ.sizes.*.p50_median_ns")
+                "manifest.json calibration_in_situ.transports.*.sizes.*.p50_median_ns")
         cs = m.get("clock_sync") or (self.steps_json or {}).get("clock_sync")
         if cs:
             src = "manifest.json clock_sync" if m.get("clock_sync") else "analysis/steps.json clock_sync"

@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "rpcscope.stubs.cli",
     "rpcscope.collectors.cli",
     "rpcscope.analysis.cli",
+    "rpcscope.analysis.bench",
     "rpcscope.analysis.model_cli",
     "rpcscope.analysis.rtp_cli",
     "rpcscope.reports.cli",

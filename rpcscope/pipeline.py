@@ -10,6 +10,7 @@ failure or Ctrl-C); one that was already up is left up.
 import argparse
 import datetime
 import io
+import json
 import pathlib
 import time
 from contextlib import redirect_stdout
@@ -103,6 +104,7 @@ def cmd_run(args):
         st.run("capture", cap)
         st.run("analyze", ["analyze", str(out)])
         st.run("round-trip path", ["rtp", str(out), "--quiet"])
+        result["corrected_vs_untraced"] = corrected_vs_untraced(out)
         for i, t in enumerate(transports):
             mfile = out / "analysis" / ("model.json" if i == 0 else f"model-{t}.json")
             argv = ["model", str(out), "--transport", t, "--corrected", "--out", str(mfile)]
@@ -127,6 +129,11 @@ def cmd_run(args):
         return 0
     print(f"\nrpcscope run: {out} in {result['seconds']:.0f} s "
           f"({', '.join('%s %.0fs' % (x['stage'], x['seconds']) for x in st.timings)})")
+    if result.get("corrected_vs_untraced"):
+        print("\nProbe effect removed (issue 5: corrected traced p50 within 5 % of the untraced p50). noise: half the "
+              "spread of the case's traced rounds' p50s, as % of the untraced p50 (how far one traced run moves)")
+        table(result["corrected_vs_untraced"], ["case", "traced_p50_us", "corrected_p50_us", "untraced_p50_us",
+                                                "corrected_%", "noise_%", "within_5%"])
     for t, m in result["models"].items():
         print(f"\n% error, {t.upper()} ({args.proc}; Measured = untraced p50, Calculated = the model from "
               f"probe-corrected step costs on the measured round-trip path; {m['file']})")
@@ -141,6 +148,30 @@ def cmd_run(args):
     if started_testbed and not args.keep_testbed:
         print("testbed: down again (it was down when this run started)")
     return 0
+
+
+def corrected_vs_untraced(out):
+    """Per case: traced, probe-corrected and untraced p50 RTT (analysis/rtp.json), and the noise of one
+    traced run (half the spread of the capture's traced rounds, manifest.json cases[].repeats)."""
+    try:
+        rtp = json.loads((out / "analysis" / "rtp.json").read_text())
+        cases = {c["id"]: c for c in json.loads((out / "manifest.json").read_text())["cases"]}
+    except (OSError, ValueError, KeyError):
+        return []
+    rows = []
+    for c in rtp.get("cases", []):
+        u, corr = c.get("untraced_p50_ns"), c.get("rtt_corrected_median_ns")
+        if not u or corr is None:
+            continue
+        reps = (cases.get(c["case"]) or {}).get("repeats") or {}
+        tp = reps.get("traced_p50_ns") or []
+        noise = 100 * (max(tp) - min(tp)) / 2 / u if len(tp) > 1 else None
+        pct = 100 * (corr - u) / u
+        rows.append({"case": c["case"], "traced_p50_us": round(c["rtt_median_ns"] / 1e3, 2),
+                     "corrected_p50_us": round(corr / 1e3, 2), "untraced_p50_us": round(u / 1e3, 2),
+                     "corrected_%": round(pct, 1), "noise_%": None if noise is None else round(noise, 1),
+                     "within_5%": "yes" if abs(pct) <= 5 else "NO"})
+    return rows
 
 
 def register(subparsers):

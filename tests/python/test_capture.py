@@ -218,6 +218,18 @@ def test_run_directory_is_complete(run):
         assert c["events"]["ust"] > 0 and c["events"]["kernel"] > 0
         assert c["trace_bytes"]["ust"] > 0 and c["trace_bytes"]["kernel"] > 0
         assert set(c["pids"]) == {"server", "client"}
+        # Three interleaved rounds (the default --repeats); the median traced run's traces are kept.
+        rep = c["repeats"]
+        assert rep["rounds"] == 3 and len(rep["untraced_p50_ns"]) == len(rep["traced_p50_ns"]) == 3
+        assert sorted(rep["traced_p50_ns"])[1] == c["traced"]["p50"] == rep["traced_p50_ns"][rep["kept_traced_round"]]
+        assert sorted(rep["untraced_p50_ns"])[1] == c["untraced"]["p50"]
+        assert not list(d.glob("repeat-*")) and not list(d.rglob("*.perf.data")), c["id"]
+    ins = m["calibration_in_situ"]["transports"]
+    assert set(ins) == {"udp", "tcp"}
+    for size, cal in [(f"{t} {z}", c) for t, v in ins.items() for z, c in v["sizes"].items()]:
+        assert len(cal["p50_ns"]["both"]) == 3 and not cal["lossy"]
+        assert cal["p50_median_ns"]["both"] == cal["p50_ns"]["both"][cal["kept_round"]]
+        assert not list((run / cal["dir"]).glob("repeat-*")), size
 
 
 def test_babeltrace_reads_every_trace_with_nothing_discarded(run):
@@ -280,7 +292,7 @@ def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path):
         # Interrupt in the middle of the traced phase: perf and the UST session are recording.
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
-            if list(out.glob("cases/*/kernel.perf.data")) and any(
+            if list(out.glob("cases/*/repeat-*/kernel.perf.data")) and any(
                     n.startswith("rpcs-capture-") for n in clttng.session_names()):
                 break
             time.sleep(0.2)
@@ -297,6 +309,7 @@ def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path):
     m = json.loads((out / "manifest.json").read_text())
     assert m["interrupted"] and not m["complete"]
     assert leftovers(out) == []
+    assert not list(out.rglob("*.perf.data"))      # an interrupted case's perf data is not kept
 
 
 def test_capture_through_ansible_on_the_testbed_inventory(testbed, tmp_path):

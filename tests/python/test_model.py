@@ -218,3 +218,13 @@ def test_help_has_examples(capsys):
         with pytest.raises(SystemExit):
             cli_main([cmd, "--help"])
         assert "examples:" in capsys.readouterr().out
+
+
+def test_tcp_messages_are_one_record():
+    """Over TCP the model counts one send and one receive per message, whatever its size; over UDP,
+    DCE-style fragments and windows."""
+    assert M.occurrences("request_frags", 24096, {"transport": "tcp"}) == (1, 24096.0)
+    assert M.occurrences("windows", 24096, {"transport": "tcp"}) == (1, 0.0)
+    assert M.occurrences("acks", 24096, {"transport": "tcp"})[0] == 0
+    assert M.occurrences("request_frags", 24096, {"transport": "udp"})[0] == 6
+    assert M.occurrences("windows", 24096, {})[0] > 1

@@ -18,7 +18,12 @@ def _per(costs, counts):
 def test_solve_recovers_per_class_costs_from_two_sizes():
     cu, cn, co, method = probe.solve(_per((150.0, 300.0, 480.0), {0: (33, 12, 12), 16064: (71, 90, 64)}))
     assert (round(cu, 6), round(cn, 6), round(co, 6)) == (150.0, 300.0, 480.0)
-    assert method.startswith("two sizes")
+    assert method.startswith("2 sizes")
+    # Three sizes over-determine the costs: least squares, exact on exact data.
+    cu, cn, co, method = probe.solve(_per((150.0, 300.0, 480.0),
+                                          {0: (33, 12, 12), 12048: (60, 70, 50), 24096: (75, 126, 82)}))
+    assert (round(cu, 6), round(cn, 6), round(co, 6)) == (150.0, 300.0, 480.0)
+    assert method.startswith("3 sizes")
 
 
 def test_solve_falls_back_to_one_kernel_cost_without_a_positive_solution():
@@ -47,3 +52,30 @@ def test_idle_poll_holds_the_pm_qos_request_only_while_entered():
         target = os.readlink(f"/proc/self/fd/{pol.fd}")
         assert target == idle.PM_QOS_DEV
     assert pol.fd is None
+
+
+def test_in_situ_calibrations_per_transport_and_in_the_older_form(tmp_path):
+    """The manifest's in-situ calibration: one per transport (calibration_in_situ.transports), or, in
+    runs made before that, one for the first transport at the top level."""
+    import json
+    from rpcscope.analysis.run import Run
+    size0 = {"dir": "calibration-in-situ/udp/0", "p50_median_ns": {"untraced": 1, "ust": 2, "both": 3}}
+    new = {"complete": True, "rounds": 3, "transports": {
+        "udp": {"transport": "udp", "proc": "maxarg", "calls": 10, "warmup": 1, "sizes": {"0": size0}},
+        "tcp": {"transport": "tcp", "proc": "maxarg", "calls": 10, "warmup": 1, "sizes": {"0": size0}}}}
+    old = {"complete": True, "rounds": 3, "transport": "udp", "proc": "maxarg", "calls": 10, "warmup": 1,
+           "sizes": {"0": size0}}
+    for cal, want in ((new, {"udp", "tcp"}), (old, {"udp"}), (dict(new, complete=False), set()), ({}, set())):
+        (tmp_path / "manifest.json").write_text(json.dumps({"format": 1, "calibration_in_situ": cal, "cases": []}))
+        got = Run(tmp_path).in_situ_calibrations()
+        assert set(got) == want
+        assert all(v["rounds"] == 3 and "0" in v["sizes"] for v in got.values())
+    # No calibration traces on disk: no in-situ costs, and the loopback calibration stands.
+    assert Run(tmp_path).probe == {}
+
+
+def test_in_situ_sizes_interpolate_the_runs_sizes():
+    from rpcscope.collectors.capture import IN_SITU_LARGE, in_situ_sizes
+    assert in_situ_sizes({"proc": "maxarg", "sizes": [0, 1392, 24096]}) == [0, 12048, 24096]
+    assert in_situ_sizes({"proc": "maxarg", "sizes": [0, 4016]}) == [0, IN_SITU_LARGE // 2, IN_SITU_LARGE]
+    assert in_situ_sizes({"proc": "null", "sizes": [0]}) == [0]

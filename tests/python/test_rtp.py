@@ -310,7 +310,14 @@ def test_rtp_steps_for_the_model(real):
     _, d = real
     st = rtp.rtp_steps(d)
     assert set(st) == {0, 8032}
-    assert "C14" not in st[0] and "S10" not in st[0]
+    on = {s: {k for k, v in st[s].items() if v["frac"] >= 0.5} for s in st}
+    assert "C14" not in on[0] and "S10" not in on[0]
+    # The typical call's segment means add up to its RTT, steps and the time between them alike.
+    j = json.loads((d / "analysis" / "rtp.json").read_text())
+    for c in j["cases"]:
+        total = sum(v["typical_ns"] for v in st[c["size"]].values())
+        assert total == pytest.approx(c["typical"]["rtt_mean_ns"], rel=1e-6)
+        assert st[c["size"]]["client (no step)"]["step"] is None
     assert st[0]["C8'"]["count"] == 1 and st[8032]["C8'"]["count"] == 2
     assert st[8032]["S4"]["count"] == 3
 
@@ -363,17 +370,30 @@ def test_model_sums_only_the_measured_path(real, capsys):
     analyze(d)
     costs = M.load_costs(d)
     path = rtp.rtp_steps(d, transport="udp", proc="maxarg")
+    # The typical call: every path segment is a term, the gaps between marks included.
     c2, steps = M.with_rtp(costs, path)
     assert "C14" not in steps and "S10" not in steps and "C8'" in steps and "S1" in steps
-    assert "C22" in steps and c2.sizes[0]["C22"]["count"] == 0 and c2.sizes[8032]["C22"]["count"] == 1
+    assert "client (no step)" in steps and c2.params["term_rules"]["client (no step)"] == M.GAP_RULE
     m = M.fit(c2, steps=steps)
+    gap = next(t for t in m.terms if t.step == "client (no step)")
+    assert gap.device == "client" and gap.rule == M.GAP_RULE and gap.count(0) == 1
     for s in (0, 8032):
-        calc = m.calculated(s) * 1000
-        on_steps = sum(v["median_ns"] * 1 for k, v in path[s].items() if k in steps)
-        assert calc == pytest.approx(on_steps, rel=0.3)
+        # Two sizes, a + b*bytes per term: the fit reproduces the typical call's RTT (only the
+        # terms whose bytes do not vary with the size are fitted to a constant).
+        typical = sum(v["typical_ns"] for v in path[s].values())
+        assert m.calculated(s) * 1000 == pytest.approx(typical, rel=0.05)
+    # Without the typical call (an older rtp.json): the steps on the path and their on-path medians.
+    old = {s: {k: dict(v, typical_ns=None) for k, v in p.items()} for s, p in path.items()}
+    c3, steps3 = M.with_rtp(costs, old)
+    assert "client (no step)" not in steps3 and "C14" not in steps3 and "S1" in steps3
+    assert "C22" in steps3 and c3.sizes[0]["C22"]["count"] == 0 and c3.sizes[8032]["C22"]["count"] == 1
+    m3 = M.fit(c3, steps=steps3)
+    for s in (0, 8032):
+        on_steps = sum(v["median_ns"] for k, v in old[s].items() if k in steps3 and v["frac"] >= 0.5)
+        assert m3.calculated(s) * 1000 == pytest.approx(on_steps, rel=0.3)
     import argparse
     ap = argparse.ArgumentParser()
     model_cli.register(ap.add_subparsers())
     args = ap.parse_args(["model", str(d), "--out", str(d / "m.json")])
     assert args.func(args) == 0
-    assert "measured round-trip path" in capsys.readouterr().out
+    assert "typical call's round-trip path" in capsys.readouterr().out

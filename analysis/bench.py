@@ -1,0 +1,182 @@
+"""`rpcscope analyze-bench runs/NAME`: the analysis's throughput and memory (issue 5's benchmark).
+
+Each measurement runs in a fresh Python process, so its peak RSS is its own (and, separately,
+that of the native extractor it starts). The run's own cache and outputs are left alone: the
+measurements decode into a temporary cache and write their tables there.
+
+  decode        every trace of the run (each case's user and kernel traces, the in-situ
+                calibration's) read into an empty cache: the first read, end to end
+  decode cached the same, from the cache just made (memory-mapped columns)
+  analyze       `rpcscope analyze` end to end on an empty cache: decoding, the in-situ probe
+                calibration, the reconstruction of every RPC, the tables
+  analyze cached the same with the decoded columns cached
+  trace         the run's smallest and largest single trace decoded alone: does memory grow
+                with the trace's length?
+
+Events/s = the events decoded (counted by traceread as it reads) / wall time.
+"""
+import argparse
+import json
+import pathlib
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from rpcscope.output import UserError, emit_json, table
+
+EPILOG = """examples:
+  rpcscope analyze-bench runs/s2-run             throughput and peak memory of reading and analysing a run
+  rpcscope analyze-bench runs/s2-run --no-analyze    decoding only (quicker)
+  rpcscope analyze-bench runs/s2-run --json
+
+Goal (issue 5): >= 1 M events/s end to end on the first run, and peak memory that does not
+grow with the trace's length beyond the tables. Reference points on the project's 2-vCPU VM:
+babeltrace2's native reader ~2.5 M events/s; Python bt2 with field access 50-130 k events/s.
+"""
+
+
+def _trace_dirs(run):
+    """Every trace directory the analysis reads: (label, path)."""
+    out = []
+    for case in run.cases:
+        if not case.complete:
+            continue
+        for kind in ("ust", "kernel"):
+            for host, p in case._trace_dirs(kind):
+                out.append((f"{case.id} {kind}{'-' + host if host else ''}", p))
+    for transport, cal in run.in_situ_calibrations().items():
+        for size, c in cal["sizes"].items():
+            for kind in ("ust", "kernel"):
+                p = run.path / c.get("dir", "") / kind
+                if p.is_dir():
+                    out.append((f"in-situ {transport} {size} {kind}", p))
+    return out
+
+
+def _dir_bytes(p):
+    return sum(f.stat().st_size for f in pathlib.Path(p).rglob("*") if f.is_file())
+
+
+# ---------------------------------------------------------------- child side
+def _child(mode, run_path, cache, target=None):
+    from . import traceread
+    from .run import load_run
+    t0 = time.perf_counter()
+    if mode == "decode":
+        run = load_run(run_path)
+        for _, p in _trace_dirs(run):
+            traceread.read_trace(p, cache_dir=cache)
+    elif mode == "trace":
+        traceread.read_trace(target, cache_dir=cache)
+    elif mode == "analyze":
+        from .steps import analyze
+        run = load_run(run_path)
+        run.cache_dir = pathlib.Path(cache)
+        run.out_dir = pathlib.Path(cache) / "out"
+        analyze(run)
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    wall = time.perf_counter() - t0
+    self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    print(json.dumps({"wall_s": wall, "events": traceread.READ_STATS["events"],
+                      "decoded_events": traceread.READ_STATS["decoded_events"],
+                      "peak_rss_mib": round(self_kb / 1024, 1), "extractor_peak_rss_mib": round(child_kb / 1024, 1)}))
+
+
+def _measure(mode, run_path, cache, target=None):
+    argv = [sys.executable, "-m", "rpcscope.analysis.bench", "--child", mode, str(run_path), str(cache)]
+    if target:
+        argv.append(str(target))
+    p = subprocess.run(argv, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise UserError(f"analyze-bench {mode} failed (exit {p.returncode}): {p.stderr.strip()[-400:]}")
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    r["events_per_s"] = round(r["events"] / r["wall_s"]) if r["wall_s"] > 0 else None
+    return r
+
+
+def bench(run_path, do_analyze=True, progress=None):
+    from .run import RunError, load_run
+    try:
+        run = load_run(run_path)
+    except RunError as e:
+        raise UserError(str(e)) from None
+    traces = _trace_dirs(run)
+    if not traces:
+        raise UserError(f"{run_path}: no traces to read (capture with `rpcscope capture --out {run_path}`)")
+    from . import native
+    plan = [("decode", "first"), ("decode", "cached")]
+    if do_analyze:
+        plan += [("analyze", "first"), ("analyze", "cached")]
+    sizes = sorted(traces, key=lambda t: _dir_bytes(t[1]))
+    small, large = sizes[0], sizes[-1]
+    plan += [("trace", small), ("trace", large)]
+    rows = []
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="rpcscope-analyze-bench-"))
+    try:
+        for k, (mode, what) in enumerate(plan):
+            if progress:
+                progress(k, len(plan), f"{mode} {what if isinstance(what, str) else what[0]}")
+            cache = tmp / mode
+            if what == "first" or mode == "trace":
+                shutil.rmtree(cache, ignore_errors=True)
+                cache.mkdir()
+            target = what[1] if mode == "trace" else None
+            r = _measure(mode, run.path, cache, target)
+            r["measurement"] = f"{mode} ({what})" if isinstance(what, str) else f"trace alone: {what[0]}"
+            r["trace_mib"] = round(_dir_bytes(target) / 2**20, 1) if target else None
+            rows.append(r)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    total_bytes = sum(_dir_bytes(p) for _, p in traces)
+    return {"run": str(run.path), "traces": len(traces), "trace_mib": round(total_bytes / 2**20, 1),
+            "backend": "native (build/analysis/ctfcols)" if native.available() else "python (bt2)",
+            "goal_events_per_s": 1_000_000, "measurements": rows}
+
+
+def cmd_bench(args):
+    prog = None
+    if not args.json and sys.stderr.isatty():
+        def prog(k, n, what):
+            sys.stderr.write(f"\ranalyze-bench [{'#' * int(30 * k / n):<30}] {k}/{n} {what:<50}")
+            sys.stderr.flush()
+    try:
+        res = bench(args.run, do_analyze=not args.no_analyze, progress=prog)
+    finally:
+        if prog:
+            sys.stderr.write("\r" + " " * 100 + "\r")
+    if args.json:
+        emit_json(res)
+        return 0
+    print(f"{res['run']}: {res['traces']} traces, {res['trace_mib']} MiB of CTF, backend {res['backend']}")
+    table([{"measurement": r["measurement"], "events": r["events"], "wall_s": round(r["wall_s"], 2),
+            "events/s": r["events_per_s"], "peak_rss_MiB": r["peak_rss_mib"],
+            "extractor_MiB": r["extractor_peak_rss_mib"], "trace_MiB": r["trace_mib"] or ""}
+           for r in res["measurements"]],
+          ["measurement", "events", "wall_s", "events/s", "peak_rss_MiB", "extractor_MiB", "trace_MiB"])
+    print(f"goal: >= {res['goal_events_per_s']:,} events/s end to end on the first run")
+    return 0
+
+
+def register(subparsers):
+    ap = subparsers.add_parser(
+        "analyze-bench", help="benchmark of the analysis: events/s first and cached, peak memory",
+        description="Throughput (events/s) and peak memory of decoding and analysing a run, first run "
+                    "and cached, each in a fresh process; the run's own cache is not touched.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run", metavar="runs/NAME", help="a run directory made by `rpcscope capture`")
+    ap.add_argument("--no-analyze", action="store_true", help="measure decoding only")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.set_defaults(func=cmd_bench)
+    return ap
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 5 and sys.argv[1] == "--child":
+        _child(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] if len(sys.argv) > 5 else None)
+    else:
+        raise SystemExit("usage: rpcscope analyze-bench runs/NAME")

@@ -1,7 +1,7 @@
 """`rpcscope analyze-bench runs/NAME`: the analysis's throughput and memory (issue 5's benchmark).
 
-Each measurement runs in a fresh Python process, so its peak RSS is its own (and, separately,
-that of the native extractor it starts). The run's own cache and outputs are left alone: the
+Each measurement runs in a fresh Python process, so its peak RSS is its own; for the single
+traces, the native extractor's own peak RSS is measured too. The run's own cache and outputs are left alone: the
 measurements decode into a temporary cache and write their tables there.
 
   decode        every trace of the run (each case's user and kernel traces, the in-situ
@@ -17,6 +17,7 @@ Events/s = the events decoded (counted by traceread as it reads) / wall time.
 """
 import argparse
 import json
+import os
 import pathlib
 import resource
 import shutil
@@ -26,6 +27,8 @@ import tempfile
 import time
 
 from rpcscope.output import UserError, emit_json, table
+
+from .run import RunError, load_run
 
 EPILOG = """examples:
   rpcscope analyze-bench runs/s2-run             throughput and peak memory of reading and analysing a run
@@ -63,8 +66,8 @@ def _dir_bytes(p):
 # ---------------------------------------------------------------- child side
 def _child(mode, run_path, cache, target=None):
     from . import traceread
-    from .run import load_run
     t0 = time.perf_counter()
+    extractor_kb = None
     if mode == "decode":
         run = load_run(run_path)
         for _, p in _trace_dirs(run):
@@ -80,11 +83,29 @@ def _child(mode, run_path, cache, target=None):
     else:
         raise SystemExit(f"unknown mode {mode}")
     wall = time.perf_counter() - t0
+    if mode == "trace":
+        extractor_kb = _extractor_peak_kb(target, cache)      # after the timing: a second decode
     self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     print(json.dumps({"wall_s": wall, "events": traceread.READ_STATS["events"],
                       "decoded_events": traceread.READ_STATS["decoded_events"],
-                      "peak_rss_mib": round(self_kb / 1024, 1), "extractor_peak_rss_mib": round(child_kb / 1024, 1)}))
+                      "peak_rss_mib": round(self_kb / 1024, 1),
+                      "extractor_peak_rss_mib": round(extractor_kb / 1024, 1) if extractor_kb else None}))
+
+
+def _extractor_peak_kb(trace, cache):
+    """The native extractor's own peak RSS on one trace: spawned (posix_spawn, so its peak is not the
+    forking Python's) and reaped with wait4."""
+    from . import native
+    if not native.available():
+        return None
+    out = pathlib.Path(cache) / "extractor-rss"
+    out.mkdir(exist_ok=True)
+    try:
+        pid = os.posix_spawn(str(native.EXTRACTOR), [str(native.EXTRACTOR), str(out), str(trace)], os.environ)
+        _, _, ru = os.wait4(pid, 0)
+        return ru.ru_maxrss
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def _measure(mode, run_path, cache, target=None):
@@ -100,7 +121,6 @@ def _measure(mode, run_path, cache, target=None):
 
 
 def bench(run_path, do_analyze=True, progress=None):
-    from .run import RunError, load_run
     try:
         run = load_run(run_path)
     except RunError as e:
@@ -155,7 +175,7 @@ def cmd_bench(args):
     print(f"{res['run']}: {res['traces']} traces, {res['trace_mib']} MiB of CTF, backend {res['backend']}")
     table([{"measurement": r["measurement"], "events": r["events"], "wall_s": round(r["wall_s"], 2),
             "events/s": r["events_per_s"], "peak_rss_MiB": r["peak_rss_mib"],
-            "extractor_MiB": r["extractor_peak_rss_mib"], "trace_MiB": r["trace_mib"] or ""}
+            "extractor_MiB": r["extractor_peak_rss_mib"] or "", "trace_MiB": r["trace_mib"] or ""}
            for r in res["measurements"]],
           ["measurement", "events", "wall_s", "events/s", "peak_rss_MiB", "extractor_MiB", "trace_MiB"])
     print(f"goal: >= {res['goal_events_per_s']:,} events/s end to end on the first run")

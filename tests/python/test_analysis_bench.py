@@ -1,0 +1,32 @@
+"""`rpcscope analyze-bench` on the committed fixture run (tests/python/fixtures/run-udp-small):
+it measures in fresh processes, counts the events every trace holds, and leaves the run alone."""
+import json
+import pathlib
+import shutil
+
+from rpcscope.analysis import bench, traceread
+from rpcscope.cli import main as cli_main
+
+RUN = pathlib.Path(__file__).parent / "fixtures" / "run-udp-small"
+
+
+def test_bench_counts_every_event_and_leaves_the_run_alone(tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run, ignore=shutil.ignore_patterns("analysis"))
+    res = bench.bench(run, do_analyze=True)
+    rows = {r["measurement"]: r for r in res["measurements"]}
+    total = sum(len(traceread.read_trace(p)) for _, p in bench._trace_dirs(bench.load_run(run)))
+    assert total > 0
+    assert rows["decode (first)"]["events"] == rows["decode (cached)"]["events"] == total
+    assert rows["decode (first)"]["decoded_events"] == total and rows["decode (cached)"]["decoded_events"] == 0
+    assert rows["analyze (first)"]["events"] >= total and rows["analyze (first)"]["peak_rss_mib"] > 0
+    assert all(r["events_per_s"] > 0 for r in res["measurements"])
+    assert not (run / "analysis").exists()          # its own cache and outputs were not touched
+    assert cli_main(["analyze-bench", str(run), "--no-analyze", "--json"]) == 0
+    j = json.loads(capsys.readouterr().out)
+    assert j["goal_events_per_s"] == 1_000_000 and len(j["measurements"]) == 4
+
+
+def test_bench_on_a_directory_without_a_run_says_so(tmp_path, capsys):
+    assert cli_main(["analyze-bench", str(tmp_path)]) == 2
+    assert "manifest" in capsys.readouterr().err

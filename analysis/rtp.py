@@ -388,6 +388,23 @@ def aggregate(res):
                      "fully_overlapped_rpcs": int(sum(1 for p in per if name in p["slack"] and
                                                       not any(s[0] == name for s in p["segments"])))})
     err = np.array([abs(p["sum_ns"] - p["rtt_ns"]) for p in per], float)
+    # One real call to draw (the reports' Figure-5 diagram): the clean RPC whose corrected RTT is the
+    # closest to the median, its path segments in time order (consecutive pieces of one segment merged).
+    example = None
+    clean = [i for i, p in enumerate(per) if p["ok"]]
+    if clean:
+        med = float(np.median(corr[clean]))
+        i = min(clean, key=lambda k: abs(corr[k] - med))
+        segs = []
+        for lab, off, d, *pc in per[i]["segments"]:
+            if segs and segs[-1]["segment"] == lab and abs(segs[-1]["begin_ns"] + segs[-1]["dur_ns"] - off) < 1:
+                segs[-1]["dur_ns"] += d
+                segs[-1]["probe_ns"] += pc[0] if pc else 0.0
+            else:
+                segs.append({"segment": lab, "step": lab if lab in _SIDE else None, "begin_ns": float(off),
+                             "dur_ns": float(d), "probe_ns": float(pc[0]) if pc else 0.0})
+        example = {"call_id": per[i]["call_id"], "rtt_ns": float(rtt[i]), "corrected_rtt_ns": float(corr[i]),
+                   "segments": segs}
     return {"case": res["case"], "transport": res["transport"], "proc": res["proc"], "size": res["size"],
             "rpcs": res["rpcs"], "walked": res["walked"], "clean": int(sum(p["ok"] for p in per)),
             "rtt_median_ns": float(np.median(rtt)) if n else None,
@@ -402,7 +419,7 @@ def aggregate(res):
                         "rtt_mean_ns": float(rtt[band].mean()) if nb else None,
                         "corrected_rtt_mean_ns": float(corr[band].mean()) if nb else None},
             "sum_check_max_abs_ns": float(err.max()) if n else None,
-            "problems": dict(res["problems"]), "path": rows, "overlapped": over}
+            "problems": dict(res["problems"]), "path": rows, "overlapped": over, "example_rpc": example}
 
 
 def analyze_rtp(path, progress=None, keep_rpcs=False, per_rpc=False):

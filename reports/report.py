@@ -217,37 +217,58 @@ def _catalog_boxes(case_rows, packets_note):
     return boxes
 
 
-def _rtp_json_boxes(entry):
-    """Boxes from analysis/rtp.json's entry for one size: {"rtp": [...], "overlapped": [...]}; steps as ids
-    or dicts (step/id, us/median_us/duration_us, begin_us/start_us, side/lane, slack_us)."""
-    def norm(x):
-        if isinstance(x, str):
-            return {"step": x}
-        return dict(x)
+def _segment_lane(label, step):
+    if step:
+        return _lane(step)
+    return "client" if label.startswith("client") else "server" if label.startswith("server") else "network"
 
-    boxes, t = [], 0.0
-    ends = {}
-    for x in map(norm, entry.get("rtp") or entry.get("path") or []):
-        sid = x.get("step") or x.get("id") or "?"
-        u = next((x[k] for k in ("us", "median_us", "duration_us") if x.get(k) is not None), None)
-        b = next((x[k] for k in ("begin_us", "start_us") if x.get(k) is not None), t)
-        lane = _lane(sid, x.get("lane") or x.get("side"))
-        boxes.append({"lane": lane, "label": f"{sid} {x.get('name', '')}".strip(), "us": u, "begin": b, "rtp": True})
-        t = b + (u or 0.0)
-        ends[sid] = t
-    for x in map(norm, entry.get("overlapped") or []):
-        sid = x.get("step") or x.get("id") or "?"
-        u = next((x[k] for k in ("us", "median_us", "duration_us") if x.get(k) is not None), None)
-        lane = _lane(sid, x.get("lane") or x.get("side"))
-        b = next((x[k] for k in ("begin_us", "start_us") if x.get(k) is not None), None)
-        if b is None:
-            prev = [bx for bx in boxes if bx["lane"] == lane and bx["rtp"]]
-            b = (prev[-1]["begin"] + (prev[-1]["us"] or 0)) if prev else 0.0
-        slack = x.get("slack_us")
-        tip = f"{sid}: {u if u is not None else '?'} µs, overlapped" + (f", slack {slack:.2f} µs" if slack is not None else "")
-        boxes.append({"lane": lane, "label": sid + (f" (slack {slack:.1f})" if slack is not None else ""),
-                      "us": u, "begin": b, "rtp": False, "tip": tip})
+
+def _example_boxes(entry):
+    """Boxes of rtp.json's example_rpc (one real call at the median corrected RTT): its path segments at
+    their traced times, then the overlapped steps beside their lane, with their slack."""
+    from rpcscope.tracepoints import STEPS
+    names = {st["id"]: st["name"] for st in STEPS}
+    ex = entry["example_rpc"]
+    boxes = []
+    for g in ex["segments"]:
+        sid = g.get("step")
+        us, probe = g["dur_ns"] / 1e3, g.get("probe_ns", 0.0) / 1e3
+        label = f"{sid} {names.get(sid, '')}".strip() if sid else g["segment"]
+        boxes.append({"lane": _segment_lane(g["segment"], sid), "label": label, "us": us,
+                      "begin": g["begin_ns"] / 1e3, "rtp": True,
+                      "tip": f"{label}: {us:.2f} µs traced, {us - probe:.2f} µs without the probes inside it"})
+    on_path = {g.get("step") for g in ex["segments"]}
+    for o in entry.get("overlapped") or []:
+        if o["step"] in on_path or not o.get("rpcs_with_overlap") or \
+                o.get("fully_overlapped_rpcs", 0) * 2 < o["rpcs_with_overlap"]:
+            continue
+        sid, lane = o["step"], _lane(o["step"])
+        u = o["off_path_median_ns"] / 1e3
+        slack = o.get("slack_median_ns")
+        # It starts where its side's preceding step ends (on the path or itself overlapped; C8 is the
+        # last of C8', C8'').
+        prev = _before(sid)
+        ends = [b["begin"] + b["us"] for b in boxes
+                if prev and b["label"].split()[0].split(" (")[0] in (prev, prev + "'", prev + "''")]
+        if not ends:
+            continue
+        begin = max(ends)
+        boxes.append({"lane": lane, "label": sid + (f" (slack {slack / 1e3:.1f})" if slack is not None else ""),
+                      "us": u, "begin": begin, "rtp": False,
+                      "tip": f"{sid} {names.get(sid, '')}: {u:.2f} µs off the path (median)"
+                             + (f", slack {slack / 1e3:.2f} µs" if slack is not None else "")})
     return boxes
+
+
+def _before(step):
+    """The catalog step that precedes `step` on its side (where an overlapped step starts)."""
+    from rpcscope.tracepoints import STEPS
+    side_of = {st["id"]: st["side"] for st in STEPS}
+    if step not in side_of:
+        return None
+    same = [sid for sid, side in side_of.items() if side == side_of[step]]
+    k = same.index(step)
+    return same[k - 1] if k else None
 
 
 def _rtp_entry(rtp, case):
@@ -285,12 +306,16 @@ def rtp_section(d: RunData):
         by_case.setdefault(r["case"], []).append(r)
     for c in cases:
         entry = _rtp_entry(d.rtp, c) if d.rtp else None
-        if entry:
-            boxes = _rtp_json_boxes(entry)
-            sub, src = "measured round trip path", "analysis/rtp.json (rtp and overlapped steps per size)"
+        if entry and entry.get("example_rpc"):
+            boxes = _example_boxes(entry)
+            ex = entry["example_rpc"]
+            sub = (f"measured: call {ex['call_id']}, {ex['rtt_ns'] / 1e3:.1f} µs traced, "
+                   f"{ex['corrected_rtt_ns'] / 1e3:.1f} µs without the probes (the median)")
+            src = "analysis/rtp.json cases[].example_rpc (segments), overlapped (steps off the path, slack)"
         else:
             boxes = _catalog_boxes(by_case.get(c["id"], []), _packets_note(c.get("proc"), int(c.get("size", 0))))
-            sub = "catalog flags, not measured"
+            sub = "catalog flags, not measured" + (" (rtp.json has no example_rpc: re-run `rpcscope rtp`)"
+                                                   if entry else "")
             src = ("tracepoints/steps.toml rtp flags (which steps are on the path); box times: analysis/steps.json "
                    f"steps[case={c['id']}].median_us" + ("" if by_case.get(c["id"]) else " (absent: no analysis)"))
         svgs = svg.rtp_diagram(boxes, f"Round trip path, {c['id']} ({c.get('proc')}, {c.get('size')} bytes)", sub)

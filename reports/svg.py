@@ -193,11 +193,14 @@ def rtp_diagram(boxes, title, subtitle="", w=700, px_per_us=None, min_h=16, max_
     """
     if not boxes:
         boxes = [{"lane": "client", "label": "no steps", "us": 0, "begin": 0, "rtp": True}]
-    end = max((b["begin"] + (b["us"] or 0)) for b in boxes) or 1.0
+    # Times rounded to the nanosecond, so that a box that starts where another ends shares its mark
+    # (0.15 + 0.14 must meet 0.29, or the boxes overlap).
+    boxes = [dict(b, begin=round(b["begin"], 3), end=round(b["begin"] + (b["us"] or 0), 3)) for b in boxes]
+    end = max(b["end"] for b in boxes) or 1.0
     # time -> y: piecewise so that every box is at least min_h tall (layout in order of begin)
     top = 62
     scale = px_per_us or max(0.5, min(6.0, (max_total - top - 40) / end))
-    marks = sorted({0.0, end} | {b["begin"] for b in boxes} | {b["begin"] + (b["us"] or 0) for b in boxes})
+    marks = sorted({0.0, end} | {b["begin"] for b in boxes} | {b["end"] for b in boxes})
     ypos, y = {}, top
     for i, t in enumerate(marks):
         if i:
@@ -206,7 +209,7 @@ def rtp_diagram(boxes, title, subtitle="", w=700, px_per_us=None, min_h=16, max_
         ypos[t] = y
     # stretch so each box has at least min_h: walk boxes in begin order and push later marks down
     for b in sorted(boxes, key=lambda b: (b["begin"], not b["rtp"])):
-        t0, t1 = b["begin"], b["begin"] + (b["us"] or 0)
+        t0, t1 = b["begin"], b["end"]
         need = ypos[t0] + min_h - ypos[t1]
         if need > 0:
             for t in marks:
@@ -242,7 +245,7 @@ def rtp_diagram(boxes, title, subtitle="", w=700, px_per_us=None, min_h=16, max_
         if prev and prev[0] != cx:   # hand-off between columns: an arrow, as Figure 5's interrupts
             o.append(f'<line class="handoff" x1="{prev[0]}" y1="{prev[1]:.1f}" x2="{cx}" y2="{y0:.1f}" '
                      f'stroke="#333" stroke-width="1.5" marker-end="url(#arr)"/>')
-        prev = (cx, ypos[b["begin"] + (b["us"] or 0)])
+        prev = (cx, ypos[b["end"]])
     o.insert(3, '<defs><marker id="arr" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" '
                 'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#333"/></marker></defs>')
     for b in boxes:
@@ -252,7 +255,7 @@ def rtp_diagram(boxes, title, subtitle="", w=700, px_per_us=None, min_h=16, max_
         if not b["rtp"] and b["lane"] == "server":
             x = cx - cw / 2 - bw + 8
         y0 = ypos[b["begin"]]
-        y1 = ypos[b["begin"] + (b["us"] or 0)]
+        y1 = ypos[b["end"]]
         us = "" if b["us"] is None else f" {b['us']:.2f} µs"
         style = ('fill="#dbe9f6" stroke="#1f4e79" stroke-width="1.6"' if b["rtp"] else
                  'fill="#fafafa" stroke="#888" stroke-width="1.2" stroke-dasharray="4 3"')

@@ -1,5 +1,6 @@
 """rpcscope report on the committed real fixture run (copied to a tmp dir)."""
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -59,14 +60,22 @@ def test_report_without_analysis_says_how(tmp_path, capsys):
     assert "rpcscope model" in (d / "report" / "report.md").read_text()
 
 
-def test_report_uses_rtp_json(run):
-    (run / "analysis" / "rtp.json").write_text(json.dumps({"sizes": {"0": {
-        "rtp": [{"step": "C1", "us": 1.0}, {"step": "S2", "us": 20.0}, {"step": "C16", "us": 24.0}],
-        "overlapped": [{"step": "C14", "us": 2.0, "slack_us": 30.0}]}}}))
+def test_report_draws_the_measured_path_of_a_real_call(run):
+    """With analysis/rtp.json (`rpcscope rtp`), the Figure-5 diagram is one real call's path at its
+    traced times: boxes follow each other down the time axis, the hand-offs are arrows, and the
+    client's C9-C11 (after its send, while the server works) are dashed beside the path."""
+    assert main(["rtp", str(run), "--quiet"]) == 0
     try:
         assert main(["report", str(run), "--out", str(run / "rep2")]) == 0
         svg = (run / "rep2" / "fig-rtp-udp-maxarg-0.svg").read_text()
-        assert "measured round trip path" in svg and "slack 30.0" in svg
+        assert "measured: call" in svg and "without the probes" in svg
+        boxes = [(float(y), float(h)) for y, h in re.findall(
+            r'<g class="step rtp"><title>[^<]*</title><rect x="[0-9.]+" y="([0-9.]+)" width="[0-9.]+" '
+            r'height="([0-9.]+)"', svg)]
+        assert len(boxes) > 10
+        # In time order down the axis, and no box over another of its column (0.15 + 0.14 meets 0.29).
+        assert all(b[0] >= a[0] + a[1] - 0.15 for a, b in zip(boxes, boxes[1:]))     # 0.1 px: SVG rounding
+        assert 'class="handoff"' in svg and "C9 (slack" in svg
     finally:
         (run / "analysis" / "rtp.json").unlink()
 

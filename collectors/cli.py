@@ -60,7 +60,7 @@ def add_common(ap, default_calls, default_sizes):
     ap.add_argument("--repeats", type=int, default=3,
                     help="local testbed: rounds of untraced and traced runs per size, interleaved; the median run of each is "
                          "kept (default 3; one traced run's p50 can differ from the next identical one by 25%%)")
-    ap.add_argument("--calibration-calls", type=int, default=3000, help="calls per calibration run (default 3000)")
+    ap.add_argument("--calibration-calls", type=int, default=3000, help="calls per loopback calibration run (default 3000; the in-situ calibration uses --calls and --warmup)")
     ap.add_argument("--keep-perf-data", action="store_true", help="keep perf.data next to the kernel CTF")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
     ap.add_argument("--json", action="store_true", help="print the manifest as JSON")

@@ -1,63 +1,134 @@
 """The probe effect where it is measured: the effective cost of one event of each class on the
-round-trip path, from the capture's in-situ calibration (collectors/capture.py calibrate_in_situ).
+round-trip path, from the capture's in-situ calibration.
 
-The capture ran, between the testbed's hosts with the run's placement, for each transport, rounds of
-the same call at three sizes (0, the run's largest and half of it) untraced, with user events only, and with user and
-kernel events, and kept the traces of the median traced run of each size. Here the round-trip path of every call of those
-traces is walked (analysis/rtp.py) and the events on it counted per class: user, kernel network
-device (one per packet per device, cheap), other kernel (syscalls, scheduler, softirq). Then, with
-p50 differences d_user(s) = user-only - untraced and d_kernel(s) = user+kernel - user-only,
+Every case of the capture ran, in each of its interleaved rounds, untraced, with user events only
+and with user and kernel events (collectors/capture.py run_case), between the testbed's hosts with
+the run's placement, and kept the traces of its median traced run. Here the round-trip path of every
+call of those traces is walked (analysis/rtp.py) and the events on it counted per class: user,
+kernel network device (one per packet per device), other kernel (syscalls, scheduler, softirq).
+Then, with the p50 differences of a case d_user = user-only - untraced and d_kernel = user+kernel -
+user-only (medians of the rounds),
 
-    d_user(s)   = n_user(s) x c_user                          (least squares over the sizes)
-    d_kernel(s) = n_net(s) x c_net + n_other(s) x c_other     (least squares over the sizes)
+    d_user   = n_user x c_user                          (least squares over the cases)
+    d_kernel = n_net x c_net + n_other x c_other        (least squares over the cases)
 
-Those costs are what the analysis charges to the path of the run's cases (Case.calibration). An
-event off the path costs the RTT nothing; what an event costs beyond its own instructions where the
-call really runs (tracer daemons sharing the CPUs, cache effects) is folded into these costs, which
-the loopback calibration (each host alone, all events on the path) cannot see. When the sizes'
-system has no positive solution (over TCP the sizes' calls carry about the same events) the kernel
-classes share one cost (size 0 alone), and the result says so. One set of costs per transport:
-TCP's calls slow down less under tracing than UDP's with about as many events. Cached in
-runs/NAME/analysis/probe.json.
+one set of costs per transport (TCP's calls slow down less under tracing than UDP's with about as
+many events). A case is corrected with the costs solved from the other cases of its transport
+(leave one out), so its corrected RTT is a prediction. When net and other have no positive separate
+solution (over TCP every size's calls carry about the same events), the kernel classes share one
+least-squares cost, and the result says so.
+
+Those costs are what the analysis charges to the path (Case.calibration). An event off the path
+costs the RTT nothing; what an event costs beyond its own instructions where the call really runs
+(tracer daemons sharing the CPUs, cache effects) is folded into these costs, which the loopback
+calibration (each host alone, all events on the path) cannot see. Runs made before this had a
+separate calibration phase at a few sizes (calibration_in_situ.transports or its older one-transport
+form); those are still read. Cached in runs/NAME/analysis/probe.json.
 """
 import json
 
 import numpy as np
 
-PROBE_FORMAT = "rpcscope-probe/2"
+PROBE_FORMAT = "rpcscope-probe/3"
 
 
 def in_situ(run):
-    """{transport: {"source": "in-situ", "ust_event_ns", "kernel_event_ns": {"net", "other"}, ...}} for
-    each transport with a usable in-situ calibration ({} when none: the manifest's loopback calibration
-    is used). Cached in runs/NAME/analysis/probe.json."""
+    """{"transports": {transport: costs}, "cases": {case id: costs}} where costs = {"source": "in-situ",
+    "ust_event_ns", "kernel_event_ns": {"net", "other"}, "method", ...}; {} when the run has no usable
+    in-situ calibration (the manifest's loopback calibration is used then). Cached in
+    runs/NAME/analysis/probe.json."""
+    meta = run.manifest.get("calibration_in_situ") or {}
+    if meta.get("method") == "per case":
+        return _per_case(run)
     cals = run.in_situ_calibrations()
     usable = {}
-    for transport, meta in cals.items():
-        sizes = {int(k): v for k, v in meta["sizes"].items()
+    for transport, m in cals.items():
+        sizes = {int(k): v for k, v in m["sizes"].items()
                  if not v.get("lossy") and (run.path / v["dir"] / "ust").is_dir()
                  and (run.path / v["dir"] / "kernel").is_dir()}
         if 0 in sizes:
-            usable[transport] = (meta, sizes)
+            usable[transport] = (m, sizes)
     if not usable:
         return {}
-    cache = run.out_dir / "probe.json"
     key = {t: {str(k): {"p50": v["p50_median_ns"], "dir": v["dir"], "pids": v.get("pids")} for k, v in sz.items()}
            for t, (_, sz) in usable.items()}
-    try:
-        got = json.loads(cache.read_text())
-        if got.get("format") == PROBE_FORMAT and got.get("key") == key:
-            return got["transports"]
-    except (OSError, ValueError):
-        pass
-    out = {}
-    for transport, (meta, sizes) in usable.items():
-        r = _calibrate(run, meta, sizes)
+    got = _cached(run, key)
+    if got is not None:
+        return got
+    out = {"transports": {}, "cases": {}}
+    for transport, (m, sizes) in usable.items():
+        r = _calibrate(run, m, sizes)
         if r:
-            out[transport] = r
+            out["transports"][transport] = r
+    return _save(run, key, out)
+
+
+def _cached(run, key):
+    try:
+        got = json.loads((run.out_dir / "probe.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if got.get("format") == PROBE_FORMAT and got.get("key") == key:
+        return {"transports": got["transports"], "cases": got["cases"]}
+    return None
+
+
+def _save(run, key, out):
     run.out_dir.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps({"format": PROBE_FORMAT, "key": key, "transports": out}, indent=1, default=float) + "\n")
+    (run.out_dir / "probe.json").write_text(json.dumps({"format": PROBE_FORMAT, "key": key, **out}, indent=1,
+                                                       default=float) + "\n")
     return out
+
+
+def _path_events(case):
+    """Median events per class on the round-trip path of a case's clean RPCs: (n RPCs, [user, net, other])."""
+    from .rtp import analyze_case
+    res, _ = analyze_case(case)
+    ev = np.array([p["path_events"] for p in res["per_rpc"] if p.get("ok")], float)
+    return len(ev), (np.median(ev, axis=0) if len(ev) else None)
+
+
+def _per_case(run):
+    """Every case ran, in each round, untraced, with user events only and with user and kernel events
+    (collectors/capture.py run_case): its own p50 differences and the events on its path are one point.
+    A case is corrected with the costs solved from the OTHER cases of its transport (leave one out), so
+    that its corrected RTT is a prediction, not a fit to itself."""
+    cases = [c for c in run.cases if c.complete and c.meta.get("ust_only") and not c.meta.get("lossy")
+             and c.has_kernel()]
+    key = {c.id: [c.meta["untraced"]["p50"], c.meta["ust_only"]["p50"], c.meta["traced"]["p50"], c.meta.get("pids")]
+           for c in cases}
+    if not key:
+        return {}
+    got = _cached(run, key)
+    if got is not None:
+        return got
+    points = {}
+    for c in cases:
+        n, ev = _path_events(c)
+        if n < 50:
+            continue
+        u, o, t = c.meta["untraced"]["p50"], c.meta["ust_only"]["p50"], c.meta["traced"]["p50"]
+        points[c.id] = {"transport": c.transport, "size": c.size, "rpcs_walked": n,
+                        "path_events_per_call": {"ust": ev[0], "kernel_net": ev[1], "kernel_other": ev[2]},
+                        "d_user_ns": o - u, "d_kernel_ns": t - o, "p50_ns": {"untraced": u, "ust": o, "both": t}}
+    out = {"transports": {}, "cases": {}}
+    for transport in sorted({p["transport"] for p in points.values()}):
+        pts = {cid: p for cid, p in points.items() if p["transport"] == transport}
+        if len(pts) >= 2:
+            out["transports"][transport] = _costs(pts, "in-situ, every case", transport)
+        for cid in pts:
+            others = {k: v for k, v in pts.items() if k != cid}
+            if len(others) >= 2:
+                out["cases"][cid] = dict(_costs(others, "in-situ, the other cases", transport), points=None,
+                                         solved_from=sorted(others))
+    return _save(run, key, out)
+
+
+def _costs(points, source, transport):
+    c_user, c_net, c_other, method = solve(points)
+    return {"source": source, "transport": transport, "method": method, "points": points,
+            "ust_event_ns": round(c_user, 1) if c_user is not None else None,
+            "kernel_event_ns": {"net": round(c_net, 1), "other": round(c_other, 1)} if c_net is not None else None}
 
 
 def _calibrate(run, meta, sizes):
@@ -80,20 +151,16 @@ def _calibrate(run, meta, sizes):
                      "p50_ns": med, "spread_ns": {k: [min(x), max(x)] for k, x in v["p50_ns"].items()}}
     if 0 not in per:
         return None
-    c_user, c_net, c_other, method = solve(per)
-    return {"source": "in-situ", "transport": meta["transport"], "method": method,
-            "sizes": {str(k): v for k, v in per.items()}, "rounds": meta.get("rounds"),
-            "ust_event_ns": round(c_user, 1) if c_user is not None else None,
-            "kernel_event_ns": {"net": round(c_net, 1), "other": round(c_other, 1)} if c_net is not None else None}
+    return dict(_costs({str(k): v for k, v in per.items()}, "in-situ", meta["transport"]), rounds=meta.get("rounds"))
 
 
 def solve(per):
-    """(c_user, c_net, c_other, method) from {size: {"path_events_per_call": {"ust", "kernel_net",
-    "kernel_other"}, "d_user_ns", "d_kernel_ns"}} (size 0 required); see the module docstring."""
+    """(c_user, c_net, c_other, method) from {point: {"path_events_per_call": {"ust", "kernel_net",
+    "kernel_other"}, "d_user_ns", "d_kernel_ns"}}; see the module docstring."""
     nu = np.array([p["path_events_per_call"]["ust"] for p in per.values()], float)
     du = np.array([p["d_user_ns"] for p in per.values()], float)
     c_user = float(du @ nu / (nu @ nu)) if nu @ nu else None
-    method = f"{len(per)} sizes: net and other kernel events solved separately"
+    method = f"{len(per)} points: net and other kernel events solved separately"
     c_net = c_other = None
     if len(per) >= 2:
         A = np.array([[p["path_events_per_call"]["kernel_net"], p["path_events_per_call"]["kernel_other"]]
@@ -104,8 +171,9 @@ def solve(per):
             if sol.min() > 0:
                 c_net, c_other = float(sol[0]), float(sol[1])
     if c_net is None:
-        p0 = per[0]["path_events_per_call"]
-        nk = p0["kernel_net"] + p0["kernel_other"]
-        c_net = c_other = per[0]["d_kernel_ns"] / nk if nk else None
-        method = "one kernel cost (size 0 alone): the sizes' system had no positive solution"
+        nk = np.array([p["path_events_per_call"]["kernel_net"] + p["path_events_per_call"]["kernel_other"]
+                       for p in per.values()], float)
+        dk = np.array([p["d_kernel_ns"] for p in per.values()], float)
+        c_net = c_other = float(dk @ nk / (nk @ nk)) if nk @ nk else None
+        method = f"one kernel cost ({len(per)} points): net and other had no positive separate solution"
     return c_user, c_net, c_other, method

@@ -152,10 +152,11 @@ class Case:
     def calibration(self, role):
         """The cost of one probe for this role's host: the in-situ calibration's effective costs on the
         round-trip path when the run has one (analysis/probe.py), else the manifest's loopback ones."""
-        pr = self.run.probe.get(self.transport)
+        probe = self.run.probe
+        pr = (probe.get("cases") or {}).get(self.id) or (probe.get("transports") or {}).get(self.transport)
         if pr and pr.get("ust_event_ns") is not None and pr.get("kernel_event_ns") is not None:
             return {"ust_event_ns": max(0.0, pr["ust_event_ns"]),
-                    "kernel_event_ns": dict(pr["kernel_event_ns"]), "source": "in-situ"}
+                    "kernel_event_ns": dict(pr["kernel_event_ns"]), "source": pr.get("source", "in-situ")}
         return (self.run.manifest.get("calibration") or {}).get(self.host_of(role)) or {}
 
 

@@ -40,16 +40,6 @@ MAX_MSG = 256 << 10           # rpc-client/rpc-server --max-msg default
 BASE_PORT = 7300
 SERVER_SAFETY_S = 900         # a server left behind exits on its own after this long
 UDP_FRAG_BODY = 4016          # body bytes per 4096-byte PDU
-IN_SITU_LARGE = 16064         # the in-situ calibration's largest size when the run's sizes are all small
-
-
-def in_situ_sizes(p):
-    """The in-situ calibration's sizes: 0, the run's largest (at least IN_SITU_LARGE, where the procedure
-    allows) and half of it, so that the run's sizes are interpolated, not extrapolated, and three sizes
-    over-determine the per-class costs."""
-    limit = proc_max_size(p["proc"])
-    large = min(limit, max(max(p["sizes"]), IN_SITU_LARGE))
-    return sorted({0, large // 2 // 4 * 4, large}) if large else [0]
 TRACE_BIN = ROOT / "build" / "trace" / "bin"
 NOTRACE_BIN = ROOT / "build" / "notrace" / "bin"
 
@@ -115,11 +105,6 @@ def validate(p):
     if p["placement"] == "split" and len(os.sched_getaffinity(0)) < 2:
         raise UserError("--placement split needs two CPUs (one per host); this machine offers "
                         f"{sorted(os.sched_getaffinity(0))}: use --placement same")
-
-
-def in_situ_rounds(p):
-    """Rounds of the in-situ probe calibration: at least 3, and no fewer than the cases' repeats."""
-    return max(3, p.get("repeats", 1))
 
 
 def placement_cpus(placement):
@@ -694,45 +679,6 @@ class Capture:
         shutil.rmtree(cdir, ignore_errors=True)
         return out
 
-    def calibrate_in_situ(self, rounds=3):
-        """The probe effect where the capture measures: between the testbed's hosts, with the run's
-        placement, idle policy and link, the run's procedure over each of its transports (the probe
-        effect differs between them: TCP's calls carry about as many events as UDP's but slow down
-        less) at the sizes of in_situ_sizes (0, half the largest, the largest: larger UDP calls carry
-        many more network-device events), each in `rounds` interleaved rounds of three runs: untraced
-        (TRACE=0 build), user events only, user and kernel events. The traces of the user+kernel run
-        with the median p50 are kept: the analysis counts the events of each class that fall on the
-        round-trip path and solves the p50 differences for the effective cost of one event of each
-        class there (analysis/probe.py). The loopback calibration above measures each host alone,
-        where every event is on the path; this one includes what only the real placement shows
-        (tracer daemons sharing the CPUs, cross-CPU effects)."""
-        # The cases' own call and warm-up counts: the probe effect depends on them (a longer run fills
-        # more of the tracers' buffers and wakes their daemons more), and a calibration of 3000 calls
-        # at 24096 bytes came out 12 % slower, traced, than the 2000-call case of the same size.
-        calls, warmup = self.p["calls"], self.p["warmup"]
-        out = {"proc": self.p["proc"], "calls": calls, "warmup": warmup, "rounds": rounds,
-               "kernel_collector": self.kernel, "transports": {}}
-        for transport in self.p["transports"]:
-            per = out["transports"][transport] = {"transport": transport, "proc": self.p["proc"], "calls": calls,
-                                                  "warmup": warmup, "rounds": rounds, "sizes": {}}
-            for size in in_situ_sizes(self.p):
-                d = self.out / "calibration-in-situ" / transport / str(size)
-                d.mkdir(parents=True, exist_ok=True)
-                runs = self.repeats(d, transport, size, calls, warmup, ("untraced", "ust", "traced"), rounds,
-                                    f"in-situ calibration, {transport} {size}")
-                i, kept, (ev, lost, _) = self.keep_median(runs["traced"], d)
-                self.discard(d)
-                p50 = {k: [r["res"]["rtt_ns"]["p50"] for r in v] for k, v in runs.items()}
-                p50["both"] = p50.pop("traced")
-                got = kept["got"]
-                per["sizes"][str(size)] = {
-                    "dir": str(d.relative_to(self.out)), "p50_ns": p50,
-                    "p50_median_ns": {k: sorted(v)[(len(v) - 1) // 2] for k, v in p50.items()},
-                    "kept_round": i, "pids": kept["pids"], "kernel_events": ev,
-                    "lossy": bool(lost or got["ust"]["discarded_events"] or got["ust"]["lost_packets"])}
-        out["complete"] = True
-        return out
-
     # ------------------------------------------------------------ one case
     def run_case(self, transport, size):
         cid = case_id(transport, self.p["proc"], size)
@@ -743,9 +689,14 @@ class Capture:
                 "warmup": warmup, "dir": f"cases/{cid}", "complete": False}
         self.manifest["cases"].append(case)
 
-        # untraced and traced runs, interleaved in rounds; the median run of each kind stands for it
+        # Untraced and traced runs, interleaved in rounds; the median run of each kind stands for it.
+        # With the in-situ probe calibration, each round also runs with user events only, so that the
+        # user and the kernel events' share of the probe effect are measured where and when the case
+        # runs (analysis/probe.py solves them over the cases of a transport).
         n = self.p.get("repeats", 1)
-        runs = self.repeats(cdir, transport, size, calls, warmup, ("untraced", "traced"), n, cid)
+        in_situ = self.p["calibration"] != "none" and self.kernel != "none"
+        kinds = ("untraced", "ust", "traced") if in_situ else ("untraced", "traced")
+        runs = self.repeats(cdir, transport, size, calls, warmup, kinds, n, cid)
         traced_build = self.p["untraced"] == "stopped"
         order = sorted(runs["untraced"], key=lambda r: r["res"]["rtt_ns"]["p50"])
         res_u = order[(len(order) - 1) // 2]["res"]
@@ -761,8 +712,10 @@ class Capture:
         case["pids"] = pids
         case["traced"] = _rtt(res_t)
         case["repeats"] = {"rounds": n, "kept_traced_round": kept_i,
-                           "untraced_p50_ns": [r["res"]["rtt_ns"]["p50"] for r in runs["untraced"]],
-                           "traced_p50_ns": [r["res"]["rtt_ns"]["p50"] for r in runs["traced"]]}
+                           **{f"{k}_p50_ns": [r["res"]["rtt_ns"]["p50"] for r in v] for k, v in runs.items()}}
+        if in_situ:
+            order = sorted(runs["ust"], key=lambda r: r["res"]["rtt_ns"]["p50"])
+            case["ust_only"] = _rtt(order[(len(order) - 1) // 2]["res"])
         n_ust, d_ust, dp_ust = bt_count(ust_dir)
         total = calls + warmup
         losses = {"ust_discarded": got["ust"]["discarded_events"] + d_ust,
@@ -832,7 +785,9 @@ class Capture:
                 self.manifest["calibration"] = self.calibrate()
                 self.write_manifest()
                 if self.kernel != "none":
-                    self.manifest["calibration_in_situ"] = self.calibrate_in_situ(in_situ_rounds(self.p))
+                    # In situ: every case's rounds add a user-events-only run (run_case); the analysis
+                    # solves the p50 differences of the cases for the cost of each event class.
+                    self.manifest["calibration_in_situ"] = {"method": "per case", "complete": True}
                     self.write_manifest()
             for transport in self.p["transports"]:
                 for size in self.p["sizes"]:

@@ -110,9 +110,9 @@ def do_capture(p, out, quiet=False, inventory=None):
     cap.preflight(p, st)
     out = cap.prepare_out(out, p["replace"])
     p["out"] = str(out)
-    rounds = cap.in_situ_rounds(p)
-    total = len(p["sizes"]) * len(p["transports"]) * (2 * p["repeats"] + 1) + \
-        (2 + len(p["transports"]) * len(cap.in_situ_sizes(p)) * 3 * rounds if p["calibration"] != "none" else 0)
+    kinds = 3 if p["calibration"] != "none" and p["kernel"] != "none" else 2
+    total = len(p["sizes"]) * len(p["transports"]) * (kinds * p["repeats"] + 1) + \
+        (2 if p["calibration"] != "none" else 0)
     bar = _progress(total, disable=quiet or None)
     c = cap.Capture(p, out, st, progress=bar)
     try:

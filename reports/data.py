@@ -105,7 +105,11 @@ class RunData:
             "manifest.json calibration.HOST.ust_event_ns, kernel_event_ns.all")
         from rpcscope.analysis.run import Run
         ins = Run(self.path).in_situ_calibrations() if (self.path / "manifest.json").exists() else {}
-        if ins:
+        if (m.get("calibration_in_situ") or {}).get("method") == "per case":
+            add("in-situ probe calibration", "per case: every round also ran with user events only; "
+                "each case corrected with the per-class costs solved from the other cases of its transport "
+                "(analysis/probe.json)", "manifest.json calibration_in_situ.method, cases[].ust_only")
+        elif ins:
             add("in-situ probe calibration", "; ".join(
                 f"{t} size {z}: p50 untraced {v['p50_median_ns']['untraced'] / 1e3:.2f} us, user events "
                 f"{v['p50_median_ns']['ust'] / 1e3:.2f} us, user+kernel {v['p50_median_ns']['both'] / 1e3:.2f} us "

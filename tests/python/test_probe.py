@@ -18,21 +18,23 @@ def _per(costs, counts):
 def test_solve_recovers_per_class_costs_from_two_sizes():
     cu, cn, co, method = probe.solve(_per((150.0, 300.0, 480.0), {0: (33, 12, 12), 16064: (71, 90, 64)}))
     assert (round(cu, 6), round(cn, 6), round(co, 6)) == (150.0, 300.0, 480.0)
-    assert method.startswith("2 sizes")
+    assert method.startswith("2 points")
     # Three sizes over-determine the costs: least squares, exact on exact data.
     cu, cn, co, method = probe.solve(_per((150.0, 300.0, 480.0),
                                           {0: (33, 12, 12), 12048: (60, 70, 50), 24096: (75, 126, 82)}))
     assert (round(cu, 6), round(cn, 6), round(co, 6)) == (150.0, 300.0, 480.0)
-    assert method.startswith("3 sizes")
+    assert method.startswith("3 points")
 
 
 def test_solve_falls_back_to_one_kernel_cost_without_a_positive_solution():
     per = _per((150.0, 300.0, 480.0), {0: (33, 12, 12), 16064: (71, 90, 64)})
     per[16064]["d_kernel_ns"] = 1000.0          # noise making the net cost negative
     cu, cn, co, method = probe.solve(per)
-    assert cn == co == pytest.approx(per[0]["d_kernel_ns"] / 24)
+    # One least-squares cost for every kernel event over the points.
+    want = (per[0]["d_kernel_ns"] * 24 + 1000.0 * 154) / (24 ** 2 + 154 ** 2)
+    assert cn == co == pytest.approx(want)
     assert method.startswith("one kernel cost")
-    cu, cn, co, _ = probe.solve({0: per[0]})       # one size only
+    cu, cn, co, _ = probe.solve({0: per[0]})       # one point only
     assert cn == co == pytest.approx(390.0)
 
 
@@ -74,8 +76,30 @@ def test_in_situ_calibrations_per_transport_and_in_the_older_form(tmp_path):
     assert Run(tmp_path).probe == {}
 
 
-def test_in_situ_sizes_interpolate_the_runs_sizes():
-    from rpcscope.collectors.capture import IN_SITU_LARGE, in_situ_sizes
-    assert in_situ_sizes({"proc": "maxarg", "sizes": [0, 1392, 24096]}) == [0, 12048, 24096]
-    assert in_situ_sizes({"proc": "maxarg", "sizes": [0, 4016]}) == [0, IN_SITU_LARGE // 2, IN_SITU_LARGE]
-    assert in_situ_sizes({"proc": "null", "sizes": [0]}) == [0]
+def test_per_case_costs_leave_the_case_out(tmp_path, monkeypatch):
+    """With the per-case calibration each case is corrected with costs solved from the OTHER cases of
+    its transport; on exact data every such solution is the true one."""
+    import types
+    true = (150.0, 300.0, 480.0)
+    counts = {0: (33, 12, 12), 4016: (49, 36, 29), 16064: (71, 90, 64), 24096: (75, 126, 82)}
+    cases = []
+    for size, (u, n, o) in counts.items():
+        base = 10000 + size
+        ust = base + u * true[0]
+        meta = {"untraced": {"p50": base}, "ust_only": {"p50": ust},
+                "traced": {"p50": ust + n * true[1] + o * true[2]}, "pids": {"client": size}}
+        cases.append(types.SimpleNamespace(id=f"udp-maxarg-{size}", transport="udp", size=size, complete=True,
+                                           meta=meta, has_kernel=lambda: True))
+    run = types.SimpleNamespace(manifest={"calibration_in_situ": {"method": "per case", "complete": True}},
+                                cases=cases, out_dir=tmp_path / "analysis")
+    monkeypatch.setattr(probe, "_path_events", lambda c: (1000, list(counts[c.size])))
+    got = probe.in_situ(run)
+    assert set(got["cases"]) == {c.id for c in cases}
+    for c in cases:
+        pc = got["cases"][c.id]
+        assert c.id not in pc["solved_from"] and len(pc["solved_from"]) == 3
+        assert pc["ust_event_ns"] == true[0] and pc["kernel_event_ns"] == {"net": true[1], "other": true[2]}
+    assert got["transports"]["udp"]["kernel_event_ns"] == {"net": true[1], "other": true[2]}
+    # Cached: a second call reads probe.json (no walk).
+    monkeypatch.setattr(probe, "_path_events", lambda c: (_ for _ in ()).throw(AssertionError("walked again")))
+    assert probe.in_situ(run) == got

@@ -339,8 +339,9 @@ def _alive(pid):
 # ---------------------------------------------------------------- the capture
 
 class Capture:
-    def __init__(self, params, out_dir, testbed_state, progress=None, log=print):
+    def __init__(self, params, out_dir, testbed_state, progress=None, log=print, after_case=None):
         self.p = params
+        self.after_case = after_case   # called as after_case(self, case) once a case is complete
         self.out = pathlib.Path(out_dir)
         self.tb = testbed_state
         self.progress = progress
@@ -791,7 +792,9 @@ class Capture:
                     self.write_manifest()
             for transport in self.p["transports"]:
                 for size in self.p["sizes"]:
-                    self.run_case(transport, size)
+                    case = self.run_case(transport, size)
+                    if self.after_case:
+                        self.after_case(self, case)
             self.manifest["complete"] = True
         except KeyboardInterrupt:
             self.manifest["interrupted"] = True

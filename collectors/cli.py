@@ -10,7 +10,6 @@ from rpcscope import ROOT
 from rpcscope.output import UserError, emit_json, table
 
 from . import capture as cap
-from . import idle
 
 EPILOG = """examples:
   rpcscope testbed up && make && make TRACE=0
@@ -93,7 +92,7 @@ def _progress(total, disable):
                 bar_format="{desc:<40} {bar} {n_fmt}/{total_fmt} [{elapsed}]")
 
 
-def do_capture(p, out, quiet=False, inventory=None):
+def do_capture(p, out, quiet=False, inventory=None, after_case=None, extra_steps=0):
     from rpcscope import testbed
     if inventory:
         from . import remote
@@ -112,9 +111,9 @@ def do_capture(p, out, quiet=False, inventory=None):
     p["out"] = str(out)
     kinds = 3 if p["calibration"] != "none" and p["kernel"] != "none" else 2
     total = len(p["sizes"]) * len(p["transports"]) * (kinds * p["repeats"] + 1) + \
-        (2 if p["calibration"] != "none" else 0)
+        (2 if p["calibration"] != "none" else 0) + extra_steps
     bar = _progress(total, disable=quiet or None)
-    c = cap.Capture(p, out, st, progress=bar)
+    c = cap.Capture(p, out, st, progress=bar, after_case=after_case)
     try:
         return c.run(), c
     finally:
@@ -180,29 +179,29 @@ def cmd_bench(args):
     p = params_from(args)
     out = pathlib.Path(args.out) if args.out else ROOT / "runs" / "capture-bench"
     p["replace"] = True
-    manifest, c = do_capture(p, out, quiet=args.json)
     # Plain rpc-client runs per case (untraced build, same placement and waiting, nothing around
-    # them), several rounds: their spread is the noise the capture's untraced run is judged against.
+    # them), several rounds right after the case, so that the host's slow drift (a few % over
+    # minutes on this VM) touches both alike: their spread is the noise the capture's untraced run
+    # is judged against.
     plain = {}
-    idle_policy = None
-    try:
-        c.sessiond = cap.Sessiond()   # nothing to restore
-        pdir = out / "plain"
+    pdir = out / "plain"
+
+    def plain_rounds(c, case):
         pdir.mkdir(exist_ok=True)
-        idle_policy = idle.IdlePolicy(p["idle"]).__enter__()   # the same idle policy as the capture's
-        for case in manifest["cases"]:
-            p50s = []
-            for r in range(args.plain_rounds):
-                c.step(f"{case['id']}: plain run {r + 1}")
-                res, _ = c.run_pair(case["transport"], case["size"], p["calls"], p["warmup"], False, pdir,
-                                    f"{case['id']}-{r}")
-                p50s.append(res["rtt_ns"]["p50"])
-            plain[case["id"]] = sorted(p50s)
+        p50s = []
+        for r in range(args.plain_rounds):
+            c.step(f"{case['id']}: plain run {r + 1}")
+            res, _ = c.run_pair(case["transport"], case["size"], p["calls"], p["warmup"], False, pdir,
+                                f"{case['id']}-{r}")
+            p50s.append(res["rtt_ns"]["p50"])
+            c.advance()
+        plain[case["id"]] = sorted(p50s)
+
+    try:
+        manifest, _ = do_capture(p, out, quiet=args.json, after_case=plain_rounds,
+                                 extra_steps=len(p["sizes"]) * len(p["transports"]) * args.plain_rounds)
     finally:
-        c.cleanup()
-        if idle_policy is not None:
-            idle_policy.close()
-        shutil.rmtree(out / "plain", ignore_errors=True)
+        shutil.rmtree(pdir, ignore_errors=True)
     rows = []
     for case in manifest["cases"]:
         r = rows_of({"cases": [case]})[0]

@@ -516,6 +516,22 @@ static void error_text(char *buf, size_t size)
 	bt_error_release(err);
 }
 
+/* This process's own peak RSS in KiB (VmHWM of its address space: getrusage's figure would include
+ * the spawning process's pages, shared until exec). -1 when unknown. */
+static long peak_rss_kib(void)
+{
+	char line[256];
+	long kib = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -591,7 +607,7 @@ done:
 		fprintf(stderr, "ctfcols: cannot write %s\n", path);
 		return 2;
 	}
-	fprintf(m, "{\"events\": %" PRIu64 ", \"names\": [", st.events);
+	fprintf(m, "{\"events\": %" PRIu64 ", \"peak_rss_kib\": %ld, \"names\": [", st.events, peak_rss_kib());
 	for (size_t i = 0; i < n_names; i++) {
 		fputs(i ? ", " : "", m);
 		json_str(m, names[i]);

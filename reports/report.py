@@ -362,6 +362,26 @@ def rtt_section(d: RunData):
                  "corrected_rtt_median_us": None,
                  "untraced_p50_us": ((c.get("untraced") or {}).get("p50") or 0) / 1000 or None})
         src = "manifest.json cases[].traced.p50 (client-measured), cases[].untraced.p50"
+    # The probe-corrected RTT of record is the round-trip path's (rtp.json: the probes on the path, with
+    # the in-situ costs); steps.json's charges every probe on the client's CPU and is kept only without it.
+    path_corr, noise = {}, {}
+    for c in (d.rtp or {}).get("cases", []) if isinstance((d.rtp or {}).get("cases"), list) else []:
+        if c.get("rtt_corrected_median_ns") is not None:
+            path_corr[c["case"]] = c["rtt_corrected_median_ns"] / 1000
+    for c in d.cases:
+        tp = (c.get("repeats") or {}).get("traced_p50_ns") or []
+        u = (c.get("untraced") or {}).get("p50")
+        if len(tp) > 1 and u:
+            noise[c.get("id")] = 100 * (max(tp) - min(tp)) / 2 / u
+    if path_corr:
+        src += "; corrected: analysis/rtp.json cases[].rtt_corrected_median_ns (probes on the round-trip path)"
+        for rows in groups.values():
+            for r in rows:
+                cid = r.get("case")
+                if cid in path_corr:
+                    r["corrected_rtt_median_us"] = path_corr[cid]
+                    u = r.get("untraced_p50_us")
+                    r["corrected_vs_untraced_pct"] = 100 * (path_corr[cid] - u) / u if u else None
     for (tr, proc), rows in groups.items():
         series = {"untraced p50": [(int(r["size"]), r["untraced_p50_us"]) for r in rows],
                   "traced median": [(int(r["size"]), r["traced_rtt_median_us"]) for r in rows],
@@ -379,14 +399,19 @@ def rtt_section(d: RunData):
         s.items.append(Figure(f"rtt-{tr}-{proc}", f"RTT vs size ({tr} {proc})", fig, src, note))
         s.items.append(Table(f"Traced vs untraced, {tr} {proc}",
                              ["size", "rpcs", "complete", "traced_p50_us", "corrected_p50_us", "untraced_p50_us",
-                              "traced_vs_untraced_%", "corrected_vs_untraced_%"],
+                              "traced_vs_untraced_%", "corrected_vs_untraced_%", "noise_%"],
                              [{"size": r["size"], "rpcs": r.get("rpcs", ""), "complete": r.get("complete_rpcs", ""),
                                "traced_p50_us": _f(r["traced_rtt_median_us"]),
                                "corrected_p50_us": _f(r.get("corrected_rtt_median_us")),
                                "untraced_p50_us": _f(r["untraced_p50_us"]),
                                "traced_vs_untraced_%": _f(r.get("traced_vs_untraced_pct"), 1),
-                               "corrected_vs_untraced_%": _f(r.get("corrected_vs_untraced_pct"), 1)} for r in rows],
-                             src + "; traced_vs_untraced_pct, corrected_vs_untraced_pct"))
+                               "corrected_vs_untraced_%": _f(r.get("corrected_vs_untraced_pct"), 1),
+                               "noise_%": _f(noise.get(r.get("case")), 1)} for r in rows],
+                             src + "; traced_vs_untraced_pct, corrected_vs_untraced_pct; noise: manifest.json "
+                                   "cases[].repeats.traced_p50_ns, half their spread as % of the untraced p50",
+                             "noise: how far one traced run of the case moves from the next identical one; a "
+                             "corrected-vs-untraced difference within about twice it is not a fault of the "
+                             "correction"))
     return s
 
 

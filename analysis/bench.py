@@ -1,8 +1,9 @@
 """`rpcscope analyze-bench runs/NAME`: the analysis's throughput and memory (issue 5's benchmark).
 
-Each measurement runs in a fresh Python process, so its peak RSS is its own; for the single
-traces, the native extractor's own peak RSS is measured too. The run's own cache and outputs are left alone: the
-measurements decode into a temporary cache and write their tables there.
+Each measurement runs in a fresh Python process, so its peak RSS is its own; the native
+extractor's own peak RSS (VmHWM, as it reports it) is shown beside it wherever it decoded. The
+run's own cache and outputs are left alone: the measurements decode into a temporary cache and
+write their tables there.
 
   decode        every trace of the run (each case's user and kernel traces, the in-situ
                 calibration's) read into an empty cache: the first read, end to end
@@ -66,7 +67,6 @@ def _dir_bytes(p):
 # ---------------------------------------------------------------- child side
 def _child(mode, run_path, cache, target=None):
     t0 = time.perf_counter()
-    extractor_kb = None
     if mode == "decode":
         run = load_run(run_path)
         for _, p in _trace_dirs(run):
@@ -82,26 +82,12 @@ def _child(mode, run_path, cache, target=None):
     else:
         raise SystemExit(f"unknown mode {mode}")
     wall = time.perf_counter() - t0
-    if mode == "trace":
-        extractor_kb = _extractor_peak_kb(target, cache)      # after the timing: a second decode
+    extractor_kb = traceread.READ_STATS["extractor_peak_rss_kib"]
     self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"wall_s": wall, "events": traceread.READ_STATS["events"],
                       "decoded_events": traceread.READ_STATS["decoded_events"],
                       "peak_rss_mib": round(self_kb / 1024, 1),
                       "extractor_peak_rss_mib": round(extractor_kb / 1024, 1) if extractor_kb else None}))
-
-
-def _extractor_peak_kb(trace, cache):
-    """The native extractor's own peak RSS on one trace, as it reports it (VmHWM: what getrusage says
-    of a child includes the spawning Python's pages)."""
-    from . import native
-    if not native.available():
-        return None
-    out = pathlib.Path(cache) / "extractor-rss"
-    try:
-        return native.extract(list(traceread._stream_files(pathlib.Path(trace))), out).get("peak_rss_kib")
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
 
 
 def _measure(mode, run_path, cache, target=None):

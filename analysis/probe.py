@@ -88,6 +88,18 @@ def _path_events(case):
     return len(ev), (np.median(ev, axis=0) if len(ev) else None)
 
 
+def _point(case, untraced, ust, both):
+    """One calibration point: the case's events per class on its path and its p50 differences (untraced,
+    user events only, user and kernel events); None when fewer than 50 RPCs could be walked."""
+    n, ev = _path_events(case)
+    if n < 50:
+        return None
+    return {"transport": case.transport, "size": case.size, "rpcs_walked": n,
+            "path_events_per_call": {"ust": ev[0], "kernel_net": ev[1], "kernel_other": ev[2]},
+            "d_user_ns": ust - untraced, "d_kernel_ns": both - ust,
+            "p50_ns": {"untraced": untraced, "ust": ust, "both": both}}
+
+
 def _per_case(run):
     """Every case ran, in each round, untraced, with user events only and with user and kernel events
     (collectors/capture.py run_case): its own p50 differences and the events on its path are one point.
@@ -104,13 +116,9 @@ def _per_case(run):
         return got
     points = {}
     for c in cases:
-        n, ev = _path_events(c)
-        if n < 50:
-            continue
-        u, o, t = c.meta["untraced"]["p50"], c.meta["ust_only"]["p50"], c.meta["traced"]["p50"]
-        points[c.id] = {"transport": c.transport, "size": c.size, "rpcs_walked": n,
-                        "path_events_per_call": {"ust": ev[0], "kernel_net": ev[1], "kernel_other": ev[2]},
-                        "d_user_ns": o - u, "d_kernel_ns": t - o, "p50_ns": {"untraced": u, "ust": o, "both": t}}
+        pt = _point(c, c.meta["untraced"]["p50"], c.meta["ust_only"]["p50"], c.meta["traced"]["p50"])
+        if pt:
+            points[c.id] = pt
     out = {"transports": {}, "cases": {}}
     for transport in sorted({p["transport"] for p in points.values()}):
         pts = {cid: p for cid, p in points.items() if p["transport"] == transport}
@@ -132,23 +140,17 @@ def _costs(points, source, transport):
 
 
 def _calibrate(run, meta, sizes):
-    from .rtp import analyze_case
+    """An older run's separate calibration phase: one point per calibrated size."""
     from .run import Case
     per = {}
     for size, v in sorted(sizes.items()):
         case = Case(run, {"id": f"calibration-in-situ-{meta['transport']}-{size}", "transport": meta["transport"],
                           "proc": meta["proc"], "size": size, "calls": meta["calls"], "warmup": meta["warmup"],
                           "dir": v["dir"], "pids": v.get("pids") or {}})
-        res, _ = analyze_case(case)
-        ev = np.array([p["path_events"] for p in res["per_rpc"] if p.get("ok")], float)
-        if len(ev) < 50:
-            continue
         med = v["p50_median_ns"]
-        n = np.median(ev, axis=0)
-        per[size] = {"rpcs_walked": len(ev), "path_events_per_call": {"ust": n[0], "kernel_net": n[1],
-                                                                       "kernel_other": n[2]},
-                     "d_user_ns": med["ust"] - med["untraced"], "d_kernel_ns": med["both"] - med["ust"],
-                     "p50_ns": med, "spread_ns": {k: [min(x), max(x)] for k, x in v["p50_ns"].items()}}
+        pt = _point(case, med["untraced"], med["ust"], med["both"])
+        if pt:
+            per[size] = dict(pt, spread_ns={k: [min(x), max(x)] for k, x in v["p50_ns"].items()})
     if 0 not in per:
         return None
     return dict(_costs({str(k): v for k, v in per.items()}, "in-situ", meta["transport"]), rounds=meta.get("rounds"))

@@ -50,6 +50,15 @@ class RunError(Exception):
     """A directory that is not a run (no or unreadable manifest)."""
 
 
+def traced_noise_pct(case_meta):
+    """How far one traced run of a case moves from the next identical one: half the spread of its
+    traced rounds' p50s (manifest cases[].repeats), as % of its untraced p50; None with fewer than
+    two rounds."""
+    tp = (case_meta.get("repeats") or {}).get("traced_p50_ns") or []
+    u = (case_meta.get("untraced") or {}).get("p50")
+    return 100 * (max(tp) - min(tp)) / 2 / u if len(tp) > 1 and u else None
+
+
 class Case:
     def __init__(self, run, meta):
         self.run = run

@@ -534,6 +534,7 @@ def _read_native(path, src, cache_dir, key):
     tmp = base / f".tmp-native-{os.getpid()}" if key else base
     try:
         meta = native.extract(list(_stream_files(path)), tmp)
+        READ_STATS["extractor_peak_rss_kib"] = max(READ_STATS["extractor_peak_rss_kib"], meta.get("peak_rss_kib") or 0)
         if meta.get("error"):
             return None
         cols = _map_columns(tmp, meta["events"])
@@ -564,9 +565,9 @@ def _read_native(path, src, cache_dir, key):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-# Events returned by read_trace in this process, and of them those decoded rather than mapped
-# from the cache (for `rpcscope analyze-bench`).
-READ_STATS = {"events": 0, "decoded_events": 0}
+# Events returned by read_trace in this process, of them those decoded rather than mapped from the
+# cache, and the native extractor's largest own peak RSS (for `rpcscope analyze-bench`).
+READ_STATS = {"events": 0, "decoded_events": 0, "extractor_peak_rss_kib": 0}
 
 
 def read_trace(path, cache_dir=None, src=0, backend="auto"):

@@ -595,8 +595,7 @@ class Capture:
     def keep_median(self, runs, d):
         """Of runs of one kind, the one whose client p50 is the median (the lower middle one of an even
         number); its traces move to d/ust (and d/kernel, converted). Returns (index, run, kernel counts)."""
-        order = sorted(range(len(runs)), key=lambda i: runs[i]["res"]["rtt_ns"]["p50"])
-        i = order[(len(order) - 1) // 2]
+        i = median_run(runs)
         run = runs[i]
         ust = d / "ust"
         shutil.rmtree(ust, ignore_errors=True)
@@ -695,12 +694,10 @@ class Capture:
         # user and the kernel events' share of the probe effect are measured where and when the case
         # runs (analysis/probe.py solves them over the cases of a transport).
         n = self.p.get("repeats", 1)
-        in_situ = self.p["calibration"] != "none" and self.kernel != "none"
-        kinds = ("untraced", "ust", "traced") if in_situ else ("untraced", "traced")
+        kinds = case_kinds(self.p, self.kernel)
         runs = self.repeats(cdir, transport, size, calls, warmup, kinds, n, cid)
         traced_build = self.p["untraced"] == "stopped"
-        order = sorted(runs["untraced"], key=lambda r: r["res"]["rtt_ns"]["p50"])
-        res_u = order[(len(order) - 1) // 2]["res"]
+        res_u = runs["untraced"][median_run(runs["untraced"])]["res"]
         (cdir / "client-untraced.json").write_text(json.dumps(res_u, indent=2) + "\n")
         case["untraced"] = _rtt(res_u)
         case["untraced_build"] = "trace (no session recording)" if traced_build else "notrace (TRACE=0)"
@@ -714,9 +711,8 @@ class Capture:
         case["traced"] = _rtt(res_t)
         case["repeats"] = {"rounds": n, "kept_traced_round": kept_i,
                            **{f"{k}_p50_ns": [r["res"]["rtt_ns"]["p50"] for r in v] for k, v in runs.items()}}
-        if in_situ:
-            order = sorted(runs["ust"], key=lambda r: r["res"]["rtt_ns"]["p50"])
-            case["ust_only"] = _rtt(order[(len(order) - 1) // 2]["res"])
+        if "ust" in runs:
+            case["ust_only"] = _rtt(runs["ust"][median_run(runs["ust"])]["res"])
         n_ust, d_ust, dp_ust = bt_count(ust_dir)
         total = calls + warmup
         losses = {"ust_discarded": got["ust"]["discarded_events"] + d_ust,
@@ -785,11 +781,11 @@ class Capture:
             if self.p["calibration"] != "none":
                 self.manifest["calibration"] = self.calibrate()
                 self.write_manifest()
-                if self.kernel != "none":
-                    # In situ: every case's rounds add a user-events-only run (run_case); the analysis
-                    # solves the p50 differences of the cases for the cost of each event class.
-                    self.manifest["calibration_in_situ"] = {"method": "per case", "complete": True}
-                    self.write_manifest()
+            if "ust" in case_kinds(self.p, self.kernel):
+                # In situ: every case's rounds add a user-events-only run (run_case); the analysis
+                # solves the p50 differences of the cases for the cost of each event class.
+                self.manifest["calibration_in_situ"] = {"method": "per case", "complete": True}
+                self.write_manifest()
             for transport in self.p["transports"]:
                 for size in self.p["sizes"]:
                     case = self.run_case(transport, size)
@@ -826,6 +822,19 @@ class Capture:
         self.sessiond.restore()
         for f in self.out.rglob("perf-*.fifo"):
             f.unlink(missing_ok=True)
+
+
+def case_kinds(p, kernel):
+    """The runs of each round of a case: untraced, user events only (the in-situ probe calibration,
+    when there is a calibration and a kernel collector), traced."""
+    in_situ = p["calibration"] != "none" and kernel != "none"
+    return ("untraced", "ust", "traced") if in_situ else ("untraced", "traced")
+
+
+def median_run(runs):
+    """Index of the run whose client p50 is the median (the lower middle one of an even number)."""
+    order = sorted(range(len(runs)), key=lambda i: runs[i]["res"]["rtt_ns"]["p50"])
+    return order[(len(order) - 1) // 2]
 
 
 def _raise_interrupt(signum, frame):

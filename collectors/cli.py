@@ -109,7 +109,7 @@ def do_capture(p, out, quiet=False, inventory=None, after_case=None, extra_steps
     cap.preflight(p, st)
     out = cap.prepare_out(out, p["replace"])
     p["out"] = str(out)
-    kinds = 3 if p["calibration"] != "none" and p["kernel"] != "none" else 2
+    kinds = len(cap.case_kinds(p, cap.choose_kernel_collector(p["kernel"])))
     total = len(p["sizes"]) * len(p["transports"]) * (kinds * p["repeats"] + 1) + \
         (2 if p["calibration"] != "none" else 0) + extra_steps
     bar = _progress(total, disable=quiet or None)

@@ -368,11 +368,9 @@ def rtt_section(d: RunData):
     for c in (d.rtp or {}).get("cases", []) if isinstance((d.rtp or {}).get("cases"), list) else []:
         if c.get("rtt_corrected_median_ns") is not None:
             path_corr[c["case"]] = c["rtt_corrected_median_ns"] / 1000
+    from rpcscope.analysis.run import traced_noise_pct
     for c in d.cases:
-        tp = (c.get("repeats") or {}).get("traced_p50_ns") or []
-        u = (c.get("untraced") or {}).get("p50")
-        if len(tp) > 1 and u:
-            noise[c.get("id")] = 100 * (max(tp) - min(tp)) / 2 / u
+        noise[c.get("id")] = traced_noise_pct(c)
     if path_corr:
         src += "; corrected: analysis/rtp.json cases[].rtt_corrected_median_ns (probes on the round-trip path)"
         for rows in groups.values():

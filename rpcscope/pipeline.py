@@ -153,6 +153,7 @@ def cmd_run(args):
 def corrected_vs_untraced(out):
     """Per case: traced, probe-corrected and untraced p50 RTT (analysis/rtp.json), and the noise of one
     traced run (half the spread of the capture's traced rounds, manifest.json cases[].repeats)."""
+    from .analysis.run import traced_noise_pct
     try:
         rtp = json.loads((out / "analysis" / "rtp.json").read_text())
         cases = {c["id"]: c for c in json.loads((out / "manifest.json").read_text())["cases"]}
@@ -163,9 +164,7 @@ def corrected_vs_untraced(out):
         u, corr = c.get("untraced_p50_ns"), c.get("rtt_corrected_median_ns")
         if not u or corr is None:
             continue
-        reps = (cases.get(c["case"]) or {}).get("repeats") or {}
-        tp = reps.get("traced_p50_ns") or []
-        noise = 100 * (max(tp) - min(tp)) / 2 / u if len(tp) > 1 else None
+        noise = traced_noise_pct(cases.get(c["case"]) or {})
         pct = 100 * (corr - u) / u
         rows.append({"case": c["case"], "traced_p50_us": round(c["rtt_median_ns"] / 1e3, 2),
                      "corrected_p50_us": round(corr / 1e3, 2), "untraced_p50_us": round(u / 1e3, 2),

@@ -6,7 +6,8 @@ run's own cache and outputs are left alone: the measurements decode into a tempo
 write their tables there.
 
   decode        every trace of the run (each case's user and kernel traces, the in-situ
-                calibration's) read into an empty cache: the first read, end to end
+                calibration's) read into an empty cache as `analyze` reads them (Run.prefetch:
+                one extractor per CPU at a time): the first read, end to end
   decode cached the same, from the cache just made (memory-mapped columns)
   analyze       `rpcscope analyze` end to end on an empty cache: decoding, the in-situ probe
                 calibration, the reconstruction of every RPC, the tables
@@ -42,24 +43,6 @@ babeltrace2's native reader ~2.5 M events/s; Python bt2 with field access 50-130
 """
 
 
-def _trace_dirs(run):
-    """Every trace directory the analysis reads: (label, path)."""
-    out = []
-    for case in run.cases:
-        if not case.complete:
-            continue
-        for kind in ("ust", "kernel"):
-            for host, p in case._trace_dirs(kind):
-                out.append((f"{case.id} {kind}{'-' + host if host else ''}", p))
-    for transport, cal in run.in_situ_calibrations().items():
-        for size, c in cal["sizes"].items():
-            for kind in ("ust", "kernel"):
-                p = run.path / c.get("dir", "") / kind
-                if p.is_dir():
-                    out.append((f"in-situ {transport} {size} {kind}", p))
-    return out
-
-
 def _dir_bytes(p):
     return sum(f.stat().st_size for f in pathlib.Path(p).rglob("*") if f.is_file())
 
@@ -69,8 +52,9 @@ def _child(mode, run_path, cache, target=None):
     t0 = time.perf_counter()
     if mode == "decode":
         run = load_run(run_path)
-        for _, p in _trace_dirs(run):
-            traceread.read_trace(p, cache_dir=cache)
+        run.cache_dir = pathlib.Path(cache)
+        run.prefetch()
+        run.finish_prefetch()
     elif mode == "trace":
         traceread.read_trace(target, cache_dir=cache)
     elif mode == "analyze":
@@ -107,7 +91,7 @@ def bench(run_path, do_analyze=True, progress=None):
         run = load_run(run_path)
     except RunError as e:
         raise UserError(str(e)) from None
-    traces = _trace_dirs(run)
+    traces = run.trace_dirs()
     if not traces:
         raise UserError(f"{run_path}: no traces to read (capture with `rpcscope capture --out {run_path}`)")
     from . import native

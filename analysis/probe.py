@@ -29,7 +29,7 @@ import json
 
 import numpy as np
 
-PROBE_FORMAT = "rpcscope-probe/3"
+PROBE_FORMAT = "rpcscope-probe/4"
 
 
 def in_situ(run):
@@ -80,22 +80,34 @@ def _save(run, key, out):
     return out
 
 
+# RPCs walked per case: the events on a case's path are the same in nearly every call (on this VM's
+# captures the 25th and 75th percentiles of each class equal the median), so an evenly spaced sample
+# gives the median of all of them; the point records the sample's quartiles to show it.
+PATH_SAMPLE_RPCS = 64
+
+
 def _path_events(case):
-    """Median events per class on the round-trip path of a case's clean RPCs: (n RPCs, [user, net, other])."""
+    """Events per class on the round-trip path of a case's clean RPCs, over an evenly spaced sample:
+    (n RPCs walked, median [user, net, other], [25th, 75th percentile])."""
     from .rtp import analyze_case
-    res, _ = analyze_case(case)
+    res, rpcs = analyze_case(case, sample=PATH_SAMPLE_RPCS, detail=False)
+    rpcs.release()
     ev = np.array([p["path_events"] for p in res["per_rpc"] if p.get("ok")], float)
-    return len(ev), (np.median(ev, axis=0) if len(ev) else None)
+    if not len(ev):
+        return 0, None, None
+    return len(ev), np.median(ev, axis=0), np.percentile(ev, [25, 75], axis=0)
 
 
 def _point(case, untraced, ust, both):
     """One calibration point: the case's events per class on its path and its p50 differences (untraced,
-    user events only, user and kernel events); None when fewer than 50 RPCs could be walked."""
-    n, ev = _path_events(case)
-    if n < 50:
+    user events only, user and kernel events); None when fewer than half the sample could be walked."""
+    n, ev, quart = _path_events(case)
+    if n < PATH_SAMPLE_RPCS // 2:
         return None
     return {"transport": case.transport, "size": case.size, "rpcs_walked": n,
             "path_events_per_call": {"ust": ev[0], "kernel_net": ev[1], "kernel_other": ev[2]},
+            "path_events_quartiles": {"ust": quart[:, 0].tolist(), "kernel_net": quart[:, 1].tolist(),
+                                      "kernel_other": quart[:, 2].tolist()},
             "d_user_ns": ust - untraced, "d_kernel_ns": both - ust,
             "p50_ns": {"untraced": untraced, "ust": ust, "both": both}}
 

@@ -7,6 +7,7 @@ it began, when it ended, how long it took, or why it has no duration.
     r.rows["C8"].dur          # ns per RPC (NaN where not measured), r.call_ids the RPCs
     r.rows["C8"].status       # MEASURED / NOT_APPLICABLE / MISSING per RPC
     r.rows["C8"].reasons      # Counter of why it is missing
+    r.rows["C8"].occurrences(i)   # [(begin, end, cpu)] of RPC i
     r.excluded                # Counter of why whole RPCs were left out
 
 Rules (the catalog is tracepoints/steps.toml):
@@ -52,6 +53,7 @@ Rules (the catalog is tracepoints/steps.toml):
   that are null (too rare to measure) count 0, negative ones (noise) count 0.
 """
 import collections
+import types
 
 import numpy as np
 
@@ -92,24 +94,49 @@ _PERF_NAME = {
 
 
 class Row:
-    """One step (or extra row) over the RPCs of a case."""
+    """One step (or extra row) over the RPCs of a case: per RPC its begin, end, duration, number
+    of occurrences and status; the occurrences themselves as flat arrays (occurrences(r)); the
+    probe cost of the tracepoints inside them (cost, tracepoints), charged on first use with the
+    run's calibration as it is then (CaseRPCs.costs)."""
 
-    def __init__(self, name, n):
+    def __init__(self, name, n, owner=None):
         self.name = name
+        self._owner = owner
         self.begin = np.full(n, -1, np.int64)
         self.end = np.full(n, -1, np.int64)
         self.dur = np.full(n, np.nan)
-        self.cost = np.zeros(n)
-        self.tracepoints = np.zeros(n, np.int32)
         self.count = np.zeros(n, np.int32)
         self.status = np.full(n, MISSING, np.int8)
         self.reasons = collections.Counter()
         self.why = np.full(n, None, object)      # per RPC: why the step is missing
-        self.occ = np.full(n, None, object)      # per RPC: [(begin, end, cpu)] (reconstruct(occurrences=True))
+        # Occurrences of the measured RPCs, in RPC then time order: RPC index, begin, end, CPU.
+        self.occ_r = np.zeros(0, np.int64)
+        self.occ_b = self.occ_e = self.occ_cpu = np.zeros(0, np.int64)
+        # The probe charge: intervals whose events cost the step (sign -1: taken back, see the RTT).
+        self.charge = None                       # (r, cpu, b, e, sign) arrays; None: the occurrences
+        self._cost = np.zeros(n)
+        self._tracepoints = np.zeros(n, np.int32)
+
+    @property
+    def cost(self):
+        if self._owner is not None:
+            self._owner.charge()
+        return self._cost
+
+    @property
+    def tracepoints(self):
+        if self._owner is not None:
+            self._owner.charge()
+        return self._tracepoints
 
     @property
     def corrected(self):
         return self.dur - self.cost
+
+    def occurrences(self, r):
+        """[(begin, end, cpu)] of RPC r ([] where the step was not measured)."""
+        lo, hi = self.occ_r.searchsorted(r, "left"), self.occ_r.searchsorted(r, "right")
+        return list(zip(self.occ_b[lo:hi].tolist(), self.occ_e[lo:hi].tolist(), self.occ_cpu[lo:hi].tolist()))
 
 
 def incomplete(rpcs):
@@ -129,7 +156,7 @@ def incomplete(rpcs):
 class CaseRPCs:
     """The RPCs of one case: call ids and one Row per step."""
 
-    def __init__(self, case, call_ids, rows, excluded, problems, conditions, threads):
+    def __init__(self, case, call_ids, rows, excluded, problems, conditions, threads, user_sel, uroles, kernel):
         self.case = case
         self.call_ids = call_ids
         self.rows = rows
@@ -137,23 +164,99 @@ class CaseRPCs:
         self.problems = problems
         self.conditions = conditions
         self.threads = threads
+        self._user_sel, self._uroles, self._kernel = user_sel, uroles, kernel   # the events that cost
+        self._costs = self._costs_cal = self._charged_cal = None
 
     def __len__(self):
         return len(self.call_ids)
 
+    def _calibration(self):
+        return {r: self.case.calibration(r) for r in ("client", "server")}
 
-# ---------------------------------------------------------------- helpers
+    @property
+    def costs(self):
+        """The probe cost of the events on each CPU (_Costs), with the run's calibration as it is now:
+        analysis/probe.py walks the cases before their calibration exists, the tables after."""
+        cal = self._calibration()
+        if self._costs is None or cal != self._costs_cal:
+            ust = self.case.ust().select(self._user_sel)
+            kev = self.case.kernel() if self._kernel else None
+            self._costs, self._costs_cal = _Costs(self.case, cal, ust, self._uroles, kev), cal
+        return self._costs
 
-def _first_in(a, lo, hi):
-    """Index into a (sorted) of the first value in [lo, hi], or -1."""
-    i = int(a.searchsorted(lo, "left"))
-    return i if i < len(a) and a[i] <= hi else -1
+    def charge(self):
+        """Fill every row's cost and tracepoints (see the module docstring) with the current calibration."""
+        cal = self._calibration()
+        if cal == self._charged_cal:
+            return
+        costs, n = self.costs, len(self)
+        for row in self.rows.values():
+            if row.charge is not None:
+                r, cpu, b, e, sign = row.charge
+            else:
+                r, cpu, b, e = row.occ_r, row.occ_cpu, row.occ_b, row.occ_e
+                sign = 1
+            cost, k = costs.charge(cpu, b, e)
+            row._cost = np.bincount(r, cost * sign, minlength=n)[:n]
+            row._tracepoints = np.bincount(r, k * sign, minlength=n)[:n].astype(np.int32)
+        self._charged_cal = cal
+
+    def release(self):
+        """Let go of the per-CPU event arrays (and with them the mapped traces): memory then holds the
+        tables alone. The charged costs stay; costs is rebuilt if asked for again."""
+        self._costs = self._costs_cal = None
 
 
-def _last_in(a, lo, hi):
-    """Index into a (sorted) of the last value in [lo, hi], or -1."""
-    i = int(a.searchsorted(hi, "right")) - 1
-    return i if i >= 0 and a[i] >= lo else -1
+# ---------------------------------------------------------------- vectorised helpers
+
+def _first_per(r, n):
+    """Position of the first element of each group 0..n-1 in r (sorted), -1 where the group is empty."""
+    out = np.full(n, -1, np.int64)
+    g, i = np.unique(r, return_index=True)
+    out[g] = i
+    return out
+
+
+def _last_per(r, n):
+    out = np.full(n, -1, np.int64)
+    g, i = np.unique(r[::-1], return_index=True)
+    out[g] = len(r) - 1 - i
+    return out
+
+
+def _seek(qg, qt, sg, st, side):
+    """For each query (group qg, time qt): the position in s (sorted by group, then time) of the
+    first element of the same group at or after qt (side "first") or the last one at or before it
+    ("last"); -1 where there is none."""
+    qg, qt, sg, st = (np.asarray(a, np.int64) for a in (qg, qt, sg, st))
+    if not len(qg) or not len(sg):
+        return np.full(len(qg), -1, np.int64)
+    _, rank = np.unique(np.concatenate([qt, st]), return_inverse=True)
+    scale = len(rank) + 1
+    qk = qg * scale + rank[:len(qt)]
+    sk = sg * scale + rank[len(qt):]
+    if side == "first":
+        i = sk.searchsorted(qk, "left")
+        ok = i < len(sk)
+    else:
+        i = sk.searchsorted(qk, "right") - 1
+        ok = i >= 0
+    j = np.clip(i, 0, len(sk) - 1)
+    return np.where(ok & (sg[j] == qg), j, -1)
+
+
+def _first_fail(qr, reason, n):
+    """Queries in RPC order, each with a reason (None: it worked). Returns (the reason of each RPC's
+    first failing query or None, mask of the queries before their RPC's first failure): the
+    reconstruction of an RPC stops at its first failure."""
+    pos = np.arange(len(qr))
+    bad = np.array([x is not None for x in reason], bool) if len(reason) else np.zeros(0, bool)
+    first = np.full(n, len(qr), np.int64)
+    np.minimum.at(first, qr, np.where(bad, pos, len(qr)))
+    fail = np.full(n, None, object)
+    has = first < len(qr)
+    fail[has] = np.asarray(reason, object)[first[has]]
+    return fail, pos < first[qr] if len(qr) else np.zeros(0, bool)
 
 
 class _Sel:
@@ -161,15 +264,18 @@ class _Sel:
 
     def __init__(self, ev, m):
         self.idx = np.nonzero(m)[0]
-        self.ts = np.asarray(ev.ts)[self.idx]
+        self.ts = np.asarray(ev.ts)[self.idx].astype(np.int64)
 
     def first(self, lo, hi):
-        i = _first_in(self.ts, lo, hi)
-        return (int(self.ts[i]), int(self.idx[i])) if i >= 0 else None
+        """Positions of the first event in [lo, hi] per query (-1: none)."""
+        i = self.ts.searchsorted(lo, "left")
+        j = np.minimum(i, len(self.ts) - 1)
+        return np.where((i < len(self.ts)) & (self.ts[j] <= hi), j, -1) if len(self.ts) else np.full(len(i), -1)
 
     def last(self, lo, hi):
-        i = _last_in(self.ts, lo, hi)
-        return (int(self.ts[i]), int(self.idx[i])) if i >= 0 else None
+        i = self.ts.searchsorted(hi, "right") - 1
+        j = np.maximum(i, 0)
+        return np.where((i >= 0) & (self.ts[j] >= lo), j, -1) if len(self.ts) else np.full(len(i), -1)
 
 
 def _names_mask(ev, kind, names):
@@ -178,18 +284,29 @@ def _names_mask(ev, kind, names):
     return (np.asarray(ev.kind) == KIND[kind]) & np.isin(np.asarray(ev.name), ids)
 
 
+class _Hit:
+    """Per query: the found event's timestamp and global index (-1 where not found)."""
+
+    def __init__(self, n):
+        self.ts = np.full(n, -1, np.int64)
+        self.idx = np.full(n, -1, np.int64)
+
+    @property
+    def found(self):
+        return self.idx >= 0
+
+
 class _Kernel:
     """Kernel events indexed by thread (lazily) and NET_RX softirqs by CPU."""
 
     def __init__(self, ev):
         self.ev = ev
-        self.cpu = np.asarray(ev.cpu)
+        self.cpu = np.asarray(ev.cpu).astype(np.int64)
         kind, tid, tid2 = np.asarray(ev.kind), np.asarray(ev.tid), np.asarray(ev.tid2)
         self._tid, self._tid2, self._kind = tid, tid2, kind
         self.m_send_enter = _names_mask(ev, "syscall_entry", SEND_SYSCALLS)
         self.m_send_exit = _names_mask(ev, "syscall_exit", SEND_SYSCALLS)
         self.m_epoll_exit = _names_mask(ev, "syscall_exit", EPOLL_SYSCALLS)
-        self.m_wait_enter = _names_mask(ev, "syscall_entry", EPOLL_SYSCALLS | RECV_SYSCALLS)
         self.softirq = {}
         sirq = (kind == KIND["softirq_entry"]) & (np.asarray(ev.vec) == 3)
         for c in np.unique(self.cpu[sirq]):
@@ -206,13 +323,39 @@ class _Kernel:
                 "send_exit": _Sel(self.ev, on & self.m_send_exit),
                 "xmit": _Sel(self.ev, on & (self._kind == KIND["net_xmit"])),
                 "epoll_exit": _Sel(self.ev, on & self.m_epoll_exit),
-                "wait_enter": _Sel(self.ev, on & self.m_wait_enter),
                 "out": _Sel(self.ev, on & (self._kind == KIND["sched_switch"]) & (self._tid2 != t)),
                 "in": _Sel(self.ev, (self._kind == KIND["sched_switch"]) & (self._tid2 == t) & ~on),
                 "waking": _Sel(self.ev, (self._kind == KIND["sched_waking"]) & (self._tid2 == t)),
                 "any": _Sel(self.ev, on & (self._kind != KIND["sched_switch"])),
             }
         return k
+
+    def find(self, what, side, th, lo, hi):
+        """Per query (thread th, interval [lo, hi]): the first (side "first") or last event of the
+        thread's kind `what` (thread()) in the interval."""
+        th, lo, hi = (np.asarray(a, np.int64) for a in (th, lo, hi))
+        out = _Hit(len(th))
+        for t in np.unique(th).tolist():
+            m = th == t
+            sel = self.thread(t)[what]
+            p = getattr(sel, side)(lo[m], hi[m])
+            ok = p >= 0
+            out.ts[np.nonzero(m)[0][ok]] = sel.ts[p[ok]]
+            out.idx[np.nonzero(m)[0][ok]] = sel.idx[p[ok]]
+        return out
+
+    def last_softirq(self, cpu, lo, hi):
+        """Per query: the last NET_RX softirq entry on cpu in [lo, hi]."""
+        out = _Hit(len(cpu))
+        for c in np.unique(cpu).tolist():
+            sel = self.softirq.get(int(c))
+            if sel is None:
+                continue
+            m = np.nonzero(cpu == c)[0]
+            p = sel.last(lo[m], hi[m])
+            ok = p >= 0
+            out.ts[m[ok]], out.idx[m[ok]] = sel.ts[p[ok]], sel.idx[p[ok]]
+        return out
 
 
 # Probe classes (analysis/probe.py calibrates one cost per class where the calls run): user events,
@@ -224,19 +367,18 @@ NET_KINDS = [KIND[k] for k in ("net_queue", "net_start_xmit", "net_xmit", "net_r
 
 
 class _Costs:
-    """Cumulative probe cost of the events recorded on each CPU."""
+    """Cumulative probe cost of the events recorded on each CPU, with calibration cal {role: ...}."""
 
-    def __init__(self, case, ust, uroles, kernel):
-        cal = {r: case.calibration(r) for r in ("client", "server")}
+    def __init__(self, case, cal, ust, uroles, kernel):
         self.available = any(c.get("ust_event_ns") is not None for c in cal.values())
         cpu_role = {}
-        for name, h in case.run.hosts.items():
+        for h in case.run.hosts.values():
             for c in h.get("cpus") or []:
                 cpu_role.setdefault(int(c), h.get("role"))
         parts = []
         if len(ust):
             ucost = {r: max(0.0, float(cal[r].get("ust_event_ns") or 0.0)) for r in cal}
-            costs = np.array([ucost.get(r, 0.0) for r in uroles])
+            costs = np.array([ucost.get("client", 0.0), ucost.get("server", 0.0)])[uroles]
             parts.append((np.asarray(ust.ts), np.asarray(ust.cpu), costs, np.full(len(ust), CLASS_UST)))
         if kernel is not None and len(kernel):
             kc = np.zeros(len(kernel))
@@ -270,27 +412,45 @@ class _Costs:
         cpu = np.concatenate([p[1] for p in parts])
         cost = np.concatenate([p[2] for p in parts])
         cls = np.concatenate([p[3] for p in parts])
+        self._cls = {}
         for c in np.unique(cpu):
-            m = cpu == c
-            o = np.argsort(ts[m], kind="stable")
-            per_class = np.stack([np.concatenate([[0], np.cumsum(cls[m][o] == k)]) for k in range(N_CLASSES)])
-            self.cpu[int(c)] = (ts[m][o], np.concatenate([[0.0], np.cumsum(cost[m][o])]), per_class)
+            m = np.nonzero(cpu == c)[0]
+            m = m[np.argsort(ts[m], kind="stable")]
+            self.cpu[int(c)] = (ts[m], np.concatenate([[0.0], np.cumsum(cost[m])]))
+            self._cls[int(c)] = cls[m]
 
     def between(self, cpu, b, e):
         """(cost ns, number of tracepoints) on cpu with b <= ts < e."""
         x = self.cpu.get(int(cpu))
         if x is None or e <= b:
             return 0.0, 0
-        ts, cum, _ = x
+        ts, cum = x
         i, j = ts.searchsorted(b, "left"), ts.searchsorted(e, "left")
         return float(cum[j] - cum[i]), int(j - i)
+
+    def charge(self, cpu, b, e):
+        """between() for arrays of intervals: (cost ns, number of tracepoints) per interval."""
+        cost, k = np.zeros(len(cpu)), np.zeros(len(cpu), np.int64)
+        for c in np.unique(cpu).tolist():
+            x = self.cpu.get(int(c))
+            if x is None:
+                continue
+            ts, cum = x
+            m = np.nonzero((cpu == c) & (e > b))[0]
+            i, j = ts.searchsorted(b[m], "left"), ts.searchsorted(e[m], "left")
+            cost[m], k[m] = cum[j] - cum[i], j - i
+        return cost, k
 
     def counts(self, cpu, b, e):
         """Events on cpu with b <= ts < e per class: (user, kernel net device, other kernel)."""
         x = self.cpu.get(int(cpu))
         if x is None or e <= b:
             return (0,) * N_CLASSES
-        ts, _, pc = x
+        pc = self._cls[int(cpu)]
+        if pc.ndim == 1:            # cumulative counts per class, made on first use (rtp.py's path)
+            pc = self._cls[int(cpu)] = np.stack([np.concatenate([[0], np.cumsum(pc == k, dtype=np.int32)])
+                                                 for k in range(N_CLASSES)])
+        ts = x[0]
         i, j = ts.searchsorted(b, "left"), ts.searchsorted(e, "left")
         return tuple(int(v) for v in pc[:, j] - pc[:, i])
 
@@ -322,11 +482,90 @@ def _attach_zero_ids(tid, call_id):
 
 
 # ---------------------------------------------------------------- reconstruction
+#
+# Every rule works on all the RPCs of a case at once: a step's occurrences are arrays (RPC index,
+# begin, end, CPU) in RPC then time order, and the kernel events that bound them are found with one
+# sorted search per thread (_Kernel.find) instead of one per RPC.
 
-def reconstruct(case, progress=None, kernel=True, occurrences=False):
-    """Rebuild every measured RPC of a case. progress(done, total) is called now and then.
-    occurrences: also keep each step's occurrences [(begin, end, cpu)] per RPC in Row.occ
-    (analysis/rtp.py walks them)."""
+BEGIN, END, OTHER = 0, 1, 2
+_MARK_CODE = {"begin": BEGIN, "end": END}
+_STEP_INDEX = {s["id"]: i for i, s in enumerate(STEPS)}
+
+
+class _Marks:
+    """The user marks of the measured RPCs, in RPC then time order."""
+
+    def __init__(self, r, ts, tid, cpu, step, mark):
+        self.r, self.ts, self.tid, self.cpu, self.step, self.mark = r, ts, tid, cpu, step, mark
+
+    def of(self, step, mark=None):
+        """Positions of a step's marks (mark None: all of them)."""
+        m = self.step == _STEP_INDEX[step]
+        if mark is not None:
+            m &= self.mark == mark
+        return np.nonzero(m)[0]
+
+
+class _Ctx:
+    def __init__(self, n, rows, marks, K, cond, user_ts_of):
+        self.n, self.rows, self.U, self.K, self.cond, self.user_ts_of = n, rows, marks, K, cond, user_ts_of
+
+
+def _is_none(a):
+    return np.array([x is None for x in a], bool) if len(a) else np.zeros(0, bool)
+
+
+def _reasons(n, reason, where=None):
+    """Per RPC: reason where `where` (default: every RPC), else None."""
+    out = np.full(n, None, object)
+    out[slice(None) if where is None else where] = reason
+    return out
+
+
+def _put(ctx, name, occ=None, fail=None):
+    """Record a step for every RPC. occ: (r, begin, end, cpu) arrays of its occurrences in RPC then
+    time order; fail: per RPC the reason it is missing (None: none). An RPC with a reason is MISSING
+    with it, one with occurrences MEASURED, one with neither stays MISSING (settled at the end).
+    Rows the run's conditions rule out are left alone."""
+    row, n = ctx.rows[name], ctx.n
+    skip = row.status == NOT_APPLICABLE
+    if fail is not None:
+        m = ~_is_none(fail) & ~skip
+        row.status[m] = MISSING
+        row.why[m] = fail[m]
+        row.reasons.update(fail[m].tolist())
+        skip = skip | m
+    if occ is None or not len(occ[0]):
+        return
+    r, b, e, c = (np.asarray(a, np.int64) for a in occ)
+    keep = ~skip[r]
+    r, b, e, c = r[keep], b[keep], e[keep], c[keep]
+    cnt = np.bincount(r, minlength=n)
+    has = cnt > 0
+    row.dur[has] = np.bincount(r, (e - b).astype(float), minlength=n)[has]
+    row.count[has] = cnt[has]
+    row.begin[has] = b[_first_per(r, n)[has]]
+    row.end[has] = e[_last_per(r, n)[has]]
+    row.status[has] = MEASURED
+    row.occ_r, row.occ_b, row.occ_e, row.occ_cpu = r, b, e, c
+
+
+def _sub(occ, m):
+    return tuple(np.asarray(a)[m] for a in occ)
+
+
+def reconstruct(case, progress=None, kernel=True):
+    """Rebuild every measured RPC of a case (once per case object: later calls return the same
+    CaseRPCs). progress(done, total) is called at the start and the end."""
+    memo = case.__dict__.setdefault("_reconstructed", {})
+    if kernel not in memo:
+        memo[kernel] = _reconstruct(case, progress, kernel)
+    elif progress:
+        progress(len(memo[kernel]), len(memo[kernel]))
+    return memo[kernel]
+
+
+def _reconstruct(case, progress, kernel):
     ust = case.ust()
     problems = [dict(p, trace="ust") for p in ust.problems]
     roles = case.roles(ust)
@@ -341,15 +580,15 @@ def reconstruct(case, progress=None, kernel=True, occurrences=False):
     if case.lossy or ust.lossy or (kev is not None and kev.lossy):
         problems.append({"what": "lossy", "message": "events were lost: RPCs with missing events are excluded"})
 
-    ts = np.asarray(u.ts)
-    tid = np.asarray(u.tid)
-    cpu = np.asarray(u.cpu)
-    frag = np.asarray(u.frag)
+    ts = np.asarray(u.ts).astype(np.int64)
+    tid = np.asarray(u.tid).astype(np.int64)
+    cpu = np.asarray(u.cpu).astype(np.int64)
     cid = _attach_zero_ids(tid, np.asarray(u.call_id).astype(np.uint64))
-    names = [u.names[i] for i in range(len(u.names))]
-    mark_of = [_MARK.get(n) for n in names]
     uname = np.asarray(u.name)
-    uroles = [roles[t] for t in tid.tolist()]
+    marks = [_MARK.get(u.names[i]) for i in range(len(u.names))]
+    step_of = np.array([_STEP_INDEX[m[0]] if m else -1 for m in marks] + [-1], np.int64)[uname]
+    mark_of = np.array([_MARK_CODE.get(m[1], OTHER) if m else OTHER for m in marks] + [OTHER], np.int64)[uname]
+    uroles = np.isin(tid, [t for t, rl in roles.items() if rl == "server"]).astype(np.int64)
 
     # Calls: those with a c1_begin, minus warm-up: rpc-client makes one first call, then
     # `warmup` calls, then the measured ones (rpc/bench.c), in call-sequence order per activity.
@@ -368,18 +607,29 @@ def reconstruct(case, progress=None, kernel=True, occurrences=False):
     if len(orphans):
         excluded["no c1_begin (started before the trace)"] += len(orphans)
 
-    order = np.lexsort((ts, cid))
-    scid = cid[order]
-    lo = scid.searchsorted(call_ids, "left")
-    hi = scid.searchsorted(call_ids, "right")
-
-    # Per-thread user timestamps (to tell whether a thread slept between two marks).
-    user_ts_of = {t: ts[tid == t] for t in roles}
-
-    K = _Kernel(kev) if kev is not None and len(kev) else None
-    costs = _Costs(case, u, uroles, kev)
-
+    # The measured calls' marks in call then time order; a call needs a C1 mark and ends with c21_end.
+    r = np.minimum(call_ids.searchsorted(cid), max(len(call_ids) - 1, 0))
+    on = (len(call_ids) > 0) & (call_ids[r] == cid) & (step_of >= 0) if len(call_ids) else np.zeros(len(cid), bool)
+    sel = np.nonzero(on)[0]
+    sel = sel[np.lexsort((ts[sel], r[sel]))]
+    U = _Marks(r[sel], ts[sel], tid[sel], cpu[sel], step_of[sel], mark_of[sel])
+    n_all = len(call_ids)
+    if progress:
+        progress(0, n_all)
+    c1, c21 = U.of("C1"), U.of("C21")
+    first_c1, last_c21 = _first_per(U.r[c1], n_all), _last_per(U.r[c21], n_all)
+    ok = (first_c1 >= 0) & (last_c21 >= 0)
+    ok[ok] &= U.mark[c21[last_c21[ok]]] == END
+    if (~ok).any():
+        excluded["incomplete user marks (no c1_begin or c21_end)"] += int((~ok).sum())
+        renum = np.cumsum(ok) - 1
+        m = ok[U.r]
+        U = _Marks(renum[U.r[m]], U.ts[m], U.tid[m], U.cpu[m], U.step[m], U.mark[m])
+        call_ids = call_ids[ok]
+        c1, c21 = U.of("C1"), U.of("C21")
     n = len(call_ids)
+    first_c1, last_c21 = _first_per(U.r[c1], n), _last_per(U.r[c21], n)
+
     rows = {name: Row(name, n) for name in ROW_ORDER}
     for name in ROW_ORDER:
         side, base, _ = EXTRA_ROWS.get(name, (None, name, None))
@@ -387,338 +637,291 @@ def reconstruct(case, progress=None, kernel=True, occurrences=False):
         if base and not applicable(base, cond[side]):
             rows[name].status[:] = NOT_APPLICABLE
 
-    ctx = dict(K=K, costs=costs, cond=cond, user_ts_of=user_ts_of, rows=rows, occ=occurrences)
-    ok_rpc = np.ones(n, bool)
-    for r in range(n):
-        if progress and r % 500 == 0:
-            progress(r, n)
-        sl = order[lo[r]:hi[r]]
-        evs = collections.defaultdict(list)          # step -> [(mark, ts, tid, cpu, frag)]
-        for i in sl.tolist():
-            m = mark_of[uname[i]]
-            if m:
-                evs[m[0]].append((m[1], int(ts[i]), int(tid[i]), int(cpu[i]), int(frag[i])))
-        if not evs.get("C1") or not evs.get("C21") or evs["C21"][-1][0] != "end":
-            ok_rpc[r] = False
-            excluded["incomplete user marks (no c1_begin or c21_end)"] += 1
-            continue
-        _one_rpc(r, evs, ctx)
+    # Per-thread user timestamps (to tell whether a thread slept between two marks).
+    user_ts_of = {t: ts[tid == t] for t in roles}
+    K = _Kernel(kev) if kev is not None and len(kev) else None
+    ctx = _Ctx(n, rows, U, K, cond, user_ts_of)
+
+    _user_steps(ctx)
+    waits_user = _span(ctx, "C14", BEGIN, *(("C18", END) if "recv_wait" in cond["client"] else ("C17", END)))
+    _put(ctx, "C7-C9", *_or_reason(ctx, _span(ctx, "C7", BEGIN, "C9", END), "user marks not found"))
+    _put(ctx, "S8-S10", *_or_reason(ctx, _span(ctx, "S8", BEGIN, "S10", END), "user marks not found"))
+    _put(ctx, "C14-C17", *_or_reason(ctx, waits_user,
+                                     "not taken (the reply was there at the non-blocking select)"))
+
+    client_tid = U.tid[c1[first_c1]]
+    waits_kernel = None
+    if K is None:
+        kernel_steps = [s["id"] for s in STEPS if not (len(s["user_events"]) >= 2 and
+                        not any(c in cond[s["side"]] for c in s["absent_marks"]))]
+        for name in kernel_steps + ["C8'", "C8''", "S9'", "S9''"]:
+            _put(ctx, name, fail=_reasons(n, "no kernel trace"))
+    else:
+        waits_kernel = _client_kernel(ctx, client_tid)
+        _server_kernel(ctx)
+
+    _rtt(ctx, U.ts[c1[first_c1]], U.ts[c21[last_c21]], U.cpu[c21[last_c21]], waits_kernel, waits_user)
     if progress:
         progress(n, n)
 
-    # RPCs without the user events of a step that applies: missing, counted per reason.
-    for name, row in rows.items():
-        row.status[~ok_rpc] = MISSING
-        m = row.status == MISSING
-        if m.any():
-            tot = sum(row.reasons.values())
-            if int(m.sum()) > tot:
-                row.reasons["events not found"] += int(m.sum()) - tot
-            row.why[m & (row.why == None)] = "events not found"  # noqa: E711
-    keep = ok_rpc
+    # A step that applies but whose events were not found by any rule: missing, "events not found".
     for row in rows.values():
-        for k in ("begin", "end", "dur", "cost", "tracepoints", "count", "status", "why", "occ"):
-            setattr(row, k, getattr(row, k)[keep])
-    threads = {t: {"role": r, **(ust.threads.get(t) or {})} for t, r in roles.items()}
+        m = (row.status == MISSING) & _is_none(row.why)
+        if m.any():
+            row.reasons["events not found"] += int(m.sum())
+            row.why[m] = "events not found"
+    threads = {t: {"role": rl, **(ust.threads.get(t) or {})} for t, rl in roles.items()}
     if K is not None and K.inferred:
         for t, k in sorted(K.inferred.items()):
             problems.append({"what": "switch_in_inferred", "count": int(k), "trace": "kernel",
                              "message": f"{roles.get(t, 'thread')} thread {t}: {k} switch(es) in not traced (the "
                                         f"kernel did not report leaving the idle task on that CPU); each was taken "
                                         f"at the thread's first kernel event after its waking"})
-    out = CaseRPCs(case, call_ids[keep], rows, excluded, problems, cond, threads)
-    out.costs = costs                 # the probe cost of the events on each CPU (analysis/rtp.py charges the path)
+    out = CaseRPCs(case, call_ids, rows, excluded, problems, cond, threads, np.nonzero(keep)[0], uroles,
+                   kev is not None)
+    for row in rows.values():
+        row._owner = out
     return out
 
 
-def _put(ctx, name, r, occ, cpu_end=None):
-    """Record a step's occurrences [(begin, end, cpu)] for RPC r (None: missing, with reason)."""
-    row = ctx["rows"][name]
-    if row.status[r] == NOT_APPLICABLE:
-        return
-    if isinstance(occ, str):
-        row.status[r] = MISSING
-        row.reasons[occ] += 1
-        row.why[r] = occ
-        return
-    if not occ:
-        return
-    dur = cost = 0.0
-    ntp = 0
-    for b, e, c in occ:
-        dur += e - b
-        cc, k = ctx["costs"].between(c, b, e)
-        cost += cc
-        ntp += k
-    row.begin[r], row.end[r] = occ[0][0], occ[-1][1]
-    row.dur[r], row.cost[r], row.tracepoints[r], row.count[r] = dur, cost, ntp, len(occ)
-    row.status[r] = MEASURED
-    if ctx.get("occ"):
-        row.occ[r] = [(int(b), int(e), int(c)) for b, e, c in occ]
+def _or_reason(ctx, occ, reason):
+    """(occ, fail): the reason for the RPCs without an occurrence."""
+    return occ, _reasons(ctx.n, reason, np.bincount(occ[0], minlength=ctx.n)[:ctx.n] == 0)
 
 
-def _pairs(marks, first, last):
-    """Occurrences of a begin..end step from its events in time order."""
-    out, b = [], None
-    for mk, t, th, c, fr in marks:
-        if mk == first:
-            b = (t, c)
-        elif mk == last and b is not None:
-            out.append((b[0], t, c))
-            b = None
-    return out
-
-
-def _one_rpc(r, evs, ctx):
-    K, cond = ctx["K"], ctx["cond"]
-    put = lambda name, occ: _put(ctx, name, r, occ)   # noqa: E731
-
-    # User-mark steps.
+def _user_steps(ctx):
+    """Steps with a begin and an end user mark (see the module docstring)."""
+    U, n = ctx.U, ctx.n
     for s in STEPS:
         ue = [e.split("_", 1)[1] for e in s["user_events"]]
         if len(ue) < 2:
             continue
-        marks = evs.get(s["id"], [])
-        absent = {m.split("_", 1)[1] for c, ms in s["absent_marks"].items() if c in cond[s["side"]] for m in ms}
+        absent = {m.split("_", 1)[1] for c, ms in s["absent_marks"].items() if c in ctx.cond[s["side"]] for m in ms}
         if ue[0] in absent:
-            continue            # begins at a kernel mark: done with the kernel steps below
-        if not marks:
-            if ctx["rows"][s["id"]].status[r] != NOT_APPLICABLE:
-                put(s["id"], "user marks not found")
-            continue
+            continue            # begins at a kernel mark: done with the kernel steps
+        first, last = _MARK_CODE[ue[0]], _MARK_CODE[ue[-1]]
         if s["per"] == "call":
-            b = next((m for m in marks if m[0] == ue[0]), None)
-            e = next((m for m in reversed(marks) if m[0] == ue[-1]), None)
-            put(s["id"], [(b[1], e[1], e[3])] if b and e and e[1] >= b[1] else "user marks not found")
+            pb, pe = U.of(s["id"], first), U.of(s["id"], last)
+            fb, le = _first_per(U.r[pb], n), _last_per(U.r[pe], n)
+            r = np.nonzero((fb >= 0) & (le >= 0))[0]
+            ib, ie = pb[fb[r]], pe[le[r]]
+            good = U.ts[ie] >= U.ts[ib]
+            occ = (r[good], U.ts[ib][good], U.ts[ie][good], U.cpu[ie][good])
         else:
-            occ = _pairs(marks, ue[0], ue[-1])
-            put(s["id"], occ or "user marks not found")
-
-    c1, c21 = evs["C1"], evs["C21"]
-    rtt_b, rtt_e, ccpu = c1[0][1], c21[-1][1], c21[-1][3]
-    client_tid = c1[0][2]
-
-    # Spans from user marks alone.
-    def span(first_step, first_mark, last_step, last_mark):
-        f = [m for m in evs.get(first_step, []) if m[0] == first_mark]
-        la = [m for m in evs.get(last_step, []) if m[0] == last_mark]
-        occ = []
-        for b in f:
-            e = next((x for x in la if x[1] >= b[1]), None)
-            if e:
-                occ.append((b[1], e[1], e[3]))
-        return occ
-
-    put("C7-C9", span("C7", "begin", "C9", "end") or "user marks not found")
-    put("S8-S10", span("S8", "begin", "S10", "end") or "user marks not found")
-    wait_end = ("C18", "end") if "recv_wait" in cond["client"] else ("C17", "end")
-    waits_user = span("C14", "begin", *wait_end)
-    put("C14-C17", waits_user or "not taken (the reply was there at the non-blocking select)")
-
-    kernel_steps = [s["id"] for s in STEPS if not (len(s["user_events"]) >= 2 and
-                    not any(c in cond[s["side"]] for c in s["absent_marks"]))]
-    kernel_steps += ["C8'", "C8''", "S9'", "S9''"]
-    waits_kernel = []
-    if K is None:
-        for name in kernel_steps:
-            put(name, "no kernel trace")
-    else:
-        waits_kernel = _client_kernel(r, evs, ctx, client_tid)
-        _server_kernel(r, evs, ctx)
-
-    # RTT and its probe cost on the round-trip path.
-    costs = ctx["costs"]
-    row = ctx["rows"]["RTT"]
-    row.begin[r], row.end[r], row.dur[r], row.count[r], row.status[r] = rtt_b, rtt_e, rtt_e - rtt_b, 1, MEASURED
-    cost, ntp = costs.between(ccpu, rtt_b, rtt_e)
-    scpu = next((m[3] for s in ("S4", "S6", "S8") for m in evs.get(s, [])), None)
-    if scpu is not None and scpu != ccpu:
-        for b, e in (waits_kernel or [(b, e) for b, e, _ in waits_user]):
-            c1_, k1 = costs.between(ccpu, b, e)
-            c2_, k2 = costs.between(scpu, b, e)
-            cost += c2_ - c1_
-            ntp += k2 - k1
-    row.cost[r], row.tracepoints[r] = cost, ntp
+            # One occurrence per begin mark directly followed (among the step's begin and end marks)
+            # by an end mark of the same call.
+            p = U.of(s["id"])
+            p = p[(U.mark[p] == first) | (U.mark[p] == last)]
+            pair = (U.mark[p[:-1]] == first) & (U.mark[p[1:]] == last) & (U.r[p[:-1]] == U.r[p[1:]])
+            ib, ie = p[:-1][pair], p[1:][pair]
+            occ = (U.r[ie], U.ts[ib], U.ts[ie], U.cpu[ie])
+        _put(ctx, s["id"], *_or_reason(ctx, occ, "user marks not found"))
 
 
-def _send(K, th, b, e):
-    """(enter, xmit or None, exit) kernel events of a send syscall on th between b and e."""
-    kt = K.thread(th)
-    en = kt["send_enter"].first(b, e)
-    ex = kt["send_exit"].last(b, e)
-    if not en or not ex or ex[0] < en[0]:
-        return None
-    x = kt["xmit"].first(en[0], ex[0])
-    return en, x, ex
+def _span(ctx, first_step, first_mark, last_step, last_mark):
+    """Occurrences from each first mark to the next last mark of the same call (user marks alone)."""
+    U = ctx.U
+    pf, pl = U.of(first_step, first_mark), U.of(last_step, last_mark)
+    j = _seek(U.r[pf], U.ts[pf], U.r[pl], U.ts[pl], "first")
+    pf, pl = pf[j >= 0], pl[j[j >= 0]]
+    return U.r[pf], U.ts[pf], U.ts[pl], U.cpu[pl]
 
 
-def _sends(ctx, r, evs, first, last, k_first, k_mid, k_last, split):
-    K = ctx["K"]
-    begins = [m for m in evs.get(first, []) if m[0] == "begin"]
-    ends = [m for m in evs.get(last, []) if m[0] == "end"]
-    o1, o2, o3, s1, s2 = [], [], [], [], []
-    reason = None
-    for b in begins:
-        e = next((x for x in ends if x[1] >= b[1]), None)
-        if not e:
-            reason = "user marks not found"
-            break
-        got = _send(K, b[2], b[1], e[1])
-        if not got:
-            reason = "send syscall not found"
-            break
-        en, x, ex = got
-        cpu = K.cpu[en[1]]
-        o1.append((b[1], en[0], cpu))
-        o2.append((en[0], ex[0], cpu))
-        o3.append((ex[0], e[1], cpu))
-        if x:
-            s1.append((en[0], x[0], cpu))
-            s2.append((x[0], ex[0], cpu))
-    if reason or not begins:
-        reason = reason or "user marks not found"
-        for name in (k_first, k_mid, k_last, *split):
-            _put(ctx, name, r, reason)
-        return
-    _put(ctx, k_first, r, o1)
-    _put(ctx, k_mid, r, o2)
-    _put(ctx, k_last, r, o3)
-    if len(s1) == len(o2):
-        _put(ctx, split[0], r, s1)
-        _put(ctx, split[1], r, s2)
-    else:
-        for name in split:
-            _put(ctx, name, r, "no net_dev_xmit inside the send")
+def _to_next_end(ctx, first_step, last_step):
+    """Every begin mark of first_step with the next end mark of last_step in its call: (r, begin
+    ts, thread, end ts, end cpu, found)."""
+    U = ctx.U
+    pb, pe = U.of(first_step, BEGIN), U.of(last_step, END)
+    j = _seek(U.r[pb], U.ts[pb], U.r[pe], U.ts[pe], "first")
+    je = pe[np.maximum(j, 0)] if len(pe) else np.zeros(len(j), np.int64)
+    return U.r[pb], U.ts[pb], U.tid[pb], np.where(j >= 0, U.ts[je] if len(pe) else 0, 0), \
+        np.where(j >= 0, U.cpu[je] if len(pe) else 0, 0), j >= 0
+
+
+def _sends(ctx, first, last, k_first, k_mid, k_last, split):
+    """The send syscalls inside user marks first..last: the three steps around and in the syscall
+    and the split of the syscall at its first device hand-off."""
+    K, n = ctx.K, ctx.n
+    qr, b, th, e, _, found = _to_next_end(ctx, first, last)
+    en = K.find("send_enter", "first", th, b, e)
+    ex = K.find("send_exit", "last", th, b, e)
+    sys_ok = en.found & ex.found & (ex.ts >= en.ts)
+    reason = np.full(len(qr), None, object)
+    reason[~sys_ok] = "send syscall not found"
+    reason[~found] = "user marks not found"
+    fail, _ = _first_fail(qr, reason, n)
+    fail[_first_per(qr, n) < 0] = "user marks not found"
+    x = K.find("xmit", "first", th, en.ts, ex.ts)
+    cpu = K.cpu[en.idx]
+    good = sys_ok & found
+    _put(ctx, k_first, _sub((qr, b, en.ts, cpu), good), fail)
+    _put(ctx, k_mid, _sub((qr, en.ts, ex.ts, cpu), good), fail)
+    _put(ctx, k_last, _sub((qr, ex.ts, e, cpu), good), fail)
+    no_x = np.bincount(qr[good & ~x.found], minlength=n)[:n] > 0
+    fail_split = fail.copy()
+    fail_split[_is_none(fail) & no_x] = "no net_dev_xmit inside the send"
+    _put(ctx, split[0], _sub((qr, en.ts, x.ts, cpu), good & x.found), fail_split)
+    _put(ctx, split[1], _sub((qr, x.ts, ex.ts, cpu), good & x.found), fail_split)
 
 
 def _wake(K, th, lo, hi):
-    """The thread's sleep inside [lo, hi]: (out, softirq, waking, in) kernel events,
-    or a reason string.
+    """Per query (thread th, interval [lo, hi]): the thread's sleep in it: out, waking, in (_Hit)
+    and the last NET_RX softirq entry on the waking's CPU between out and waking (sirq), or a reason.
 
-    Some kernels do not fire sched_switch when a CPU leaves its idle task (on this
-    VM: never on CPU 1, neither for perf nor for ftrace). The switch in is then
-    inferred at the thread's first kernel event after the waking (its return from
-    the wait syscall), as the execution graph does (graph.Graph.last_in); K.inferred
-    counts those occurrences."""
-    kt = K.thread(th)
-    out = kt["out"].first(lo, hi)
-    if not out:
-        return "did not sleep"
-    wk = kt["waking"].last(out[0], hi)
-    if not wk:
-        return "sched_waking not found"
-    sw_in = kt["in"].first(wk[0], hi)
-    if not sw_in:
-        sw_in = kt["any"].first(wk[0], hi)
-        if not sw_in:
-            return "switch back in not found"
-        K.inferred[th] += 1
-    sel = K.softirq.get(int(K.cpu[wk[1]]))
-    sirq = sel.last(out[0], wk[0]) if sel else None
-    return out, sirq, wk, sw_in
+    Some kernels do not fire sched_switch when a CPU leaves its idle task (on this VM: never on
+    CPU 1, neither for perf nor for ftrace). The switch in is then inferred at the thread's first
+    kernel event after the waking (its return from the wait syscall), as the execution graph does
+    (graph.Graph.last_in); w.inferred says where."""
+    w = types.SimpleNamespace()
+    w.out = K.find("out", "first", th, lo, hi)
+    w.wk = K.find("waking", "last", th, w.out.ts, hi)
+    w.sw_in = K.find("in", "first", th, w.wk.ts, hi)
+    anyev = K.find("any", "first", th, w.wk.ts, hi)
+    w.inferred = ~w.sw_in.found & anyev.found & w.wk.found & w.out.found
+    w.sw_in.ts[w.inferred], w.sw_in.idx[w.inferred] = anyev.ts[w.inferred], anyev.idx[w.inferred]
+    w.reason = np.full(len(th), None, object)
+    w.reason[~w.sw_in.found] = "switch back in not found"
+    w.reason[~w.wk.found] = "sched_waking not found"
+    w.reason[~w.out.found] = "did not sleep"
+    w.sirq = K.last_softirq(K.cpu[w.wk.idx], w.out.ts, w.wk.ts)
+    return w
 
 
-def _client_kernel(r, evs, ctx, th):
-    K, cond = ctx["K"], ctx["cond"]["client"]
-    _sends(ctx, r, evs, "C7", "C9", "C7", "C8", "C9", ("C8'", "C8''"))
-    recv = "recv_wait" in cond
-    wait_end_step = "C18" if recv else "C17"
-    begins = [m for m in evs.get("C14", []) if m[0] == "begin"]
-    ends = [m for m in evs.get(wait_end_step, []) if m[0] == "end"]
-    occ = {k: [] for k in ("C14", "C15", "C16", "C17", "C18")}
-    waits = []
-    reason = None if begins else "not taken (the reply was there at the non-blocking select)"
-    for b in begins:
-        e = next((x for x in ends if x[1] >= b[1]), None)
-        if not e:
-            reason = "user marks not found"
-            break
-        w = _wake(K, th, b[1], e[1])
-        if isinstance(w, str):
-            reason = w
-            break
-        out, sirq, wk, sw_in = w
-        ccpu = int(K.cpu[out[1]])
-        occ["C14"].append((b[1], out[0], ccpu))
-        occ["C16"].append((wk[0], sw_in[0], int(K.cpu[sw_in[1]])))
-        if sirq:
-            occ["C15"].append((sirq[0], wk[0], int(K.cpu[wk[1]])))
-        waits.append((out[0], wk[0]))
-        if recv:
-            occ["C18"].append((sw_in[0], e[1], e[3]))
-        else:
-            ex = K.thread(th)["epoll_exit"].last(sw_in[0], e[1])
-            if ex:
-                occ["C17"].append((ex[0], e[1], e[3]))
-    _put_waits(ctx, r, ("C14", "C15", "C16", "C17") + (("C18",) if recv else ()), occ, len(begins), reason)
-    return waits
+def _sleeps(ctx, qr, th, lo, hi, unmarked, unmarked_reason, none_reason):
+    """_wake for queries in RPC order; an RPC stops at its first failure (a query `unmarked` fails with
+    unmarked_reason), an RPC without a query has none_reason. Returns (w, per-RPC reason, mask of the
+    queries before their RPC's failure, {resume step, softirq step: occurrences} of the good ones)."""
+    K = ctx.K
+    w = _wake(K, th, lo, hi)
+    w.reason[unmarked] = unmarked_reason
+    fail, before = _first_fail(qr, w.reason, ctx.n)
+    fail[_first_per(qr, ctx.n) < 0] = none_reason
+    for t, k in collections.Counter(th[w.inferred & before].tolist()).items():
+        K.inferred[t] += k
+    w.good = _is_none(w.reason)
+    w.resume = _sub((qr, w.wk.ts, w.sw_in.ts, K.cpu[w.sw_in.idx]), w.good)
+    w.softirq = _sub((qr, w.sirq.ts, w.wk.ts, K.cpu[w.wk.idx]), w.good & w.sirq.found)
+    return w, fail, before
+
+
+def _client_kernel(ctx, client_tid):
+    """C7-C9 and the client's waits (C14-C18); returns its sleeps (r, out, waking) for the RTT charge."""
+    K = ctx.K
+    _sends(ctx, "C7", "C9", "C7", "C8", "C9", ("C8'", "C8''"))
+    recv = "recv_wait" in ctx.cond["client"]
+    qr, b, _, e, ecpu, found = _to_next_end(ctx, "C14", "C18" if recv else "C17")
+    th = client_tid[qr]
+    w, fail, before = _sleeps(ctx, qr, th, b, e, ~found, "user marks not found",
+                              "not taken (the reply was there at the non-blocking select)")
+    good = w.good
+    occ = {"C14": _sub((qr, b, w.out.ts, K.cpu[w.out.idx]), good), "C16": w.resume, "C15": w.softirq}
+    if recv:
+        occ["C18"] = _sub((qr, w.sw_in.ts, e, ecpu), good)
+        occ["C17"] = (np.zeros(0, np.int64),) * 4
+    else:
+        ex = K.find("epoll_exit", "last", th, w.sw_in.ts, e)
+        occ["C17"] = _sub((qr, ex.ts, e, ecpu), good & ex.found)
+    _put_waits(ctx, ("C14", "C15", "C16", "C17") + (("C18",) if recv else ()), occ, qr, fail)
+    return _sub((qr, w.out.ts, w.wk.ts), good & before)
 
 
 _WAIT_NOT_FOUND = {"C15": "NET_RX softirq not found", "S1": "NET_RX softirq not found",
                    "C17": "epoll exit not found", "S3": "epoll exit not found"}
 
 
-def _put_waits(ctx, r, names, occ, expected, reason):
-    """Record the wait steps of one side: a shared reason, a per-step reason when
-    an occurrence is missing (not every wait found its kernel marks), or the occurrences."""
+def _put_waits(ctx, names, occ, qr, fail):
+    """Record the wait steps of one side: the shared reason of an RPC, a per-step reason where an
+    occurrence is missing (not every wait found its kernel marks), or the occurrences."""
+    expected = np.bincount(qr, minlength=ctx.n)[:ctx.n]
     for name in names:
-        if reason:
-            _put(ctx, name, r, reason)
-        elif len(occ[name]) != expected:
-            _put(ctx, name, r, _WAIT_NOT_FOUND.get(name, "events not found"))
-        else:
-            _put(ctx, name, r, occ[name])
+        got = np.bincount(occ[name][0], minlength=ctx.n)[:ctx.n]
+        f = fail.copy()
+        f[_is_none(fail) & (got != expected)] = _WAIT_NOT_FOUND.get(name, "events not found")
+        _put(ctx, name, occ[name], f)
 
 
-def _server_kernel(r, evs, ctx):
-    K, cond = ctx["K"], ctx["cond"]["server"]
-    _sends(ctx, r, evs, "S8", "S10", "S8", "S9", "S10", ("S9'", "S9''"))
-    recv = "recv_wait" in cond
+def _server_kernel(ctx):
+    K, U, n = ctx.K, ctx.U, ctx.n
+    _sends(ctx, "S8", "S10", "S8", "S9", "S10", ("S9'", "S9''"))
+    recv = "recv_wait" in ctx.cond["server"]
     # Fragments received: each s4_end, woken before its s3_end (or s4_end with --wait recv).
-    s4e = [m for m in evs.get("S4", []) if m[0] == "end"]
-    s3e = [m for m in evs.get("S3", []) if m[0] == "end"]
-    occ = {k: [] for k in ("S1", "S2", "S3", "S4")}
-    reason = None if s4e else "user marks not found"
-    for e4 in s4e:
-        th = e4[2]
-        if recv:
-            mark = e4
-        else:
-            mark = next((x for x in reversed(s3e) if x[1] <= e4[1] and x[2] == th), None)
-            if not mark:
-                reason = "not taken (the request was there at the non-blocking select)"
-                break
-        uts = ctx["user_ts_of"].get(th)
-        k = int(uts.searchsorted(mark[1], "left")) - 1
-        prev_user = int(uts[k]) if k >= 0 else 0
-        w = _wake(K, th, prev_user, mark[1])
-        if isinstance(w, str):
-            reason = w
-            break
-        out, sirq, wk, sw_in = w
-        occ["S2"].append((wk[0], sw_in[0], int(K.cpu[sw_in[1]])))
-        if sirq:
-            occ["S1"].append((sirq[0], wk[0], int(K.cpu[wk[1]])))
-        if recv:
-            occ["S4"].append((sw_in[0], e4[1], e4[3]))
-        else:
-            ex = K.thread(th)["epoll_exit"].last(sw_in[0], mark[1])
-            if ex:
-                occ["S3"].append((ex[0], mark[1], mark[3]))
-    _put_waits(ctx, r, ("S1", "S2") + (("S4",) if recv else ("S3",)), occ, len(s4e), reason)
+    p4 = U.of("S4", END)
+    qr, th, t4, c4 = U.r[p4], U.tid[p4], U.ts[p4], U.cpu[p4]
+    if recv:
+        mts, mcpu, has_mark = t4, c4, np.ones(len(p4), bool)
+    else:
+        # The last s3_end of the call on the same thread at or before the s4_end.
+        p3 = U.of("S3", END)
+        tix = {t: i for i, t in enumerate(ctx.user_ts_of)}
+        nt = len(tix) + 1
+        g3 = U.r[p3] * nt + np.array([tix.get(t, nt - 1) for t in U.tid[p3].tolist()], np.int64)
+        o = np.lexsort((U.ts[p3], g3))
+        p3, g3 = p3[o], g3[o]
+        g4 = qr * nt + np.array([tix.get(t, nt - 1) for t in th.tolist()], np.int64)
+        j = _seek(g4, t4, g3, U.ts[p3], "last")
+        has_mark = j >= 0
+        jm = p3[np.maximum(j, 0)] if len(p3) else np.zeros(len(j), np.int64)
+        mts = np.where(has_mark, U.ts[jm] if len(p3) else 0, 0)
+        mcpu = np.where(has_mark, U.cpu[jm] if len(p3) else 0, 0)
+    # The sleep between the thread's previous user event and the mark.
+    prev = np.zeros(len(p4), np.int64)
+    for t in np.unique(th).tolist():
+        m = np.nonzero(th == t)[0]
+        uts = ctx.user_ts_of[t]
+        k = uts.searchsorted(mts[m], "left") - 1
+        prev[m] = np.where(k >= 0, uts[np.maximum(k, 0)] if len(uts) else 0, 0)
+    w, fail, _ = _sleeps(ctx, qr, th, prev, mts, ~has_mark,
+                         "not taken (the request was there at the non-blocking select)", "user marks not found")
+    good = w.good
+    occ = {"S2": w.resume, "S1": w.softirq}
+    if recv:
+        occ["S4"] = _sub((qr, w.sw_in.ts, t4, c4), good)
+    else:
+        ex = K.find("epoll_exit", "last", th, w.sw_in.ts, mts)
+        occ["S3"] = _sub((qr, ex.ts, mts, mcpu), good & ex.found)
+    _put_waits(ctx, ("S1", "S2") + (("S4",) if recv else ("S3",)), occ, qr, fail)
+
     # S14: s14_begin -> the listener's switch out before its next user event.
-    occ14 = []
-    reason = None
-    for b in (m for m in evs.get("S14", []) if m[0] == "begin"):
-        uts = ctx["user_ts_of"].get(b[2])
-        k = int(uts.searchsorted(b[1], "right"))
-        nxt = int(uts[k]) if k < len(uts) else np.iinfo(np.int64).max
-        out = K.thread(b[2])["out"].first(b[1], nxt)
-        if not out:
-            reason = "did not sleep"
-            break
-        occ14.append((b[1], out[0], int(K.cpu[out[1]])))
-    _put(ctx, "S14", r, reason or occ14 or "not taken (the next request was there at the non-blocking select)")
+    p14 = U.of("S14", BEGIN)
+    qr, th, b = U.r[p14], U.tid[p14], U.ts[p14]
+    nxt = np.full(len(p14), np.iinfo(np.int64).max, np.int64)
+    for t in np.unique(th).tolist():
+        m = np.nonzero(th == t)[0]
+        uts = ctx.user_ts_of[t]
+        k = uts.searchsorted(b[m], "right")
+        nxt[m] = np.where(k < len(uts), uts[np.minimum(k, len(uts) - 1)], nxt[m])
+    out = K.find("out", "first", th, b, nxt)
+    fail, _ = _first_fail(qr, np.where(out.found, None, "did not sleep").astype(object), n)
+    fail[_first_per(qr, n) < 0] = "not taken (the next request was there at the non-blocking select)"
+    _put(ctx, "S14", _sub((qr, b, out.ts, K.cpu[out.idx]), out.found), fail)
     # C12/C13/S13: transmit-complete interrupts (a real NIC): not reconstructed yet.
     for name in ("C12", "C13", "S13"):
-        _put(ctx, name, r, "transmit interrupt not reconstructed yet")
+        _put(ctx, name, fail=_reasons(n, "transmit interrupt not reconstructed yet"))
+
+
+def _rtt(ctx, rtt_b, rtt_e, ccpu, waits_kernel, waits_user):
+    """The RTT row (c1 .. c21_end) and its probe charge: the client's CPU over the call, except
+    while the client waits, where the server's CPU is charged instead (one CPU: the same thing)."""
+    U, n = ctx.U, ctx.n
+    row = ctx.rows["RTT"]
+    row.begin[:], row.end[:], row.dur[:] = rtt_b, rtt_e, (rtt_e - rtt_b).astype(float)
+    row.count[:], row.status[:] = 1, MEASURED
+    r = np.arange(n)
+    row.occ_r, row.occ_b, row.occ_e, row.occ_cpu = r, rtt_b, rtt_e, ccpu
+    scpu = np.full(n, -1, np.int64)
+    for step in ("S8", "S6", "S4"):            # the first of S4, else S6, else S8
+        p = U.of(step)
+        f = _first_per(U.r[p], n)
+        scpu[f >= 0] = U.cpu[p[f[f >= 0]]]
+    # The client's sleeps found in the kernel trace, else its waits from user marks.
+    wr, wb, we = waits_user[:3]
+    if waits_kernel is not None:
+        has_k = np.bincount(waits_kernel[0], minlength=n)[:n] > 0
+        m = ~has_k[wr]
+        wr, wb, we = (np.concatenate([k, u[m]]) for k, u in zip(waits_kernel, (wr, wb, we)))
+    two = (scpu[wr] >= 0) & (scpu[wr] != ccpu[wr])
+    wr, wb, we = wr[two], wb[two], we[two]
+    ones = np.ones(n)
+    row.charge = (np.concatenate([r, wr, wr]), np.concatenate([ccpu, ccpu[wr], scpu[wr]]),
+                  np.concatenate([rtt_b, wb, wb]), np.concatenate([rtt_e, we, we]),
+                  np.concatenate([ones, -np.ones(len(wr)), np.ones(len(wr))]))

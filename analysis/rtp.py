@@ -127,11 +127,11 @@ def rpc_labels(rpcs, r, graph, roles):
     for tid, role in roles.items():
         side_tid.setdefault(role, tid)
     for name, row in rpcs.rows.items():
-        if name in _SKIP or row.status[r] != MEASURED or not row.occ[r]:
+        if name in _SKIP or row.status[r] != MEASURED:
             continue
         side = _SIDE.get(name, "client")
         lst = []
-        for b, e, c in row.occ[r]:
+        for b, e, c in row.occurrences(r):
             at = e if name in _WAKE_STEPS else (b if name in _SOFTIRQ_STEPS else (b + e) // 2)
             t = graph.current(c, at) if graph is not None else -1
             if name not in _SOFTIRQ_STEPS and roles.get(t) != side:
@@ -280,8 +280,11 @@ def slack(occs, segs, end):
     return out
 
 
-def analyze_case(case, progress=None):
-    rpcs = reconstruct(case, occurrences=True)
+def analyze_case(case, progress=None, sample=None, detail=True):
+    """Walk the round-trip path of every RPC of a case (sample: at most that many, evenly spaced over
+    the capture). detail=False keeps only each walk's totals and events per class (no segments or
+    slack): what the probe calibration needs."""
+    rpcs = reconstruct(case)
     res = {"case": case.id, "transport": case.transport, "proc": case.proc, "size": case.size,
            "rpcs": len(rpcs), "walked": 0, "problems": collections.Counter(), "per_rpc": [],
            "untraced_p50_ns": (case.meta.get("untraced") or {}).get("p50")}
@@ -294,9 +297,11 @@ def analyze_case(case, progress=None):
     res["probe_costs"] = bool(costs is not None and costs.available)
     res["probe_calibration"] = case.calibration("client").get("source", "loopback") if res["probe_costs"] else None
     g = Graph(case.kernel(), threads=list(roles))
-    for r in range(len(rpcs)):
-        if progress and r % 200 == 0:
-            progress(r, len(rpcs))
+    walk_rpcs = range(len(rpcs)) if sample is None or sample >= len(rpcs) else \
+        np.unique(np.linspace(0, len(rpcs) - 1, sample).astype(int)).tolist()
+    for k, r in enumerate(walk_rpcs):
+        if progress and k % 200 == 0:
+            progress(k, len(walk_rpcs))
         labels, occs = rpc_labels(rpcs, r, g, roles)
         b, e = int(rpcs.rows["RTT"].begin[r]), int(rpcs.rows["RTT"].end[r])
         c1 = occs.get("C1")
@@ -315,11 +320,12 @@ def analyze_case(case, progress=None):
                 continue
             seg_cost.append(costs.between(c, sb, se)[0])
             n_cls = [a + b_ for a, b_ in zip(n_cls, costs.counts(c, sb, se))]
-        res["per_rpc"].append({"call_id": int(rpcs.call_ids[r]), "rtt_ns": e - b, "sum_ns": total,
-                               "probe_ns": float(sum(seg_cost)), "path_events": tuple(n_cls),
-                               "segments": [(lab, sb - b, se - sb, round(pc, 1))
-                                            for (lab, sb, se, _, _), pc in zip(segs, seg_cost)],
-                               "slack": slack(occs, segs, e), "ok": not probs})
+        one = {"call_id": int(rpcs.call_ids[r]), "rtt_ns": e - b, "sum_ns": total,
+               "probe_ns": float(sum(seg_cost)), "path_events": tuple(n_cls), "ok": not probs}
+        if detail:
+            one["segments"] = [(lab, sb - b, se - sb, round(pc, 1)) for (lab, sb, se, _, _), pc in zip(segs, seg_cost)]
+            one["slack"] = slack(occs, segs, e)
+        res["per_rpc"].append(one)
         res["walked"] += 1
     return res, rpcs
 
@@ -430,6 +436,7 @@ def analyze_rtp(path, progress=None, keep_rpcs=False, per_rpc=False):
     for k, case in enumerate(run.cases):
         cb = (lambda d, t, k=k, c=case.id: progress(k, len(run.cases), c, d, t)) if progress else None
         res, rpcs = analyze_case(case, cb)
+        rpcs.release()
         agg = aggregate(res)
         if per_rpc:
             agg["per_rpc"] = res["per_rpc"]

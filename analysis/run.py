@@ -10,7 +10,9 @@
 All decoding goes through traceread; this module only knows the layout of a run,
 which process is which, and the conditions a case ran under.
 """
+import concurrent.futures
 import json
+import os
 import pathlib
 
 import numpy as np
@@ -131,6 +133,8 @@ class Case:
         cache = self.run.cache_dir
         if not dirs:
             return traceread.read_trace(self.dir / kind, src=src0)      # empty, with a "missing" problem
+        for _, p in dirs:
+            self.run.wait_for_trace(p)
         evs = [traceread.read_trace(p, cache_dir=cache, src=src0 + i, backend=backend)
                for i, (_, p) in enumerate(dirs)]
         return evs[0] if len(evs) == 1 else traceread.merge(evs)
@@ -189,6 +193,7 @@ class Run:
         self.out_dir = self.path / "analysis"
         self.cache_dir = self.out_dir / "cache"
         self._probe = None
+        self._prefetch = None            # (thread pool, {trace dir: future}) while prefetch() decodes
 
     @property
     def probe(self):
@@ -209,6 +214,48 @@ class Run:
         if "transports" in meta:
             return {t: dict(v, rounds=v.get("rounds", meta.get("rounds"))) for t, v in meta["transports"].items()}
         return {meta["transport"]: meta} if meta.get("sizes") and meta.get("transport") else {}
+
+    def trace_dirs(self):
+        """Every trace directory the analysis reads: [(label, path)]."""
+        out = []
+        for case in self.cases:
+            if not case.complete:
+                continue
+            for kind in ("ust", "kernel"):
+                for host, p in case._trace_dirs(kind):
+                    out.append((f"{case.id} {kind}{'-' + host if host else ''}", p))
+        for transport, cal in self.in_situ_calibrations().items():
+            for size, c in cal["sizes"].items():
+                for kind in ("ust", "kernel"):
+                    p = self.path / c.get("dir", "") / kind
+                    if p.is_dir():
+                        out.append((f"in-situ {transport} {size} {kind}", p))
+        return out
+
+    def prefetch(self, workers=None):
+        """Start decoding every trace of the run into the cache in the background, several at once
+        (the native extractor is a process of its own per trace), in case order: the analysis of
+        the first cases then overlaps the decoding of the later ones (Case reads wait for their own
+        traces). What the cache already holds is only mapped. finish_prefetch() waits for the rest."""
+        dirs = list(dict.fromkeys(p for _, p in self.trace_dirs()))
+        workers = workers or min(len(dirs), os.cpu_count() or 1)
+        if not dirs or self._prefetch is not None:
+            return
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        pool = concurrent.futures.ThreadPoolExecutor(max(workers, 1), thread_name_prefix="rpcscope-decode")
+        self._prefetch = (pool, {p: pool.submit(traceread.read_trace, p, cache_dir=self.cache_dir) for p in dirs})
+
+    def wait_for_trace(self, path):
+        """Wait until a prefetching thread is done with this trace (its errors are left to the
+        reader, which meets them again and reports them)."""
+        f = self._prefetch[1].get(path) if self._prefetch else None
+        if f is not None:
+            concurrent.futures.wait([f])
+
+    def finish_prefetch(self):
+        if self._prefetch is not None:
+            self._prefetch[0].shutdown(wait=True)
+            self._prefetch = None
 
     @property
     def shared_kernel(self):

@@ -98,14 +98,21 @@ def analyze(run_path, progress=None, write=True, kernel=True):
     run = run_path if isinstance(run_path, Run) else load_run(run_path)
     steps, rtts, per_rpc = [], [], {}
     cases = [c for c in run.cases if c.complete]
-    for k, case in enumerate(cases):
-        cb = (lambda done, tot, k=k, case=case: progress(k, len(cases), case.id, done, tot)) if progress else None
-        if cb:
-            cb(0, 0)
-        r = reconstruct(case, progress=cb, kernel=kernel)
-        steps += step_rows(r)
-        rtts.append(rtt_summary(r))
-        per_rpc[case.id] = r
+    if progress:
+        progress(0, len(cases), "all", 0, 0)
+    run.prefetch()
+    try:
+        for k, case in enumerate(cases):
+            cb = (lambda done, tot, k=k, case=case: progress(k, len(cases), case.id, done, tot)) if progress else None
+            if cb:
+                cb(0, 0)
+            r = reconstruct(case, progress=cb, kernel=kernel)
+            steps += step_rows(r)
+            rtts.append(rtt_summary(r))
+            r.release()
+            per_rpc[case.id] = r
+    finally:
+        run.finish_prefetch()
     result = {"run": str(run.path), "calibrated": bool(run.manifest.get("calibration")),
               "kernel_collector": run.manifest.get("kernel_collector"),
               "placement": run.manifest.get("placement"), "wait": run.manifest.get("wait"),

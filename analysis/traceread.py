@@ -41,6 +41,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+import threading
 from array import array
 
 import numpy as np
@@ -531,10 +532,12 @@ def _read_native(path, src, cache_dir, key):
     temporary one); None when it stopped on an error (the Python path salvages)."""
     from . import native
     base = pathlib.Path(cache_dir) if key else pathlib.Path(tempfile.mkdtemp(prefix="rpcscope-ctfcols-"))
-    tmp = base / f".tmp-native-{os.getpid()}" if key else base
+    tmp = base / f".tmp-native-{os.getpid()}-{threading.get_ident()}" if key else base
     try:
         meta = native.extract(list(_stream_files(path)), tmp)
-        READ_STATS["extractor_peak_rss_kib"] = max(READ_STATS["extractor_peak_rss_kib"], meta.get("peak_rss_kib") or 0)
+        with _STATS_LOCK:
+            READ_STATS["extractor_peak_rss_kib"] = max(READ_STATS["extractor_peak_rss_kib"],
+                                                       meta.get("peak_rss_kib") or 0)
         if meta.get("error"):
             return None
         cols = _map_columns(tmp, meta["events"])
@@ -568,12 +571,14 @@ def _read_native(path, src, cache_dir, key):
 # Events returned by read_trace in this process, of them those decoded rather than mapped from the
 # cache, and the native extractor's largest own peak RSS (for `rpcscope analyze-bench`).
 READ_STATS = {"events": 0, "decoded_events": 0, "extractor_peak_rss_kib": 0}
+_STATS_LOCK = threading.Lock()          # Run.prefetch reads traces from several threads
 
 
 def read_trace(path, cache_dir=None, src=0, backend="auto"):
     ev, decoded = _read_trace(path, cache_dir, src, backend)
-    READ_STATS["events"] += len(ev)
-    READ_STATS["decoded_events"] += len(ev) if decoded else 0
+    with _STATS_LOCK:
+        READ_STATS["events"] += len(ev)
+        READ_STATS["decoded_events"] += len(ev) if decoded else 0
     return ev
 
 

@@ -15,7 +15,7 @@ def test_bench_counts_every_event_and_leaves_the_run_alone(tmp_path, capsys):
     shutil.copytree(RUN, run, ignore=shutil.ignore_patterns("analysis"))
     res = bench.bench(run, do_analyze=True)
     rows = {r["measurement"]: r for r in res["measurements"]}
-    total = sum(len(traceread.read_trace(p)) for _, p in bench._trace_dirs(bench.load_run(run)))
+    total = sum(len(traceread.read_trace(p)) for _, p in bench.load_run(run).trace_dirs())
     assert total > 0
     assert rows["decode (first)"]["events"] == rows["decode (cached)"]["events"] == total
     assert rows["decode (first)"]["decoded_events"] == total and rows["decode (cached)"]["decoded_events"] == 0

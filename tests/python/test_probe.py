@@ -1,6 +1,7 @@
 """analysis/probe.py's solve (the in-situ probe costs) and collectors/idle.py (the idle policy)."""
 import os
 
+import numpy as np
 import pytest
 
 from rpcscope.analysis import probe
@@ -92,7 +93,8 @@ def test_per_case_costs_leave_the_case_out(tmp_path, monkeypatch):
                                            meta=meta, has_kernel=lambda: True))
     run = types.SimpleNamespace(manifest={"calibration_in_situ": {"method": "per case", "complete": True}},
                                 cases=cases, out_dir=tmp_path / "analysis")
-    monkeypatch.setattr(probe, "_path_events", lambda c: (1000, list(counts[c.size])))
+    monkeypatch.setattr(probe, "_path_events",
+                        lambda c: (64, np.array(counts[c.size], float), np.array([counts[c.size]] * 2, float)))
     got = probe.in_situ(run)
     assert set(got["cases"]) == {c.id for c in cases}
     for c in cases:

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 import uuid
 
 from rpcscope import ROOT
@@ -350,6 +351,7 @@ class Capture:
         self.sessiond = Sessiond()
         self.sessions = []             # lttng sessions created and not yet destroyed
         self.perf = None
+        self.case_perf = None          # the cases' perf (kernel_start), from the first traced run to the end
         self.stopped_perf = []         # stopped perf recorders whose data is not yet converted or deleted
         self.hosts = {h["role"]: h for h in testbed_state["hosts"]}
         self.cpus = placement_cpus(params["placement"])
@@ -509,10 +511,16 @@ class Capture:
         """Start the kernel collector writing into out_dir (perf: out_dir/kernel.perf.data; LTTng:
         out_dir/kernel)."""
         if self.kernel == "perf":
+            # One perf for every traced run of the capture, enabled around each (PerfRecorder).
             evs = perf.event_set(self.p["executors"], bool(self.tb["link"].get("rate_bit")),
                                  available={e for e in perf.event_set(1, True) if perf.tracepoint_available(e)})
-            self.perf = perf.PerfRecorder(out_dir, out_dir / "kernel.perf.data", evs, self.devices())
-            self.perf.start()
+            if self.case_perf is None:
+                work = self.out / ".perf"
+                self.case_perf = perf.PerfRecorder(work, work / "kernel.perf.data", evs, self.devices(),
+                                                   persistent=True)
+                self.case_perf.start()
+            self.case_perf.enable()
+            self._perf_out = out_dir
             return evs
         if self.kernel == "lttng":
             name = f"rpcs-capture-k-{self.tag}-{len(self.sessions)}"
@@ -530,12 +538,10 @@ class Capture:
     def kernel_stop(self):
         """Stop the kernel collector; returns what kernel_finish needs: {"perf": the stopped recorder}
         or {"lost": LTTng's discarded events and lost packets}."""
-        if self.kernel == "perf" and self.perf:
-            rec, self.perf = self.perf, None
-            try:
-                rec.stop()
-            finally:
-                self.stopped_perf.append(rec)       # its data is deleted by discard() or kernel_finish()
+        if self.kernel == "perf" and self.case_perf:
+            self.case_perf.disable()
+            rec = types.SimpleNamespace(data=self.case_perf.dump(self._perf_out / "kernel.perf.data"))
+            self.stopped_perf.append(rec)           # its data is deleted by discard() or kernel_finish()
             return {"perf": rec}
         if self.kernel == "lttng":
             name = self._ksession
@@ -812,6 +818,10 @@ class Capture:
             self.perf.kill()
             self.stopped_perf.append(self.perf)
             self.perf = None
+        if self.case_perf:
+            self.case_perf.kill()           # disabled since the last traced run: nothing left to keep
+            self.case_perf = None
+            shutil.rmtree(self.out / ".perf", ignore_errors=True)
         for rec in self.stopped_perf:            # an interrupted case's rounds: nothing to convert
             rec.data.unlink(missing_ok=True)
         self.stopped_perf = []

@@ -9,6 +9,7 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import time
 
@@ -73,17 +74,27 @@ def tracepoint_available(event):
     return (TRACEFS / "events" / sub / name).is_dir()
 
 
-def record_argv(output, events, devices, procnames=PROCNAMES, mmap_pages=MMAP_PAGES, control=None):
+def record_argv(output, events, devices, procnames=PROCNAMES, mmap_pages=MMAP_PAGES, control=None,
+                switch_output=False):
     """perf record, system-wide, CLOCK_MONOTONIC (`-k mono`, LTTng-UST's clock), one filter per event.
-    control: (ctl_fifo, ack_fifo): start disabled and wait for 'enable' on the control fifo."""
+    control: (ctl_fifo, ack_fifo): start disabled and wait for 'enable' on the control fifo.
+    switch_output: on SIGUSR2 write what was recorded so far to a file of its own and go on."""
     # --mmap-flush at its maximum (a quarter of the ring): perf leaves the ring alone until that
     # much has gathered instead of copying out every new byte, so while the calls run it mostly
     # sleeps rather than competing with them for the other vCPU.
+    #
+    # A perf that switches its output (switch_output) keeps the default: on a switch it writes only what
+    # it has read from the ring, and with a flush threshold the last calls' events would stay there
+    # for the next file. Its reads after the 'disable' that ends each run empty the ring. Nor does it
+    # get -q, which would silence the "[ perf record: Dump FILE ]" line that says a file is complete.
     argv = [shutil.which("perf") or "perf", "record", "-a", "-k", "mono", "-m", str(mmap_pages),
-            "--mmap-flush", str(mmap_pages * os.sysconf("SC_PAGESIZE") // 4),
-            "--no-buildid", "-q", "-o", str(output)]
+            "--no-buildid", "-o", str(output)]
+    if not switch_output:
+        argv[-2:-2] = ["--mmap-flush", str(mmap_pages * os.sysconf("SC_PAGESIZE") // 4), "-q"]
     if control:
         argv += ["-D", "-1", f"--control=fifo:{control[0]},{control[1]}"]
+    if switch_output:
+        argv += ["--switch-output=signal"]
     for ev in events:
         argv += ["-e", ev]
         flt = event_filter(ev, procnames, devices)
@@ -93,82 +104,141 @@ def record_argv(output, events, devices, procnames=PROCNAMES, mmap_pages=MMAP_PA
 
 
 class PerfRecorder:
-    """One `perf record` process: start (enabled once it acknowledges), stop, convert to CTF."""
+    """One `perf record` process: start (enabled once it acknowledges), stop, convert to CTF.
 
-    def __init__(self, workdir, data_path, events, devices, procnames=PROCNAMES, mmap_pages=MMAP_PAGES):
+    persistent=True keeps one perf for many runs: it starts disabled, enable() and disable() switch
+    its events on and off through the control fifo (a few ms), and dump(dest) has it write what it
+    recorded since the last dump into dest (--switch-output). Why: closing perf's tracepoint events
+    takes the kernel about 1.6 s for this capture's 29 events on 2 CPUs, once per perf process."""
+
+    def __init__(self, workdir, data_path, events, devices, procnames=PROCNAMES, mmap_pages=MMAP_PAGES,
+                 persistent=False):
         self.workdir = pathlib.Path(workdir)
         self.data = pathlib.Path(data_path)
         self.events = events
         self.devices = devices
         self.procnames = procnames
         self.mmap_pages = mmap_pages
+        self.persistent = persistent
         self.proc = None
         self.stderr_path = self.workdir / (self.data.name + ".log")
+        self._fifos = (self.workdir / "perf-ctl.fifo", self.workdir / "perf-ack.fifo")
+        self._fds = None
+        self._dumps = 0                  # dump files perf has reported writing
 
     def start(self, timeout=20):
         self.workdir.mkdir(parents=True, exist_ok=True)
-        ctl, ack = self.workdir / "perf-ctl.fifo", self.workdir / "perf-ack.fifo"
-        for f in (ctl, ack):
+        for f in self._fifos:
             f.unlink(missing_ok=True)
             os.mkfifo(f)
-        argv = record_argv(self.data, self.events, self.devices, self.procnames, self.mmap_pages, (ctl, ack))
+        argv = record_argv(self.data, self.events, self.devices, self.procnames, self.mmap_pages, self._fifos,
+                           switch_output=self.persistent)
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                          start_new_session=True)
         # Open the fifos without blocking forever if perf dies before opening its ends.
         deadline = time.monotonic() + timeout
-        ctl_fd = ack_fd = None
+        ctl_fd = None
         try:
             while ctl_fd is None:
                 if self.proc.poll() is not None:
                     raise UserError(f"perf record exited at start ({self.proc.returncode}): {self._err()}")
                 try:
-                    ctl_fd = os.open(ctl, os.O_WRONLY | os.O_NONBLOCK)
+                    ctl_fd = os.open(self._fifos[0], os.O_WRONLY | os.O_NONBLOCK)
                 except OSError:
                     if time.monotonic() > deadline:
                         raise UserError(f"perf record did not start within {timeout}s: {self._err()}") from None
                     time.sleep(0.02)
-            ack_fd = os.open(ack, os.O_RDONLY | os.O_NONBLOCK)
-            os.write(ctl_fd, b"enable\n")
-            buf = b""
-            while b"ack" not in buf:
-                if self.proc.poll() is not None:
-                    raise UserError(f"perf record exited at start ({self.proc.returncode}): {self._err()}")
-                if time.monotonic() > deadline:
-                    raise UserError(f"perf record did not acknowledge 'enable' within {timeout}s: {self._err()}")
-                try:
-                    buf += os.read(ack_fd, 64)
-                except BlockingIOError:
-                    pass
-                time.sleep(0.005)
+            self._fds = (ctl_fd, os.open(self._fifos[1], os.O_RDONLY | os.O_NONBLOCK))
+            if not self.persistent:
+                self.enable(timeout)
         finally:
-            for fd in (ctl_fd, ack_fd):
-                if fd is not None:
-                    os.close(fd)
-            for f in (ctl, ack):
-                f.unlink(missing_ok=True)
+            if not self.persistent:
+                self._close_fifos()
 
-    def _err(self):
+    def _close_fifos(self):
+        for fd in self._fds or ():
+            os.close(fd)
+        self._fds = None
+        for f in self._fifos:
+            f.unlink(missing_ok=True)
+
+    def _command(self, cmd, timeout=20):
+        """Write a control command and wait for perf's ack."""
+        if not self._fds:
+            raise UserError(f"perf record: no control fifo to send {cmd!r} (not started)")
+        ctl_fd, ack_fd = self._fds
+        deadline = time.monotonic() + timeout
+        os.write(ctl_fd, cmd.encode() + b"\n")
+        buf = b""
+        while b"ack" not in buf:
+            if self.proc.poll() is not None:
+                raise UserError(f"perf record exited ({self.proc.returncode}) on {cmd!r}: {self._err()}")
+            if time.monotonic() > deadline:
+                raise UserError(f"perf record did not acknowledge {cmd!r} within {timeout}s: {self._err()}")
+            try:
+                buf += os.read(ack_fd, 64)
+            except BlockingIOError:
+                pass
+            time.sleep(0.002)
+
+    def enable(self, timeout=20):
+        self._command("enable", timeout)
+
+    def disable(self, timeout=20):
+        self._command("disable", timeout)
+
+    def _dump_paths(self):
+        return re.findall(r"\[ perf record: Dump (\S+) \]", self._err(None))
+
+    def dump(self, dest, timeout=60):
+        """(persistent) Have perf write the events recorded since the last dump into a file of their
+        own and move it to dest; returns dest."""
+        if not self.alive():
+            raise UserError(f"perf record is not running (exit {self.proc.returncode if self.proc else None}): "
+                            f"{self._err()}")
+        self.proc.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + timeout
+        while True:
+            paths = self._dump_paths()
+            if len(paths) > self._dumps and pathlib.Path(paths[self._dumps]).is_file():
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise UserError(f"perf record did not write its data on SIGUSR2 within {timeout}s: {self._err()}")
+            time.sleep(0.005)
+        src = pathlib.Path(paths[self._dumps])
+        self._dumps += 1
+        dest = pathlib.Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(src), str(dest))
+        return dest
+
+    def _err(self, tail=500):
         try:
-            return self.stderr_path.read_text(errors="replace").strip()[-500:]
+            text = self.stderr_path.read_text(errors="replace")
         except OSError:
             return ""
+        return text.strip()[-tail:] if tail else text
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, timeout=60):
-        """SIGINT (perf writes its data and exits); kill if it does not."""
+        """SIGINT (perf writes its data and exits); kill if it does not. A persistent recorder's last
+        data (recorded after the last dump: nothing, it is disabled) is deleted."""
         if not self.proc:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(2)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-                raise UserError(f"perf record did not stop within {timeout}s; killed")
+        try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGINT)
+                try:
+                    self.proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(timeout=10)
+                    raise UserError(f"perf record did not stop within {timeout}s; killed")
+        finally:
+            self._leftovers()
 
     def kill(self):
         if self.proc and self.proc.poll() is None:
@@ -177,6 +247,14 @@ class PerfRecorder:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+        self._leftovers()
+
+    def _leftovers(self):
+        if self._fds:
+            self._close_fifos()
+        if self.persistent:
+            for f in self.data.parent.glob(self.data.name + "*"):
+                f.unlink(missing_ok=True)
 
 
 def stats(data_path, timeout=120):

@@ -340,3 +340,30 @@ def test_capture_through_ansible_on_the_testbed_inventory(testbed, tmp_path):
             assert p.returncode == 0 and re.search(r"[1-9]\d* Event messages", p.stdout), (sub, p.stderr)
     assert case["losses"] == {"ust_discarded": 0, "ust_lost_packets": 0, "kernel_lost": 0}
     assert leftovers(out) == []
+
+
+@pytest.mark.skipif(not pathlib.Path("/sys/kernel/tracing/events/syscalls/sys_enter_getppid").is_dir(),
+                    reason="needs tracefs with syscall tracepoints (the capture mounts it; make test does)")
+def test_persistent_perf_splits_runs_into_files(tmp_path):
+    """The capture's one perf (PerfRecorder persistent=True): events only while enabled, each dump holds
+    exactly the events since the previous one, and stop leaves no perf and no stray file."""
+    from rpcscope.collectors import perf
+    comm = pathlib.Path("/proc/self/comm").read_text().strip()
+    work = tmp_path / "perf"
+    rec = perf.PerfRecorder(work, work / "k.data", ["syscalls:sys_enter_getppid"], [], procnames=(comm,),
+                            persistent=True)
+    rec.start()
+    try:
+        got = []
+        for before, during in ((5, 7), (3, 11)):
+            for _ in range(before):
+                os.getppid()                      # disabled: not recorded
+            rec.enable()
+            for _ in range(during):
+                os.getppid()
+            rec.disable()
+            got.append(rec.dump(tmp_path / f"run-{len(got)}.perf.data"))
+    finally:
+        rec.stop()
+    assert [perf.stats(p)["samples"].get("syscalls:sys_enter_getppid") for p in got] == [7, 11]
+    assert not rec.alive() and not list(work.glob("k.data*")) and not list(work.glob("*.fifo"))

@@ -441,18 +441,35 @@ class _Costs:
             cost[m], k[m] = cum[j] - cum[i], j - i
         return cost, k
 
+    def _class_cumsum(self, cpu):
+        """Cumulative event counts per class on a CPU, made on first use (rtp.py's path)."""
+        pc = self._cls[cpu]
+        if pc.ndim == 1:
+            pc = self._cls[cpu] = np.stack([np.concatenate([[0], np.cumsum(pc == k, dtype=np.int32)])
+                                            for k in range(N_CLASSES)])
+        return pc
+
     def counts(self, cpu, b, e):
         """Events on cpu with b <= ts < e per class: (user, kernel net device, other kernel)."""
         x = self.cpu.get(int(cpu))
         if x is None or e <= b:
             return (0,) * N_CLASSES
-        pc = self._cls[int(cpu)]
-        if pc.ndim == 1:            # cumulative counts per class, made on first use (rtp.py's path)
-            pc = self._cls[int(cpu)] = np.stack([np.concatenate([[0], np.cumsum(pc == k, dtype=np.int32)])
-                                                 for k in range(N_CLASSES)])
-        ts = x[0]
-        i, j = ts.searchsorted(b, "left"), ts.searchsorted(e, "left")
+        pc = self._class_cumsum(int(cpu))
+        i, j = x[0].searchsorted(b, "left"), x[0].searchsorted(e, "left")
         return tuple(int(v) for v in pc[:, j] - pc[:, i])
+
+    def class_counts(self, cpu, b, e):
+        """counts() for arrays of intervals: an (intervals, classes) array."""
+        out = np.zeros((len(cpu), N_CLASSES), np.int64)
+        for c in np.unique(cpu).tolist():
+            x = self.cpu.get(int(c))
+            if x is None:
+                continue
+            m = np.nonzero((cpu == c) & (e > b))[0]
+            i, j = x[0].searchsorted(b[m], "left"), x[0].searchsorted(e[m], "left")
+            pc = self._class_cumsum(int(c))
+            out[m] = (pc[:, j] - pc[:, i]).T
+        return out
 
 
 def _perf_name(kind, name):

@@ -31,8 +31,12 @@ thread's next path segment, e.g. the waking of the client by the reply), or to
 the call end if the path never comes back to the thread (The Mystery Machine's
 slack: how much the step could grow before it joined the path).
 """
+import bisect
 import collections
+import concurrent.futures
 import json
+import multiprocessing
+import os
 import pathlib
 
 import numpy as np
@@ -82,20 +86,24 @@ class _Labels:
             self.lab = []
             return
         bounds = sorted({x for iv in ivs for x in iv[:2]})
+        pos = {x: i for i, x in enumerate(bounds)}
+        # Paint each elementary piece with the intervals from the weakest to the strongest: the last
+        # paint is the innermost (highest priority, then the latest begin, then the first listed).
+        owner = [None] * (len(bounds) - 1)
+        for k in sorted(range(len(ivs)), key=lambda k: (ivs[k][3], ivs[k][0], -k)):
+            i, j = pos[ivs[k][0]], pos[ivs[k][1]]
+            owner[i:j] = [ivs[k][2]] * (j - i)
         pb, pe, lab = [], [], []
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
-            best = None
-            for b, e, name, pr in ivs:
-                if b <= lo and e >= hi and (best is None or pr > best[1] or (pr == best[1] and b > best[2])):
-                    best = (name, pr, b)
-            if best is None:
+        for i, name in enumerate(owner):
+            if name is None:
                 continue
-            if lab and lab[-1] == best[0] and pe[-1] == lo:
+            lo, hi = bounds[i], bounds[i + 1]
+            if lab and lab[-1] == name and pe[-1] == lo:
                 pe[-1] = hi
             else:
                 pb.append(lo)
                 pe.append(hi)
-                lab.append(best[0])
+                lab.append(name)
         self.b, self.e, self.lab = np.array(pb, np.int64), np.array(pe, np.int64), lab
 
     def at(self, t):
@@ -244,36 +252,37 @@ def slack(occs, segs, end):
     on = collections.defaultdict(list)      # tid -> [(b, e)] path segments on that thread
     for lab, b, e, tid, _cpu in segs:
         on[tid].append((b, e))
-    starts = {t: np.array(sorted(b for b, _ in v), np.int64) for t, v in on.items()}
+    # A thread's path segments are disjoint (the path is a partition of the call's time): sorted by
+    # begin, their ends are sorted too.
+    on = {t: ([b for b, _ in sorted(v)], [e for _, e in sorted(v)]) for t, v in on.items()}
+    starts = {t: np.array(v[0], np.int64) for t, v in on.items()}
     out = {}
     # Off-path pieces per thread, from every step occurrence minus the path segments.
     pieces = collections.defaultdict(list)
+    nothing = ([], [])
     for name, lst in occs.items():
         if name in ("C8", "S9") and (name + "'") in occs:
             continue
         for b, e, tid in lst:
-            cur = [(b, e)]
-            for sb, se in on.get(tid, []):
-                nxt = []
-                for x, y in cur:
-                    if se <= x or sb >= y:
-                        nxt.append((x, y))
-                        continue
-                    if sb > x:
-                        nxt.append((x, sb))
-                    if se < y:
-                        nxt.append((se, y))
-                cur = nxt
-            for x, y in cur:
-                if y > x:
-                    pieces[tid].append((x, y, name))
+            sb, se = on.get(tid, nothing)
+            k = bisect.bisect_right(se, b)          # the first segment ending after b
+            x = b
+            while k < len(sb) and sb[k] < e:
+                if sb[k] > x:
+                    pieces[tid].append((x, sb[k], name))
+                x = max(x, se[k])
+                k += 1
+            if e > x:
+                pieces[tid].append((x, e, name))
     for tid, lst in pieces.items():
         st = starts.get(tid, np.zeros(0, np.int64))
-        ends = sorted(lst, key=lambda p: p[1])
+        ends = sorted(q for _, q, _ in lst)
         for x, y, name in lst:
             k = int(st.searchsorted(y, "left"))
             join = int(st[k]) if k < len(st) else end
-            run_end = max([q for _, q, _ in ends if y <= q <= join] or [y])
+            # The run of off-path work this piece belongs to ends at the last piece end before the join.
+            last = ends[bisect.bisect_right(ends, join) - 1] if ends and ends[0] <= join else y
+            run_end = max(y, last)
             s = max(0, join - run_end)
             off, sl = out.get(name, (0, None))
             out[name] = (off + (y - x), s if sl is None else min(sl, s))
@@ -312,16 +321,16 @@ def analyze_case(case, progress=None, sample=None, detail=True):
         total = sum(s[2] - s[1] for s in segs)
         # The probe effect on the path: the calibrated cost of the tracepoints recorded on the
         # segment's CPU inside it (rpcs.py's charging rule, applied to the path alone).
-        seg_cost = []
-        n_cls = [0, 0, 0]                    # events on the path: user, kernel net device, other kernel
-        for _, sb, se, _, c in segs:
-            if costs is None or c is None:
-                seg_cost.append(0.0)
-                continue
-            seg_cost.append(costs.between(c, sb, se)[0])
-            n_cls = [a + b_ for a, b_ in zip(n_cls, costs.counts(c, sb, se))]
+        seg_cost = [0.0] * len(segs)
+        n_cls = (0, 0, 0)                    # events on the path: user, kernel net device, other kernel
+        ran = [k for k, s in enumerate(segs) if s[4] is not None]
+        if costs is not None and ran:
+            cpu, sb, se = (np.array([segs[k][i] for k in ran], np.int64) for i in (4, 1, 2))
+            for k, pc in zip(ran, costs.charge(cpu, sb, se)[0].tolist()):
+                seg_cost[k] = pc
+            n_cls = tuple(int(v) for v in costs.class_counts(cpu, sb, se).sum(axis=0))
         one = {"call_id": int(rpcs.call_ids[r]), "rtt_ns": e - b, "sum_ns": total,
-               "probe_ns": float(sum(seg_cost)), "path_events": tuple(n_cls), "ok": not probs}
+               "probe_ns": float(sum(seg_cost)), "path_events": n_cls, "ok": not probs}
         if detail:
             one["segments"] = [(lab, sb - b, se - sb, round(pc, 1)) for (lab, sb, se, _, _), pc in zip(segs, seg_cost)]
             one["slack"] = slack(occs, segs, e)
@@ -428,21 +437,52 @@ def aggregate(res):
             "problems": dict(res["problems"]), "path": rows, "overlapped": over, "example_rpc": example}
 
 
-def analyze_rtp(path, progress=None, keep_rpcs=False, per_rpc=False):
+def _case_result(case, per_rpc, progress=None):
+    res, rpcs = analyze_case(case, progress)
+    rpcs.release()
+    agg = aggregate(res)
+    if per_rpc:
+        agg["per_rpc"] = res["per_rpc"]
+    return agg, res, rpcs
+
+
+_FORKED_RUN = None          # the run a forked worker inherits (_case_in_worker)
+
+
+def _case_in_worker(k, per_rpc):
+    return _case_result(_FORKED_RUN.cases[k], per_rpc)[0]
+
+
+def analyze_rtp(path, progress=None, keep_rpcs=False, per_rpc=False, workers=None):
+    """Walk every RPC of every case; writes rtp.json. The cases are walked in parallel, one forked
+    worker per CPU (workers=1: in this process; keep_rpcs, which keeps the reconstructions, implies it)."""
+    global _FORKED_RUN
     run = load_run(path)
     out = {"format": RTP_FORMAT, "run": str(path), "placement": run.manifest.get("placement"),
            "virtual_link": run.virtual_link, "cases": [], "notes": DCE_NOTES}
     kept = []
-    for k, case in enumerate(run.cases):
-        cb = (lambda d, t, k=k, c=case.id: progress(k, len(run.cases), c, d, t)) if progress else None
-        res, rpcs = analyze_case(case, cb)
-        rpcs.release()
-        agg = aggregate(res)
-        if per_rpc:
-            agg["per_rpc"] = res["per_rpc"]
-        out["cases"].append(agg)
-        if keep_rpcs:
-            kept.append((res, rpcs))
+    n = len(run.cases)
+    workers = 1 if keep_rpcs else min(workers or os.cpu_count() or 1, n)
+    if workers <= 1:
+        for k, case in enumerate(run.cases):
+            cb = (lambda d, t, k=k, c=case.id: progress(k, n, c, d, t)) if progress else None
+            agg, res, rpcs = _case_result(case, per_rpc, cb)
+            out["cases"].append(agg)
+            if keep_rpcs:
+                kept.append((res, rpcs))
+    else:
+        run.probe                 # the probe calibration once, before the workers inherit the run
+        _FORKED_RUN = run
+        try:
+            ctx = multiprocessing.get_context("fork")
+            with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+                futs = [pool.submit(_case_in_worker, k, per_rpc) for k in range(n)]
+                for k, f in enumerate(futs):
+                    if progress:
+                        progress(k, n, run.cases[k].id, 0, 0)
+                    out["cases"].append(f.result())
+        finally:
+            _FORKED_RUN = None
     run.out_dir.mkdir(parents=True, exist_ok=True)
     slim = dict(out, cases=[{k: v for k, v in c.items() if k != "per_rpc"} for c in out["cases"]])
     (run.out_dir / "rtp.json").write_text(json.dumps(slim, indent=1) + "\n")

@@ -83,7 +83,7 @@ def _save(run, key, out):
 # RPCs walked per case: the events on a case's path are the same in nearly every call (on this VM's
 # captures the 25th and 75th percentiles of each class equal the median), so an evenly spaced sample
 # gives the median of all of them; the point records the sample's quartiles to show it.
-PATH_SAMPLE_RPCS = 64
+PATH_SAMPLE_RPCS = 32
 
 
 def _path_events(case):

@@ -61,6 +61,14 @@ def traced_noise_pct(case_meta):
     return 100 * (max(tp) - min(tp)) / 2 / u if len(tp) > 1 and u else None
 
 
+def untraced_noise_pct(case_meta):
+    """How far the measured (untraced) p50 of a case moves between identical runs: half the spread of
+    its untraced rounds' p50s, as % of the p50 kept; None with fewer than two rounds."""
+    up = (case_meta.get("repeats") or {}).get("untraced_p50_ns") or []
+    u = (case_meta.get("untraced") or {}).get("p50")
+    return 100 * (max(up) - min(up)) / 2 / u if len(up) > 1 and u else None
+
+
 class Case:
     def __init__(self, run, meta):
         self.run = run

@@ -108,10 +108,18 @@ def model_section(d: RunData):
         for label, vals in (("sum (calculated)", calc), ("measured (untraced p50)", meas)):
             rows.append({"device": label, **{f"us@{z}": _f(vals.get(str(z))) for z in sizes}})
         rows.append({"device": "% error", **{f"us@{z}": _f(err[z]) for z in sizes}})
+        from rpcscope.analysis.run import untraced_noise_pct
+        params = m.get("params") or {}
+        cases = {int(c.get("size", -1)): c for c in d.cases
+                 if c.get("transport") == params.get("transport") and c.get("proc") == params.get("proc")}
+        rows.append({"device": "measured noise (± %)",
+                     **{f"us@{z}": _f(untraced_noise_pct(cases.get(z, {})), 1) for z in sizes}})
         s.items.append(Table(
             f"Calculated vs measured RTT per size (model: {m.get('source', '')})", cols, rows,
             "analysis/model.json terms[].a_us, b_us_per_byte, per_size.{count,bytes} (us = count × unit(bytes)); "
-            "calculated_us, measured_us; % error = (measured − calculated) × 100 / measured",
+            "calculated_us, measured_us; % error = (measured − calculated) × 100 / measured; measured noise: half "
+            "the spread of the case's untraced rounds' p50s (manifest.json cases[].repeats) as % of its p50, how "
+            "far the measured figure itself moves between identical runs",
             "held out (predicted, not fitted): " + ", ".join(map(str, m.get("holdout", []))) if m.get("holdout") else ""))
         for n in m.get("notes", []):
             s.items.append(f"Model note: {n}")
@@ -512,7 +520,8 @@ def to_html(rep: Report) -> str:
                 o.append(f"<h3>{escape(it.title)}</h3><table><thead><tr>"
                          + "".join(f"<th>{escape(c)}</th>" for c in it.columns) + "</tr></thead><tbody>")
                 for r in it.rows:
-                    summ = str(r.get(it.columns[0], "")) in ("sum (calculated)", "measured (untraced p50)", "% error")
+                    summ = str(r.get(it.columns[0], "")) in ("sum (calculated)", "measured (untraced p50)", "% error",
+                                                             "measured noise (± %)")
                     o.append(f'<tr{" class=sum" if summ else ""}>' + "".join(
                         f'<td{"" if _is_num(r.get(c, "")) else " class=t"}>{escape(_f(r.get(c, "")))}</td>'
                         for c in it.columns) + "</tr>")

@@ -112,7 +112,13 @@ def cmd_run(args):
                 argv += ["--holdout", ",".join(map(str, holdout))]
             st.run(f"model ({t})", argv + ["--json"], capture_output=True)
             from .analysis import model as M
-            result["models"][t] = {"file": str(mfile), "errors": M.load_model(mfile).error_rows()}
+            from .analysis.run import untraced_noise_pct
+            errors = M.load_model(mfile).error_rows()
+            cases = {c["size"]: c for c in json.loads((out / "manifest.json").read_text())["cases"]
+                     if c["transport"] == t and c["proc"] == args.proc}
+            for e in errors:
+                e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"]) or {})
+            result["models"][t] = {"file": str(mfile), "errors": errors}
         st.run("report", ["report", str(out)])
     finally:
         if started_testbed and not args.keep_testbed:
@@ -136,13 +142,16 @@ def cmd_run(args):
                                                 "corrected_%", "noise_%", "within_5%"])
     for t, m in result["models"].items():
         print(f"\n% error, {t.upper()} ({args.proc}; Measured = untraced p50, Calculated = the model from "
-              f"probe-corrected step costs on the measured round-trip path; {m['file']})")
+              f"probe-corrected step costs on the measured round-trip path; noise: half the spread of the "
+              f"untraced rounds' p50s, how far Measured itself moves; {m['file']})")
         table([{"size": e["size"], "calculated_us": round(e["calculated_us"], 2),
                 "measured_us": round(e["measured_us"], 2) if e["measured_us"] else None,
                 "%error": round(e["percent_error"], 2) if e["percent_error"] is not None else None,
+                "noise_%": None if e["measured_noise_pct"] is None else round(e["measured_noise_pct"], 1),
                 "fit": "holdout" if e["holdout"] else "fitted", "goal": f"<= {e['goal_pct']:g} %",
                 "met": "" if e["goal_met"] is None else ("yes" if e["goal_met"] else "NO")}
-               for e in m["errors"]], ["size", "calculated_us", "measured_us", "%error", "fit", "goal", "met"])
+               for e in m["errors"]], ["size", "calculated_us", "measured_us", "%error", "noise_%", "fit", "goal",
+                                       "met"])
     print(f"\nreport: {result['report']}")
     print(f"        {out / 'report' / 'report.md'}")
     if started_testbed and not args.keep_testbed:

@@ -130,7 +130,7 @@ class Graph:
         dev = _a(ev, "dev")[idx][o]
         self.pk_dev = dev
         self._names = ev.names
-        self._pos = {int(i): k for k, i in enumerate(self.pk_idx.tolist())} if len(idx) < 2_000_000 else None
+        self._pos_order = np.argsort(self.pk_idx, kind="stable")     # position of a global index: packet_origin
         rx = np.nonzero(kind == KIND["net_receive"])[0]
         self._rx = {}
         for c in np.unique(cpu[rx]):
@@ -271,9 +271,10 @@ class Graph:
     def packet_origin(self, i):
         """The first net_dev_xmit of the skb a netif_receive_skb (global index i) carried:
         dict(ts, cpu, tid, dev, hops) or None."""
-        if self._pos is None or i not in self._pos:
+        j = int(self.pk_idx.searchsorted(i, sorter=self._pos_order))
+        if j >= len(self.pk_idx) or self.pk_idx[self._pos_order[j]] != i:
             return None
-        k = self._pos[i]
+        k = int(self._pos_order[j])
         skb, origin, hops = self.pk_skb[k], None, 0
         while k > 0:
             k -= 1

@@ -87,9 +87,9 @@ def cmd_analyze(args):
            "corrected_p50": _r(d["corrected_rtt_median_us"]), "untraced_p50": _r(d["untraced_p50_us"]),
            "traced_%": _r(d["traced_vs_untraced_pct"], 1), "corrected_%": _r(d["corrected_vs_untraced_pct"], 1)}
           for d in res["rtt"]]
+    how = sorted({d["corrected_by"] for d in res["rtt"] if d.get("corrected_by")})
     print("round trip, us (traced: c1_begin..c21_end from the trace; untraced: the manifest's p50; "
-          "% = difference to untraced; corrected here removes every probe on the client's CPU outside its waits, "
-          "`rpcscope rtp` only those on the round-trip path: the figure `rpcscope run` and the report use)")
+          f"% = difference to untraced; corrected: the probe cost of {' / '.join(how) or 'nothing'} taken off)")
     table(rt, ["case", "rpcs", "complete", "traced_p50", "corrected_p50", "untraced_p50", "traced_%", "corrected_%"])
     if not res["calibrated"]:
         print("no calibration in the manifest: corrected = raw (capture with --calibration quick|full)")

@@ -63,6 +63,22 @@ def in_situ(run):
     return _save(run, key, out)
 
 
+def path_probe_ns(run, case_id):
+    """The probe cost on a case's round-trip path per call: its events per class on the path (the
+    calibration's walk) times the costs the case is corrected with (the other cases', leave one out).
+    None without a per-case in-situ calibration of that case."""
+    pr = run.probe
+    costs = (pr.get("cases") or {}).get(case_id) or {}
+    point = next((v["points"][case_id] for v in (pr.get("transports") or {}).values()
+                  if case_id in (v.get("points") or {})), None)
+    k = costs.get("kernel_event_ns")
+    if point is None or costs.get("ust_event_ns") is None or not k:
+        return None
+    ev = point["path_events_per_call"]
+    return (ev["ust"] * max(0.0, costs["ust_event_ns"]) + ev["kernel_net"] * max(0.0, k["net"])
+            + ev["kernel_other"] * max(0.0, k["other"]))
+
+
 def _cached(run, key):
     try:
         got = json.loads((run.out_dir / "probe.json").read_text())

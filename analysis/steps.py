@@ -18,6 +18,7 @@ import numpy as np
 
 from rpcscope.tracepoints import STEPS
 
+from .probe import path_probe_ns
 from .rpcs import EXTRA_ROWS, MEASURED, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
 from .run import Run, load_run
 
@@ -70,7 +71,16 @@ def rtt_summary(rpcs):
     row = rpcs.rows["RTT"]
     m = row.status == MEASURED
     traced = float(np.median(row.dur[m])) / 1000 if m.any() else None
-    corrected = float(np.median(row.corrected[m])) / 1000 if m.any() else None
+    # Corrected: the probe cost on the round-trip path taken off (the in-situ calibration's events on
+    # the path times the other cases' costs: the same correction as `rpcscope rtp`), else every event
+    # on the client's CPU outside its waits (rpcs.py's RTT charge; over-corrects, for it also removes
+    # the events of steps that overlap the path).
+    path_ns = path_probe_ns(case.run, case.id) if m.any() else None
+    if path_ns is not None:
+        corrected, corrected_by = traced - path_ns / 1000, "round-trip path (in-situ costs of the other cases)"
+    else:
+        corrected = float(np.median(row.corrected[m])) / 1000 if m.any() else None
+        corrected_by = "events on the client's CPU outside its waits (loopback costs)"
     untraced = (case.meta.get("untraced") or {}).get("p50")
     untraced = untraced / 1000 if untraced else None
     pct = lambda a: (a - untraced) / untraced * 100 if a is not None and untraced else None  # noqa: E731
@@ -84,7 +94,7 @@ def rtt_summary(rpcs):
     return {"case": case.id, "transport": case.transport, "proc": case.proc, "size": case.size,
             "calls": case.calls, "rpcs": len(rpcs), "excluded": dict(rpcs.excluded),
             "complete_rpcs": int(ok.sum()), "incomplete_by_first_missing_step": dict(why.most_common()),
-            "traced_rtt_median_us": traced, "corrected_rtt_median_us": corrected,
+            "traced_rtt_median_us": traced, "corrected_rtt_median_us": corrected, "corrected_by": corrected_by,
             "traced_rtt_p50_client_us": ((case.meta.get("traced") or {}).get("p50") or 0) / 1000 or None,
             "untraced_p50_us": untraced, "traced_vs_untraced_pct": pct(traced),
             "corrected_vs_untraced_pct": pct(corrected),

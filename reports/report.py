@@ -370,8 +370,9 @@ def rtt_section(d: RunData):
                  "corrected_rtt_median_us": None,
                  "untraced_p50_us": ((c.get("untraced") or {}).get("p50") or 0) / 1000 or None})
         src = "manifest.json cases[].traced.p50 (client-measured), cases[].untraced.p50"
-    # The probe-corrected RTT of record is the round-trip path's (rtp.json: the probes on the path, with
-    # the in-situ costs); steps.json's charges every probe on the client's CPU and is kept only without it.
+    # The probe-corrected RTT of record is the round-trip path's (rtp.json: each RPC's probes on its path,
+    # with the in-situ costs); steps.json's (the case's events on the path per call times the same costs,
+    # or without an in-situ calibration every probe on the client's CPU) stands in without an rtp.json.
     path_corr, noise = {}, {}
     for c in (d.rtp or {}).get("cases", []) if isinstance((d.rtp or {}).get("cases"), list) else []:
         if c.get("rtt_corrected_median_ns") is not None:

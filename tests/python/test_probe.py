@@ -102,6 +102,11 @@ def test_per_case_costs_leave_the_case_out(tmp_path, monkeypatch):
         assert c.id not in pc["solved_from"] and len(pc["solved_from"]) == 3
         assert pc["ust_event_ns"] == true[0] and pc["kernel_event_ns"] == {"net": true[1], "other": true[2]}
     assert got["transports"]["udp"]["kernel_event_ns"] == {"net": true[1], "other": true[2]}
+    # The probe cost on a case's path (`rpcscope analyze`'s corrected RTT): its path events x its costs.
+    for c in cases:
+        want = sum(n * k for n, k in zip(counts[c.size], true))
+        assert probe.path_probe_ns(types.SimpleNamespace(probe=got), c.id) == pytest.approx(want)
+    assert probe.path_probe_ns(types.SimpleNamespace(probe={}), cases[0].id) is None
     # Cached: a second call reads probe.json (no walk).
     monkeypatch.setattr(probe, "_path_events", lambda c: (_ for _ in ()).throw(AssertionError("walked again")))
     assert probe.in_situ(run) == got

@@ -780,6 +780,9 @@ class Capture:
         self.manifest = self.base_manifest()
         self.write_manifest()
         old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+        # Ctrl-C (or kill -INT) interrupts and cleans up even when this process inherited SIGINT ignored
+        # (a background job of a shell without job control: `capture ... &` in a script).
+        old_int_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
         idle_policy = idle.IdlePolicy(self.p.get("idle", "poll"))
         try:
             idle_policy.__enter__()
@@ -809,7 +812,7 @@ class Capture:
                 self.manifest["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
                 self.write_manifest()
             finally:
-                signal.signal(signal.SIGINT, old_int)
+                signal.signal(signal.SIGINT, old_int_handler)
                 signal.signal(signal.SIGTERM, old_term)
         return self.manifest
 

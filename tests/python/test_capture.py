@@ -218,14 +218,16 @@ def test_run_directory_is_complete(run):
         assert c["events"]["ust"] > 0 and c["events"]["kernel"] > 0
         assert c["trace_bytes"]["ust"] > 0 and c["trace_bytes"]["kernel"] > 0
         assert set(c["pids"]) == {"server", "client"}
-        # Three interleaved rounds (the default --repeats); the median traced run's traces are kept.
+        # Five interleaved rounds (the default --repeats); the median traced run's traces are kept.
         rep = c["repeats"]
-        assert rep["rounds"] == 3 and len(rep["untraced_p50_ns"]) == len(rep["traced_p50_ns"]) == 3
-        assert sorted(rep["traced_p50_ns"])[1] == c["traced"]["p50"] == rep["traced_p50_ns"][rep["kept_traced_round"]]
-        assert sorted(rep["untraced_p50_ns"])[1] == c["untraced"]["p50"]
-        assert not list(d.glob("repeat-*")) and not list(d.rglob("*.perf.data")), c["id"]
+        assert m["params"]["repeats"] == rep["rounds"] == 5
+        assert len(rep["untraced_p50_ns"]) == len(rep["traced_p50_ns"]) == 5
+        assert sorted(rep["traced_p50_ns"])[2] == c["traced"]["p50"] == rep["traced_p50_ns"][rep["kept_traced_round"]]
+        assert sorted(rep["untraced_p50_ns"])[2] == c["untraced"]["p50"]
+        assert not list(d.glob("repeat-*")) and not list(d.rglob("*.perf.data*")), c["id"]
         # The in-situ probe calibration: every round also ran with user events only.
-        assert len(rep["ust_p50_ns"]) == 3 and c["ust_only"]["p50"] == sorted(rep["ust_p50_ns"])[1]
+        assert len(rep["ust_p50_ns"]) == 5 and c["ust_only"]["p50"] == sorted(rep["ust_p50_ns"])[2]
+    assert not (run / ".perf").exists()       # the capture's one perf leaves nothing behind
     assert m["calibration_in_situ"] == {"method": "per case", "complete": True}
 
 
@@ -282,14 +284,17 @@ def test_second_capture_into_the_run_refuses(run):
 
 def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path):
     out = tmp_path / "interrupted"
+    # The capture is started with SIGINT ignored, as a background job of a script gets it: it must
+    # still take SIGINT as an interrupt.
     proc = subprocess.Popen(RPCSCOPE + ["capture", "--sizes", "0,4016", "--calls", "200000", "--warmup", "10",
                                         "--kernel", "perf", "--calibration", "none", "--out", str(out)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
-        # Interrupt in the middle of the traced phase: perf and the UST session are recording.
+        # Interrupt in the middle of a traced run: the capture's perf and the run's UST session record.
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
-            if list(out.glob("cases/*/repeat-*/kernel.perf.data")) and any(
+            if (out / ".perf" / "kernel.perf.data").exists() and any(
                     n.startswith("rpcs-capture-") for n in clttng.session_names()):
                 break
             time.sleep(0.2)
@@ -299,14 +304,18 @@ def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path):
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+            proc.terminate()                   # SIGTERM: the capture still cleans up after itself
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
     assert proc.returncode == 130, stdout + stderr
     assert "interrupted" in stderr
     m = json.loads((out / "manifest.json").read_text())
     assert m["interrupted"] and not m["complete"]
     assert leftovers(out) == []
-    assert not list(out.rglob("*.perf.data"))      # an interrupted case's perf data is not kept
+    assert not list(out.rglob("*.perf.data*")) and not (out / ".perf").exists()   # no perf data kept
 
 
 def test_capture_through_ansible_on_the_testbed_inventory(testbed, tmp_path):

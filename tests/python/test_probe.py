@@ -39,6 +39,21 @@ def test_solve_falls_back_to_one_kernel_cost_without_a_positive_solution():
     assert cn == co == pytest.approx(390.0)
 
 
+def test_solve_pools_kernel_costs_when_one_point_carries_the_split():
+    """TCP-like paths: every size has 12 net and 14 other kernel events but one, with 14 net. A split
+    solved from them follows that one point's noise; one pooled kernel cost is used instead."""
+    counts = {s: (33, 12, 14) for s in (0, 4016, 6000, 8032, 16064, 24096)}
+    counts[1393] = (33, 14, 14)
+    per = _per((145.0, 330.0, 330.0), counts)
+    per[1393]["d_kernel_ns"] *= 1.03               # 3 % noise on the one point that has 14 net events
+    cu, cn, co, method = probe.solve(per)
+    assert cn == co and method.startswith("one kernel cost") and "single point" in method
+    # Well spread points (UDP-like) keep net and other apart.
+    cu, cn, co, method = probe.solve(_per((140.0, 300.0, 360.0), {0: (33, 12, 12), 4016: (49, 36, 29),
+                                                                  8032: (55, 48, 38), 24096: (75, 126, 82)}))
+    assert (round(cn, 6), round(co, 6)) == (300.0, 360.0) and "separately" in method
+
+
 def test_idle_policy_records_and_rejects():
     with pytest.raises(UserError, match="poll or os"):
         idle.IdlePolicy("sometimes")

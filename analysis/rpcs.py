@@ -113,7 +113,7 @@ class Row:
         self.occ_r = np.zeros(0, np.int64)
         self.occ_b = self.occ_e = self.occ_cpu = np.zeros(0, np.int64)
         # The probe charge: intervals whose events cost the step (sign -1: taken back, see the RTT).
-        self.charge = None                       # (r, cpu, b, e, sign) arrays; None: the occurrences
+        self.charge_intervals = None             # (r, cpu, b, e, sign) arrays; None: the occurrences
         self._cost = np.zeros(n)
         self._tracepoints = np.zeros(n, np.int32)
 
@@ -193,8 +193,8 @@ class CaseRPCs:
             return
         costs, n = self.costs, len(self)
         for row in self.rows.values():
-            if row.charge is not None:
-                r, cpu, b, e, sign = row.charge
+            if row.charge_intervals is not None:
+                r, cpu, b, e, sign = row.charge_intervals
             else:
                 r, cpu, b, e = row.occ_r, row.occ_cpu, row.occ_b, row.occ_e
                 sign = 1
@@ -647,7 +647,7 @@ def _reconstruct(case, progress, kernel):
 
     # The measured calls' marks in call then time order; a call needs a C1 mark and ends with c21_end.
     r = np.minimum(call_ids.searchsorted(cid), max(len(call_ids) - 1, 0))
-    on = (len(call_ids) > 0) & (call_ids[r] == cid) & (step_of >= 0) if len(call_ids) else np.zeros(len(cid), bool)
+    on = (call_ids[r] == cid) & (step_of >= 0) if len(call_ids) else np.zeros(len(cid), bool)
     sel = np.nonzero(on)[0]
     sel = sel[np.lexsort((ts[sel], r[sel]))]
     U = _Marks(r[sel], ts[sel], tid[sel], cpu[sel], step_of[sel], mark_of[sel])
@@ -960,6 +960,6 @@ def _rtt(ctx, rtt_b, rtt_e, ccpu, waits_kernel, waits_user):
     two = (scpu[wr] >= 0) & (scpu[wr] != ccpu[wr])
     wr, wb, we = wr[two], wb[two], we[two]
     ones = np.ones(n)
-    row.charge = (np.concatenate([r, wr, wr]), np.concatenate([ccpu, ccpu[wr], scpu[wr]]),
+    row.charge_intervals = (np.concatenate([r, wr, wr]), np.concatenate([ccpu, ccpu[wr], scpu[wr]]),
                   np.concatenate([rtt_b, wb, wb]), np.concatenate([rtt_e, we, we]),
                   np.concatenate([ones, -np.ones(len(wr)), np.ones(len(wr))]))

@@ -262,7 +262,7 @@ class Run:
 
     def finish_prefetch(self):
         if self._prefetch is not None:
-            self._prefetch[0].shutdown(wait=True)
+            self._prefetch[0].shutdown(wait=True, cancel_futures=True)   # an interrupted analysis: no more
             self._prefetch = None
 
     @property

@@ -352,6 +352,7 @@ class Capture:
         self.sessions = []             # lttng sessions created and not yet destroyed
         self.perf = None
         self.case_perf = None          # the cases' perf (kernel_start), from the first traced run to the end
+        self._perf_out = None          # where the running traced run's kernel.perf.data goes
         self.stopped_perf = []         # stopped perf recorders whose data is not yet converted or deleted
         self.hosts = {h["role"]: h for h in testbed_state["hosts"]}
         self.cpus = placement_cpus(params["placement"])

@@ -138,18 +138,17 @@ class PerfRecorder:
                                          start_new_session=True)
         # Open the fifos without blocking forever if perf dies before opening its ends.
         deadline = time.monotonic() + timeout
-        ctl_fd = None
         try:
-            while ctl_fd is None:
+            while not self._fds:
                 if self.proc.poll() is not None:
                     raise UserError(f"perf record exited at start ({self.proc.returncode}): {self._err()}")
                 try:
-                    ctl_fd = os.open(self._fifos[0], os.O_WRONLY | os.O_NONBLOCK)
+                    self._fds = (os.open(self._fifos[0], os.O_WRONLY | os.O_NONBLOCK),)
                 except OSError:
                     if time.monotonic() > deadline:
                         raise UserError(f"perf record did not start within {timeout}s: {self._err()}") from None
                     time.sleep(0.02)
-            self._fds = (ctl_fd, os.open(self._fifos[1], os.O_RDONLY | os.O_NONBLOCK))
+            self._fds += (os.open(self._fifos[1], os.O_RDONLY | os.O_NONBLOCK),)
             if not self.persistent:
                 self.enable(timeout)
         finally:
@@ -165,7 +164,7 @@ class PerfRecorder:
 
     def _command(self, cmd, timeout=20):
         """Write a control command and wait for perf's ack."""
-        if not self._fds:
+        if not self._fds or len(self._fds) < 2:
             raise UserError(f"perf record: no control fifo to send {cmd!r} (not started)")
         ctl_fd, ack_fd = self._fds
         deadline = time.monotonic() + timeout

@@ -171,3 +171,32 @@ def test_conditions_from_manifest(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps(m))
     udp = load_run(tmp_path).cases[0]
     assert udp.conditions("client") == {"inline", "busy_poll"}
+
+
+def test_calls_without_their_end_are_left_out_and_the_rest_unchanged(tmp_path):
+    """Calls whose c21_end is gone (a truncated trace, lost events) are excluded and counted; every other
+    call keeps exactly the rows it has in the whole trace (the reconstruction renumbers the calls)."""
+    from rpcscope.analysis.rpcs import reconstruct
+    d = tmp_path / "run"
+    shutil.copytree(RUN, d)
+    whole = reconstruct(load_run(d).cases[0])
+    case = load_run(d).cases[0]
+    ust = case.ust()
+    names = np.asarray(ust.name)
+    ends = np.nonzero(names == ust.name_id("c21_end"))[0]
+    ends = ends[np.isin(np.asarray(ust.call_id)[ends], whole.call_ids)]     # measured calls' ends
+    drop = ends[[3, 7, 8]]
+    drop_ids = set(np.asarray(ust.call_id)[drop].tolist())
+    keep = np.ones(len(ust), bool)
+    keep[drop] = False
+    cut = ust.select(keep)
+    case.ust = lambda **kw: cut
+    part = reconstruct(case)
+    assert part.excluded["incomplete user marks (no c1_begin or c21_end)"] == 3
+    assert set(whole.call_ids.tolist()) - set(part.call_ids.tolist()) == drop_ids
+    idx = np.searchsorted(whole.call_ids, part.call_ids)
+    for name, row in part.rows.items():
+        ref = whole.rows[name]
+        assert np.array_equal(row.status, ref.status[idx]), name
+        assert np.allclose(row.dur, ref.dur[idx], equal_nan=True), name
+        assert [row.occurrences(i) for i in range(len(part))] == [ref.occurrences(j) for j in idx], name

@@ -260,9 +260,11 @@ class Run:
         if f is not None:
             concurrent.futures.wait([f])
 
-    def finish_prefetch(self):
+    def finish_prefetch(self, cancel=False):
+        """Wait for the decoding started by prefetch(); cancel: drop what has not started yet (an
+        analysis that failed or was interrupted)."""
         if self._prefetch is not None:
-            self._prefetch[0].shutdown(wait=True, cancel_futures=True)   # an interrupted analysis: no more
+            self._prefetch[0].shutdown(wait=True, cancel_futures=cancel)
             self._prefetch = None
 
     @property

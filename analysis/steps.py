@@ -111,6 +111,7 @@ def analyze(run_path, progress=None, write=True, kernel=True):
     if progress:
         progress(0, len(cases), "all", 0, 0)
     run.prefetch()
+    finished = False
     try:
         for k, case in enumerate(cases):
             cb = (lambda done, tot, k=k, case=case: progress(k, len(cases), case.id, done, tot)) if progress else None
@@ -121,8 +122,9 @@ def analyze(run_path, progress=None, write=True, kernel=True):
             rtts.append(rtt_summary(r))
             r.release()
             per_rpc[case.id] = r
+        finished = True
     finally:
-        run.finish_prefetch()
+        run.finish_prefetch(cancel=not finished)
     result = {"run": str(run.path), "calibrated": bool(run.manifest.get("calibration")),
               "kernel_collector": run.manifest.get("kernel_collector"),
               "placement": run.manifest.get("placement"), "wait": run.manifest.get("wait"),

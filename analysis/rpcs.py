@@ -300,6 +300,11 @@ class _Hit:
     def found(self):
         return self.idx >= 0
 
+    def take(self, queries, sel, pos):
+        """Record for the queries (indices) the events at positions pos of sel (-1: none)."""
+        ok = pos >= 0
+        self.ts[queries[ok]], self.idx[queries[ok]] = sel.ts[pos[ok]], sel.idx[pos[ok]]
+
 
 class _Kernel:
     """Kernel events indexed by thread (lazily) and NET_RX softirqs by CPU."""
@@ -341,12 +346,9 @@ class _Kernel:
         th, lo, hi = (np.asarray(a, np.int64) for a in (th, lo, hi))
         out = _Hit(len(th))
         for t in np.unique(th).tolist():
-            m = th == t
+            m = np.nonzero(th == t)[0]
             sel = self.thread(t)[what]
-            p = getattr(sel, side)(lo[m], hi[m])
-            ok = p >= 0
-            out.ts[np.nonzero(m)[0][ok]] = sel.ts[p[ok]]
-            out.idx[np.nonzero(m)[0][ok]] = sel.idx[p[ok]]
+            out.take(m, sel, getattr(sel, side)(lo[m], hi[m]))
         return out
 
     def last_softirq(self, cpu, lo, hi):
@@ -357,9 +359,7 @@ class _Kernel:
             if sel is None:
                 continue
             m = np.nonzero(cpu == c)[0]
-            p = sel.last(lo[m], hi[m])
-            ok = p >= 0
-            out.ts[m[ok]], out.idx[m[ok]] = sel.ts[p[ok]], sel.idx[p[ok]]
+            out.take(m, sel, sel.last(lo[m], hi[m]))
         return out
 
 
@@ -438,17 +438,8 @@ class _Costs:
         self.cpu = {c: (ts, np.concatenate([[0.0], np.cumsum(cost[key])])) for c, (ts, key, _) in events.cpu.items()}
         self._cls = {c: cls for c, (_, _, cls) in events.cpu.items()}
 
-    def between(self, cpu, b, e):
-        """(cost ns, number of tracepoints) on cpu with b <= ts < e."""
-        x = self.cpu.get(int(cpu))
-        if x is None or e <= b:
-            return 0.0, 0
-        ts, cum = x
-        i, j = ts.searchsorted(b, "left"), ts.searchsorted(e, "left")
-        return float(cum[j] - cum[i]), int(j - i)
-
     def charge(self, cpu, b, e):
-        """between() for arrays of intervals: (cost ns, number of tracepoints) per interval."""
+        """(cost ns, number of tracepoints) of the events on cpu with b <= ts < e, per interval."""
         cost, k = np.zeros(len(cpu)), np.zeros(len(cpu), np.int64)
         for c in np.unique(cpu).tolist():
             x = self.cpu.get(int(c))
@@ -468,17 +459,9 @@ class _Costs:
                                             for k in range(N_CLASSES)])
         return pc
 
-    def counts(self, cpu, b, e):
-        """Events on cpu with b <= ts < e per class: (user, kernel net device, other kernel)."""
-        x = self.cpu.get(int(cpu))
-        if x is None or e <= b:
-            return (0,) * N_CLASSES
-        pc = self._class_cumsum(int(cpu))
-        i, j = x[0].searchsorted(b, "left"), x[0].searchsorted(e, "left")
-        return tuple(int(v) for v in pc[:, j] - pc[:, i])
-
     def class_counts(self, cpu, b, e):
-        """counts() for arrays of intervals: an (intervals, classes) array."""
+        """Events on cpu with b <= ts < e per class (user, kernel net device, other kernel), per
+        interval: an (intervals, classes) array."""
         out = np.zeros((len(cpu), N_CLASSES), np.int64)
         for c in np.unique(cpu).tolist():
             x = self.cpu.get(int(c))
@@ -681,9 +664,9 @@ def _reconstruct(case, progress, kernel):
     ctx = _Ctx(n, rows, U, K, cond, user_ts_of)
 
     _user_steps(ctx)
-    waits_user = _span(ctx, "C14", BEGIN, *(("C18", END) if "recv_wait" in cond["client"] else ("C17", END)))
-    _put(ctx, "C7-C9", *_or_reason(ctx, _span(ctx, "C7", BEGIN, "C9", END), "user marks not found"))
-    _put(ctx, "S8-S10", *_or_reason(ctx, _span(ctx, "S8", BEGIN, "S10", END), "user marks not found"))
+    waits_user = _span(ctx, "C14", "C18" if "recv_wait" in cond["client"] else "C17")
+    _put(ctx, "C7-C9", *_or_reason(ctx, _span(ctx, "C7", "C9"), "user marks not found"))
+    _put(ctx, "S8-S10", *_or_reason(ctx, _span(ctx, "S8", "S10"), "user marks not found"))
     _put(ctx, "C14-C17", *_or_reason(ctx, waits_user,
                                      "not taken (the reply was there at the non-blocking select)"))
 
@@ -756,13 +739,10 @@ def _user_steps(ctx):
         _put(ctx, s["id"], *_or_reason(ctx, occ, "user marks not found"))
 
 
-def _span(ctx, first_step, first_mark, last_step, last_mark):
-    """Occurrences from each first mark to the next last mark of the same call (user marks alone)."""
-    U = ctx.U
-    pf, pl = U.of(first_step, first_mark), U.of(last_step, last_mark)
-    j = _seek(U.r[pf], U.ts[pf], U.r[pl], U.ts[pl], "first")
-    pf, pl = pf[j >= 0], pl[j[j >= 0]]
-    return U.r[pf], U.ts[pf], U.ts[pl], U.cpu[pl]
+def _span(ctx, first_step, last_step):
+    """Occurrences from each begin mark to the next end mark of the same call (user marks alone)."""
+    qr, b, _, e, ecpu, found = _to_next_end(ctx, first_step, last_step)
+    return _sub((qr, b, e, ecpu), found)
 
 
 def _to_next_end(ctx, first_step, last_step):

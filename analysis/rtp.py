@@ -302,8 +302,8 @@ def analyze_case(case, progress=None, sample=None, detail=True):
         return res, rpcs
     roles = {t: v["role"] for t, v in rpcs.threads.items()}
     role_cpu = {h.get("role"): int(h["cpus"][0]) for h in case.run.hosts.values() if h.get("cpus")}
-    costs = getattr(rpcs, "costs", None)
-    res["probe_costs"] = bool(costs is not None and costs.available)
+    costs = rpcs.costs
+    res["probe_costs"] = costs.available
     res["probe_calibration"] = case.calibration("client").get("source", "loopback") if res["probe_costs"] else None
     g = Graph(case.kernel(), threads=list(roles))
     walk_rpcs = range(len(rpcs)) if sample is None or sample >= len(rpcs) else \
@@ -324,7 +324,7 @@ def analyze_case(case, progress=None, sample=None, detail=True):
         seg_cost = [0.0] * len(segs)
         n_cls = (0, 0, 0)                    # events on the path: user, kernel net device, other kernel
         ran = [k for k, s in enumerate(segs) if s[4] is not None]
-        if costs is not None and ran:
+        if ran:
             cpu, sb, se = (np.array([segs[k][i] for k in ran], np.int64) for i in (4, 1, 2))
             for k, pc in zip(ran, costs.charge(cpu, sb, se)[0].tolist()):
                 seg_cost[k] = pc

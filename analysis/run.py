@@ -52,21 +52,22 @@ class RunError(Exception):
     """A directory that is not a run (no or unreadable manifest)."""
 
 
-def traced_noise_pct(case_meta):
-    """How far one traced run of a case moves from the next identical one: half the spread of its
-    traced rounds' p50s (manifest cases[].repeats), as % of its untraced p50; None with fewer than
-    two rounds."""
-    tp = (case_meta.get("repeats") or {}).get("traced_p50_ns") or []
+def _rounds_noise_pct(case_meta, kind):
+    """Half the spread of a case's rounds' p50s of one kind (manifest cases[].repeats) as % of its
+    untraced p50; None with fewer than two rounds."""
+    p50s = (case_meta.get("repeats") or {}).get(f"{kind}_p50_ns") or []
     u = (case_meta.get("untraced") or {}).get("p50")
-    return 100 * (max(tp) - min(tp)) / 2 / u if len(tp) > 1 and u else None
+    return 100 * (max(p50s) - min(p50s)) / 2 / u if len(p50s) > 1 and u else None
+
+
+def traced_noise_pct(case_meta):
+    """How far one traced run of a case moves from the next identical one."""
+    return _rounds_noise_pct(case_meta, "traced")
 
 
 def untraced_noise_pct(case_meta):
-    """How far the measured (untraced) p50 of a case moves between identical runs: half the spread of
-    its untraced rounds' p50s, as % of the p50 kept; None with fewer than two rounds."""
-    up = (case_meta.get("repeats") or {}).get("untraced_p50_ns") or []
-    u = (case_meta.get("untraced") or {}).get("p50")
-    return 100 * (max(up) - min(up)) / 2 / u if len(up) > 1 and u else None
+    """How far the measured (untraced) p50 of a case moves between identical runs."""
+    return _rounds_noise_pct(case_meta, "untraced")
 
 
 class Case:

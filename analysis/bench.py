@@ -12,10 +12,14 @@ write their tables there.
   analyze       `rpcscope analyze` end to end on an empty cache: decoding, the in-situ probe
                 calibration, the reconstruction of every RPC, the tables
   analyze cached the same with the decoded columns cached
+  analyze whole the same with each case rebuilt in one window (the whole trace at once), beside
+                the default windows of calls: what the windows save
   trace         the run's smallest and largest single trace decoded alone: does memory grow
                 with the trace's length?
 
 Events/s = the run's events, each counted once / wall time (`reads` also counts re-reads).
+For analyze, the per-RPC tables' own size and the peak beyond them and the interpreter are shown:
+the goal is that the latter does not grow with the length of a case.
 """
 import argparse
 import json
@@ -29,7 +33,7 @@ import time
 
 from rpcscope.output import UserError, emit_json, table
 
-from . import traceread
+from . import rpcs, traceread
 from .run import RunError, load_run
 
 EPILOG = """examples:
@@ -57,18 +61,28 @@ def _child(mode, run_path, cache, target=None):
         run.finish_prefetch()
     elif mode == "trace":
         traceread.read_trace(target, cache_dir=cache)
-    elif mode == "analyze":
+    elif mode in ("analyze", "analyze-whole"):
         from .steps import analyze
+        if mode == "analyze-whole":
+            rpcs.WINDOW_EVENTS = 1 << 62            # one window per case: the whole trace at once
         run = load_run(run_path)
         run.cache_dir = pathlib.Path(cache)
         run.out_dir = pathlib.Path(cache) / "out"
-        analyze(run)
+        base_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        res = analyze(run)
+        tables = sum(r.nbytes() for r in res["_rpcs"].values())
     else:
         raise SystemExit(f"unknown mode {mode}")
     wall = time.perf_counter() - t0
     extractor_kb = traceread.READ_STATS["extractor_peak_rss_kib"]
     self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"wall_s": wall, "events": traceread.READ_STATS["events"],
+    extra = {}
+    if mode.startswith("analyze"):
+        # What the process holds beyond the interpreter and its modules (its peak before the analysis)
+        # and the per-RPC tables: the working set of the analysis itself.
+        extra = {"tables_mib": round(tables / 2**20, 1),
+                 "beyond_tables_mib": round((self_kb - base_kb) / 1024 - tables / 2**20, 1)}
+    print(json.dumps({**extra, "wall_s": wall, "events": traceread.READ_STATS["events"],
                       "decoded_events": traceread.READ_STATS["decoded_events"],
                       "peak_rss_mib": round(self_kb / 1024, 1),
                       "extractor_peak_rss_mib": round(extractor_kb / 1024, 1) if extractor_kb else None}))
@@ -97,7 +111,7 @@ def bench(run_path, do_analyze=True, progress=None):
     from . import native
     plan = [("decode", "first"), ("decode", "cached")]
     if do_analyze:
-        plan += [("analyze", "first"), ("analyze", "cached")]
+        plan += [("analyze", "first"), ("analyze", "cached"), ("analyze-whole", "cached")]
     sizes = sorted(traces, key=lambda t: _dir_bytes(t[1]))
     small, large = sizes[0], sizes[-1]
     plan += [("trace", small), ("trace", large)]
@@ -107,13 +121,15 @@ def bench(run_path, do_analyze=True, progress=None):
         for k, (mode, what) in enumerate(plan):
             if progress:
                 progress(k, len(plan), f"{mode} {what if isinstance(what, str) else what[0]}")
-            cache = tmp / mode
+            cache = tmp / mode.split("-")[0]
             if what == "first" or mode == "trace":
                 shutil.rmtree(cache, ignore_errors=True)
                 cache.mkdir()
             target = what[1] if mode == "trace" else None
             r = _measure(mode, run.path, cache, target)
             r["measurement"] = f"{mode} ({what})" if isinstance(what, str) else f"trace alone: {what[0]}"
+            if mode == "analyze-whole":
+                r["measurement"] = "analyze (cached), each case in one window"
             r["trace_mib"] = round(_dir_bytes(target) / 2**20, 1) if target else None
             rows.append(r)
     finally:
@@ -150,10 +166,15 @@ def cmd_bench(args):
     table([{"measurement": r["measurement"], "events": r["events"], "reads": r["events_read"],
             "wall_s": round(r["wall_s"], 2),
             "events/s": r["events_per_s"], "peak_rss_MiB": r["peak_rss_mib"],
+            "tables_MiB": r.get("tables_mib", ""), "beyond_tables_MiB": r.get("beyond_tables_mib", ""),
             "extractor_MiB": r["extractor_peak_rss_mib"] or "", "trace_MiB": r["trace_mib"] or ""}
            for r in res["measurements"]],
-          ["measurement", "events", "reads", "wall_s", "events/s", "peak_rss_MiB", "extractor_MiB", "trace_MiB"])
+          ["measurement", "events", "reads", "wall_s", "events/s", "peak_rss_MiB", "tables_MiB",
+           "beyond_tables_MiB", "extractor_MiB", "trace_MiB"])
     print("events: the run's events (each once); reads: events returned by the trace reader, re-reads included")
+    print("tables: the per-RPC tables analyze keeps; beyond_tables: peak RSS minus the interpreter with its "
+          "modules and minus the tables (the analysis's working set: one window of calls at a time, "
+          f"about {rpcs.WINDOW_EVENTS:,} events; 'one window' rebuilds each case whole, for comparison)")
     print(f"goal: >= {res['goal_events_per_s']:,} events/s end to end on the first run")
     return 0
 

@@ -108,7 +108,7 @@ def _path_events(case):
     (n RPCs walked, median [user, net, other], [25th, 75th percentile])."""
     from .rtp import analyze_case
     res, rpcs = analyze_case(case, sample=PATH_SAMPLE_RPCS, detail=False)
-    rpcs.release(keep_events=True)          # `analyze` charges the steps with these events next
+    rpcs.release()
     ev = np.array([p["path_events"] for p in res["per_rpc"] if p.get("ok")], float)
     if not len(ev):
         return 0, None, None

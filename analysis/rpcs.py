@@ -43,6 +43,13 @@ Rules (the catalog is tracepoints/steps.toml):
   marks alone, which need no kernel trace: "C7-C9" (c7_begin..c9_end), "S8-S10",
   "C14-C17" (c14_begin..c17_end, or ..c18_end with --wait recv: the client's
   whole wait), "RTT" (c1_begin..c21_end).
+* Windows: a case is rebuilt a window of calls at a time (about WINDOW_EVENTS events), each from
+  the user and kernel events of its own time range, read from the cache (Case.span). The range
+  reaches from the start of the calls begun just before the window's first to the end of those
+  begun just after its last, so every rule sees what it would in the whole trace (a test rebuilds
+  the fixture in windows of 1, 4 and 7 calls and compares every row). Memory then holds the
+  per-RPC tables and one window; warm-up and orphan calls are decided first, over the whole user
+  trace read in chunks (_Plan). Real hosts (a trace per host, two clocks) are rebuilt in one window.
 * Probe cost ("corrected"): each tracepoint is charged to the interval that
   follows its timestamp. A step occurrence [begin, end) on CPU c is charged the
   calibrated cost of every user and kernel event recorded on c with begin <= ts
@@ -53,6 +60,8 @@ Rules (the catalog is tracepoints/steps.toml):
   that are null (too rare to measure) count 0, negative ones (noise) count 0.
 """
 import collections
+import ctypes
+import ctypes.util
 import types
 
 import numpy as np
@@ -97,7 +106,7 @@ class Row:
     """One step (or extra row) over the RPCs of a case: per RPC its begin, end, duration, number
     of occurrences and status; the occurrences themselves as flat arrays (occurrences(r)); the
     probe cost of the tracepoints inside them (cost, tracepoints), charged on first use with the
-    run's calibration as it is then (CaseRPCs.costs)."""
+    run's calibration as it is then (CaseRPCs.charge)."""
 
     def __init__(self, name, n, owner=None):
         self.name = name
@@ -154,9 +163,11 @@ def incomplete(rpcs):
 
 
 class CaseRPCs:
-    """The RPCs of one case: call ids and one Row per step."""
+    """The RPCs of one case: call ids and one Row per step. The events stay in the cache: the probe
+    costs are charged a window of RPCs at a time (windows: [(first RPC, end RPC, lo ns, hi ns)], the
+    time range each window's events were read from)."""
 
-    def __init__(self, case, call_ids, rows, excluded, problems, conditions, threads, user_sel, uroles, kernel):
+    def __init__(self, case, call_ids, rows, excluded, problems, conditions, threads, windows, roles, kernel):
         self.case = case
         self.call_ids = call_ids
         self.rows = rows
@@ -164,8 +175,10 @@ class CaseRPCs:
         self.problems = problems
         self.conditions = conditions
         self.threads = threads
-        self._user_sel, self._uroles, self._kernel = user_sel, uroles, kernel   # the events that cost
-        self._events = self._costs = self._costs_cal = self._charged_cal = None
+        self.windows = windows
+        self._roles, self._kernel = roles, kernel
+        self._window_events = None          # (window index, _ProbeEvents) of the last window costed
+        self._charged_cal = None
 
     def __len__(self):
         return len(self.call_ids)
@@ -174,42 +187,69 @@ class CaseRPCs:
         return {r: self.case.calibration(r) for r in ("client", "server")}
 
     @property
-    def costs(self):
-        """The probe cost of the events on each CPU (_Costs), with the run's calibration as it is now:
-        analysis/probe.py walks the cases before their calibration exists, the tables after."""
-        cal = self._calibration()
-        if self._costs is None or cal != self._costs_cal:
-            if self._events is None:
-                ust = self.case.ust().select(self._user_sel)
-                kev = self.case.kernel() if self._kernel else None
-                self._events = _ProbeEvents(self.case, ust, self._uroles, kev)
-            self._costs, self._costs_cal = _Costs(self._events, cal), cal
-        return self._costs
+    def probe_costs_available(self):
+        """Whether the run has a probe calibration (else every cost is 0)."""
+        return any(c.get("ust_event_ns") is not None for c in self._calibration().values())
+
+    def window_of(self, r):
+        """The index of the window RPC r was rebuilt in."""
+        return int(np.searchsorted([w[0] for w in self.windows], r, "right") - 1)
+
+    def window_costs(self, k, kernel=None):
+        """The probe cost of the events on each CPU (_Costs) in window k's time range, with the run's
+        calibration as it is now: analysis/probe.py walks the cases before their calibration exists,
+        the tables are charged after. kernel: the window's kernel events, when already read."""
+        if self._window_events is None or self._window_events[0] != k:
+            _, _, lo, hi = self.windows[k]
+            ust = self.case.span("ust", lo, hi, USER_COLUMNS)
+            sel = (np.asarray(ust.kind) == KIND["user"]) & np.isin(np.asarray(ust.tid), list(self._roles))
+            ust = ust.select(sel)
+            server = [t for t, rl in self._roles.items() if rl == "server"]
+            uroles = np.isin(np.asarray(ust.tid), server).astype(np.int64)
+            if self._kernel and kernel is None:
+                kernel = self.case.span("kernel", lo, hi, KERNEL_COLUMNS)
+            self._window_events = (k, _ProbeEvents(self.case, ust, uroles, kernel if self._kernel else None))
+        return _Costs(self._window_events[1], self._calibration())
 
     def charge(self):
-        """Fill every row's cost and tracepoints (see the module docstring) with the current calibration."""
+        """Fill every row's cost and tracepoints (see the module docstring) with the current calibration,
+        a window at a time (an RPC's intervals all lie in its window's time range)."""
         cal = self._calibration()
         if cal == self._charged_cal:
             return
-        costs, n = self.costs, len(self)
+        n = len(self)
         for row in self.rows.values():
-            if row.charge_intervals is not None:
-                r, cpu, b, e, sign = row.charge_intervals
-            else:
-                r, cpu, b, e = row.occ_r, row.occ_cpu, row.occ_b, row.occ_e
-                sign = 1
-            cost, k = costs.charge(cpu, b, e)
-            row._cost = np.bincount(r, cost * sign, minlength=n)[:n]
-            row._tracepoints = np.bincount(r, k * sign, minlength=n)[:n].astype(np.int32)
+            row._cost, row._tracepoints = np.zeros(n), np.zeros(n, np.int32)
+        for k, (r0, r1, _, _) in enumerate(self.windows):
+            costs = self.window_costs(k)
+            for row in self.rows.values():
+                if row.charge_intervals is not None:
+                    r, cpu, b, e, sign = row.charge_intervals
+                else:
+                    r, cpu, b, e = row.occ_r, row.occ_cpu, row.occ_b, row.occ_e
+                    sign = np.ones(len(r))
+                m = (r >= r0) & (r < r1)
+                if not m.any():
+                    continue
+                cost, cnt = costs.charge(cpu[m], b[m], e[m])
+                row._cost += np.bincount(r[m], cost * sign[m], minlength=n)[:n]
+                row._tracepoints += np.bincount(r[m], cnt * sign[m], minlength=n)[:n].astype(np.int32)
         self._charged_cal = cal
+        self._window_events = None
+        _trim()
 
-    def release(self, keep_events=False):
-        """Let go of the per-CPU event arrays: memory then holds the tables alone. The charged costs
-        stay; costs is rebuilt if asked for again. keep_events: keep the calibration-independent part
-        (_ProbeEvents, about 11 bytes an event), for a charge with another calibration soon after."""
-        self._costs = self._costs_cal = None
-        if not keep_events:
-            self._events = None
+    def nbytes(self):
+        """Memory the per-RPC tables take: every row's per-RPC arrays, occurrences and charge intervals."""
+        total = self.call_ids.nbytes
+        for row in self.rows.values():
+            arrays = [row.begin, row.end, row.dur, row.count, row.status, row.why, row._cost, row._tracepoints,
+                      row.occ_r, row.occ_b, row.occ_e, row.occ_cpu, *(row.charge_intervals or ())]
+            total += sum(np.asarray(a).nbytes for a in arrays)
+        return total
+
+    def release(self):
+        """Let go of the last window's events: memory then holds the tables alone."""
+        self._window_events = None
 
 
 # ---------------------------------------------------------------- vectorised helpers
@@ -392,10 +432,18 @@ class _ProbeEvents:
             kcpu = np.asarray(kernel.cpu)
             cpus = np.unique(kcpu)
             server = np.isin(kcpu, [c for c in cpus.tolist() if cpu_role.get(int(c), "client") == "server"])
-            combo, key = np.unique((server.astype(np.int64) << 40) | (kind << 32) | names, return_inverse=True)
-            for x in combo.tolist():
-                k = (x >> 32) & 0xFF
-                self.keys.append(("server" if x >> 40 else "client", "kernel", k, kernel.names[x & 0xFFFFFFFF]))
+            # One key per (host role, kind, name) present: a dense code, then its rank among those
+            # present (a bincount, not a sort of every event).
+            nn = max(len(kernel.names), 1)
+            dense = (server.astype(np.int64) * 256 + kind) * nn + names
+            present = np.nonzero(np.bincount(dense))[0]
+            rank = np.zeros(int(present[-1]) + 1 if len(present) else 1, np.int64)
+            rank[present] = np.arange(len(present))
+            key = rank[dense]
+            for x in present.tolist():
+                role, rest = divmod(x, 256 * nn)
+                k, name = divmod(rest, nn)
+                self.keys.append(("server" if role else "client", "kernel", k, kernel.names[name]))
             net = np.isin(kind, NET_KINDS)
             parts.append((np.asarray(kernel.ts), kcpu, key.astype(np.int64) + 2,
                           np.where(net, CLASS_NET, CLASS_OTHER).astype(np.int8)))
@@ -433,7 +481,6 @@ class _Costs:
     """Cumulative probe cost of the events recorded on each CPU, with calibration cal {role: ...}."""
 
     def __init__(self, events, cal):
-        self.available = any(c.get("ust_event_ns") is not None for c in cal.values())
         cost = events.key_costs(cal)
         self.cpu = {c: (ts, np.concatenate([[0.0], np.cumsum(cost[key])])) for c, (ts, key, _) in events.cpu.items()}
         self._cls = {c: cls for c, (_, _, cls) in events.cpu.items()}
@@ -575,32 +622,226 @@ def _sub(occ, m):
     return tuple(np.asarray(a)[m] for a in occ)
 
 
-def reconstruct(case, progress=None, kernel=True):
+# A case is rebuilt a window of calls at a time, each from the events of its own time range (read
+# from the cache): memory holds the per-RPC tables and one window's events (about 170 bytes an event
+# while it is rebuilt), whatever the length of the capture. A window holds about this many events.
+WINDOW_EVENTS = 250_000
+# The columns a window reads (traceread.COLUMNS): what the rules here and the graph (rtp.py) use.
+USER_COLUMNS = ("ts", "kind", "tid", "cpu", "call_id", "name")
+KERNEL_COLUMNS = ("ts", "kind", "cpu", "tid", "tid2", "state", "vec", "skb", "dev", "name")
+
+
+def reconstruct(case, progress=None, kernel=True, window_calls=None):
     """Rebuild every measured RPC of a case (once per case object: later calls return the same
-    CaseRPCs). progress(done, total) is called at the start and the end."""
+    CaseRPCs). progress(done, total) is called as windows of RPCs are done. window_calls: calls per
+    window (default: as many as make about WINDOW_EVENTS events)."""
     memo = case.__dict__.setdefault("_reconstructed", {})
     if kernel not in memo:
-        memo[kernel] = _reconstruct(case, progress, kernel)
+        memo[kernel] = _reconstruct(case, progress, kernel, window_calls)
     elif progress:
         progress(len(memo[kernel]), len(memo[kernel]))
     return memo[kernel]
 
 
-def _reconstruct(case, progress, kernel):
-    ust = case.ust()
-    problems = [dict(p, trace="ust") for p in ust.problems]
-    roles = case.roles(ust)
+class _Plan:
+    """What a case's whole user trace says before its RPCs are rebuilt a window at a time: which
+    threads are the case's own (roles), which calls are measured (call_ids, sorted), why the others
+    are left out, and the time range each window of calls must read (windows())."""
+
+    def __init__(self, case):
+        seen_tid, pids = {}, {}
+        threads = {}
+        c1, c21, ids = [], [], []          # (tid, call id, ts) of c1_begin and c21_end; (tid, call ids)
+        for st in case.stored("ust"):
+            for t, v in st.threads.items():
+                threads.setdefault(t, v)
+            nid = {n: i for i, n in enumerate(st.names)}
+            for ev in st.chunks(1 << 18, columns=("kind", "tid", "pid", "name", "call_id")):
+                tid = np.asarray(ev.tid).astype(np.int64)
+                u, first = np.unique(tid, return_index=True)
+                for t, pid in zip(u.tolist(), np.asarray(ev.pid)[first].tolist()):
+                    if t not in seen_tid:
+                        seen_tid[t], pids[t] = True, pid
+                user = np.asarray(ev.kind) == KIND["user"]
+                name, cid, ts = np.asarray(ev.name), np.asarray(ev.call_id).astype(np.uint64), np.asarray(ev.ts)
+                for out, n in ((c1, "c1_begin"), (c21, "c21_end")):
+                    m = user & (name == nid.get(n, -2))
+                    out.append((tid[m], cid[m], ts[m].astype(np.int64)))
+                m = user & (cid != 0)
+                for t in np.unique(tid[m]).tolist():
+                    ids.append((t, np.unique(cid[m & (tid == t)])))
+        self.threads = threads
+        tids = np.array(list(pids), np.int64)
+        self.roles = case.roles(types.SimpleNamespace(tid=tids, pid=np.array([pids[t] for t in tids.tolist()]),
+                                                      threads=threads))
+        own = list(self.roles)
+
+        def cat(parts):
+            t, c, x = (np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, d)
+                       for i, d in enumerate((np.int64, np.uint64, np.int64)))
+            m = np.isin(t, own)
+            return c[m], x[m]
+
+        c1_cid, c1_ts = cat(c1)
+        c21_cid, c21_ts = cat(c21)
+        # Calls: those with a c1_begin, minus warm-up: rpc-client makes one first call, then
+        # `warmup` calls, then the measured ones (rpc/bench.c), in call-sequence order per activity.
+        self.excluded = collections.Counter()
+        starts = np.unique(c1_cid)
+        act, seq = starts >> np.uint64(32), starts & np.uint64(0xFFFFFFFF)
+        measured = []
+        for a in np.unique(act):
+            sq = np.sort(seq[act == a])
+            nwarm = 1 + case.warmup
+            self.excluded["warm-up (first call and --warmup calls)"] += min(nwarm, len(sq))
+            measured.append((a << np.uint64(32)) | sq[nwarm:])
+        self.call_ids = np.sort(np.concatenate(measured)) if measured else np.zeros(0, np.uint64)
+        all_ids = np.unique(np.concatenate([c for t, c in ids if t in self.roles] or [np.zeros(0, np.uint64)]))
+        orphans = np.setdiff1d(all_ids, starts)
+        if len(orphans):
+            self.excluded["no c1_begin (started before the trace)"] += len(orphans)
+        # Every call's time span (warm-up ones too): its first c1_begin .. its last c21_end.
+        self._starts = starts
+        self.calls = len(starts)
+        self._activities = len(np.unique(act))
+        b = np.full(len(starts), np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(b, starts.searchsorted(c1_cid), c1_ts)
+        e = b.copy()
+        k = starts.searchsorted(c21_cid)
+        ok = (k < len(starts)) & (starts[np.minimum(k, max(len(starts) - 1, 0))] == c21_cid) if len(starts) else \
+            np.zeros(len(c21_cid), bool)
+        np.maximum.at(e, k[ok], c21_ts[ok])
+        self._span_b, self._span_e = b, e
+
+    def windows(self, size):
+        """[(first, end) indices into call_ids, lo, hi]: windows of `size` measured calls and the
+        time range whose events each must read (None: that end of the trace). The range reaches
+        back to the beginning of the calls started just before the window's first (the server's
+        sleep before a request began at the end of the previous one) and on to the end of those
+        started just after its last (a listener leaves the CPU after the reply is sent)."""
+        n = len(self.call_ids)
+        if n <= size:
+            return [(0, n, None, None)]
+        order = np.argsort(self._span_b, kind="stable")
+        pos = np.empty(len(order), np.int64)
+        pos[order] = np.arange(len(order))
+        b_sorted = self._span_b[order]
+        e_run = np.maximum.accumulate(self._span_e[order])
+        margin = 1 + self._activities
+        out = []
+        for r0 in range(0, n, size):
+            r1 = min(r0 + size, n)
+            p = pos[self._starts.searchsorted(self.call_ids[r0:r1])]
+            first, last = int(p.min()) - margin, int(p.max()) + margin
+            lo = int(b_sorted[first]) if first >= 0 else None
+            hi = int(e_run[last]) if last < len(order) else None
+            out.append((r0, r1, lo, hi))
+        return out
+
+
+def _reconstruct(case, progress, kernel, window_calls):
+    plan = _Plan(case)
+    ust_problems = case.stored("ust")[0].problems if len(case.stored("ust")) == 1 else \
+        [p for st in case.stored("ust") for p in st.problems]
+    problems = [dict(p, trace="ust") for p in ust_problems]
+    has_kernel = kernel and case.has_kernel()
+    kproblems = [p for st in case.stored("kernel") for p in st.problems] if has_kernel else []
+    problems += [dict(p, trace="kernel") for p in kproblems]
+    cond = {"client": case.conditions("client"), "server": case.conditions("server")}
+    lossy = any(p["what"] in ("discarded_events", "discarded_packets") for p in ust_problems + kproblems)
+    if case.lossy or lossy:
+        problems.append({"what": "lossy", "message": "events were lost: RPCs with missing events are excluded"})
+    # Real hosts (a trace per host): their clocks differ, so one window (the whole capture).
+    several = len(case.stored("ust")) > 1 or (has_kernel and len(case.stored("kernel")) > 1)
+    if several:
+        window_calls = len(plan.call_ids)
+    elif not window_calls:
+        events = sum(len(st) for st in case.stored("ust")) + \
+            (sum(len(st) for st in case.stored("kernel")) if has_kernel else 0)
+        window_calls = max(1, int(WINDOW_EVENTS * max(plan.calls, 1) // max(events, 1)))
+    plan_windows = plan.windows(window_calls)
+    excluded = plan.excluded
+    total = len(plan.call_ids)
+    if progress:
+        progress(0, total)
+    parts, windows, inferred, done = [], [], collections.Counter(), 0
+    for r0, r1, lo, hi in plan_windows:
+        ust = case.span("ust", lo, hi, USER_COLUMNS)
+        kev = case.span("kernel", lo, hi, KERNEL_COLUMNS) if has_kernel else None
+        part = _build(case, ust, plan.roles, plan.call_ids[r0:r1], kev, cond, excluded, inferred)
+        windows.append((done, done + len(part[0]), lo, hi))
+        done += len(part[0])
+        parts.append(part)
+        if progress:
+            progress(r1, total)
+    call_ids = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.uint64)
+    rows = _merge_rows([p[1] for p in parts], [w[0] for w in windows], len(call_ids))
+    del parts
+    _trim()
+    roles = plan.roles
+    for t, k in sorted(inferred.items()):
+        problems.append({"what": "switch_in_inferred", "count": int(k), "trace": "kernel",
+                         "message": f"{roles.get(t, 'thread')} thread {t}: {k} switch(es) in not traced (the "
+                                    f"kernel did not report leaving the idle task on that CPU); each was taken "
+                                    f"at the thread's first kernel event after its waking"})
+    threads = {t: {"role": rl, **(plan.threads.get(t) or {})} for t, rl in roles.items()}
+    out = CaseRPCs(case, call_ids, rows, excluded, problems, cond, threads, windows, roles, has_kernel)
+    for row in rows.values():
+        row._owner = out
+    return out
+
+
+def _trim():
+    """Give the heap's free pages back to the system (glibc's malloc_trim): the windows' arrays are
+    freed between long-lived pieces of the tables, and the free pages between them would otherwise
+    stay resident, window after window."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _libc():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        return libc
+    except (OSError, AttributeError):
+        return None                 # not glibc: nothing to trim
+
+
+_LIBC = _libc()
+
+
+def _merge_rows(parts, offsets, n):
+    """One Row per name over every window's rows (parts: [{name: Row}], offsets: each window's first
+    RPC index). Each window's row is let go of once merged: memory holds the tables plus one row."""
+    if len(parts) == 1:
+        return parts[0]
+    rows = {}
+    for name in ROW_ORDER:
+        row = rows[name] = Row(name, n)
+        pieces = [p.pop(name) for p in parts]
+        for a in ("begin", "end", "dur", "count", "status", "why", "_cost", "_tracepoints"):
+            setattr(row, a, np.concatenate([getattr(x, a) for x in pieces]))
+        for x in pieces:
+            row.reasons.update(x.reasons)
+        row.occ_r = np.concatenate([x.occ_r + off for x, off in zip(pieces, offsets)])
+        row.occ_b, row.occ_e, row.occ_cpu = (np.concatenate([getattr(x, a) for x in pieces])
+                                             for a in ("occ_b", "occ_e", "occ_cpu"))
+        if pieces[0].charge_intervals is not None:
+            ci = [x.charge_intervals for x in pieces]
+            row.charge_intervals = (np.concatenate([c[0] + off for c, off in zip(ci, offsets)]),
+                                    *(np.concatenate([c[i] for c in ci]) for i in range(1, 5)))
+        del pieces
+    return rows
+
+
+def _build(case, ust, roles, call_ids, kev, cond, excluded, inferred):
+    """The RPCs call_ids (sorted, measured) from the events of their window: (call ids kept, {name:
+    Row}). Calls without their c1_begin or c21_end are left out and counted in excluded; switches
+    in that had to be inferred are counted per thread in inferred."""
     tids = np.asarray(ust.tid)
     keep = (np.asarray(ust.kind) == KIND["user"]) & np.isin(tids, list(roles))
     u = ust.select(keep)
-    kev = None
-    if kernel and case.has_kernel():
-        kev = case.kernel()
-        problems += [dict(p, trace="kernel") for p in kev.problems]
-    cond = {"client": case.conditions("client"), "server": case.conditions("server")}
-    if case.lossy or ust.lossy or (kev is not None and kev.lossy):
-        problems.append({"what": "lossy", "message": "events were lost: RPCs with missing events are excluded"})
-
     ts = np.asarray(u.ts).astype(np.int64)
     tid = np.asarray(u.tid).astype(np.int64)
     cpu = np.asarray(u.cpu).astype(np.int64)
@@ -609,24 +850,6 @@ def _reconstruct(case, progress, kernel):
     marks = [_MARK.get(u.names[i]) for i in range(len(u.names))]
     step_of = np.array([_STEP_INDEX[m[0]] if m else -1 for m in marks] + [-1], np.int64)[uname]
     mark_of = np.array([_MARK_CODE.get(m[1], OTHER) if m else OTHER for m in marks] + [OTHER], np.int64)[uname]
-    uroles = np.isin(tid, [t for t, rl in roles.items() if rl == "server"]).astype(np.int64)
-
-    # Calls: those with a c1_begin, minus warm-up: rpc-client makes one first call, then
-    # `warmup` calls, then the measured ones (rpc/bench.c), in call-sequence order per activity.
-    excluded = collections.Counter()
-    c1b = u.name_id("c1_begin")
-    starts = np.unique(cid[uname == c1b]) if c1b >= 0 else np.zeros(0, np.uint64)
-    act, seq = starts >> np.uint64(32), starts & np.uint64(0xFFFFFFFF)
-    measured = []
-    for a in np.unique(act):
-        s = np.sort(seq[act == a])
-        nwarm = 1 + case.warmup
-        excluded["warm-up (first call and --warmup calls)"] += min(nwarm, len(s))
-        measured.append((a << np.uint64(32)) | s[nwarm:])
-    call_ids = np.sort(np.concatenate(measured)) if measured else np.zeros(0, np.uint64)
-    orphans = np.setdiff1d(np.unique(cid[cid != 0]), starts)
-    if len(orphans):
-        excluded["no c1_begin (started before the trace)"] += len(orphans)
 
     # The measured calls' marks in call then time order; a call needs a C1 mark and ends with c21_end.
     r = np.minimum(call_ids.searchsorted(cid), max(len(call_ids) - 1, 0))
@@ -635,8 +858,6 @@ def _reconstruct(case, progress, kernel):
     sel = sel[np.lexsort((ts[sel], r[sel]))]
     U = _Marks(r[sel], ts[sel], tid[sel], cpu[sel], step_of[sel], mark_of[sel])
     n_all = len(call_ids)
-    if progress:
-        progress(0, n_all)
     c1, c21 = U.of("C1"), U.of("C21")
     first_c1, last_c21 = _first_per(U.r[c1], n_all), _last_per(U.r[c21], n_all)
     ok = (first_c1 >= 0) & (last_c21 >= 0)
@@ -682,27 +903,15 @@ def _reconstruct(case, progress, kernel):
         _server_kernel(ctx)
 
     _rtt(ctx, U.ts[c1[first_c1]], U.ts[c21[last_c21]], U.cpu[c21[last_c21]], waits_kernel, waits_user)
-    if progress:
-        progress(n, n)
-
     # A step that applies but whose events were not found by any rule: missing, "events not found".
     for row in rows.values():
         m = (row.status == MISSING) & _is_none(row.why)
         if m.any():
             row.reasons["events not found"] += int(m.sum())
             row.why[m] = "events not found"
-    threads = {t: {"role": rl, **(ust.threads.get(t) or {})} for t, rl in roles.items()}
-    if K is not None and K.inferred:
-        for t, k in sorted(K.inferred.items()):
-            problems.append({"what": "switch_in_inferred", "count": int(k), "trace": "kernel",
-                             "message": f"{roles.get(t, 'thread')} thread {t}: {k} switch(es) in not traced (the "
-                                        f"kernel did not report leaving the idle task on that CPU); each was taken "
-                                        f"at the thread's first kernel event after its waking"})
-    out = CaseRPCs(case, call_ids, rows, excluded, problems, cond, threads, np.nonzero(keep)[0], uroles,
-                   kev is not None)
-    for row in rows.values():
-        row._owner = out
-    return out
+    if K is not None:
+        inferred.update(K.inferred)
+    return call_ids, rows
 
 
 def _or_reason(ctx, occ, reason):

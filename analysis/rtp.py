@@ -44,7 +44,7 @@ import numpy as np
 from rpcscope.tracepoints import STEPS
 
 from .graph import Graph
-from .rpcs import EXTRA_ROWS, MEASURED, reconstruct
+from .rpcs import EXTRA_ROWS, KERNEL_COLUMNS, MEASURED, reconstruct
 from .run import load_run
 
 RTP_FORMAT = "rpcscope-rtp/1"
@@ -302,15 +302,23 @@ def analyze_case(case, progress=None, sample=None, detail=True):
         return res, rpcs
     roles = {t: v["role"] for t, v in rpcs.threads.items()}
     role_cpu = {h.get("role"): int(h["cpus"][0]) for h in case.run.hosts.values() if h.get("cpus")}
-    costs = rpcs.costs
-    res["probe_costs"] = costs.available
+    res["probe_costs"] = rpcs.probe_costs_available
     res["probe_calibration"] = case.calibration("client").get("source", "loopback") if res["probe_costs"] else None
-    g = Graph(case.kernel(), threads=list(roles))
     walk_rpcs = range(len(rpcs)) if sample is None or sample >= len(rpcs) else \
         np.unique(np.linspace(0, len(rpcs) - 1, sample).astype(int)).tolist()
+    # The graph and the probe costs of one window of RPCs at a time (rpcs.windows): its events only.
+    window, g, costs = None, None, None
     for k, r in enumerate(walk_rpcs):
         if progress and k % 200 == 0:
             progress(k, len(walk_rpcs))
+        w = rpcs.window_of(r)
+        if w != window:
+            _, _, lo, hi = rpcs.windows[w]
+            window = w
+            kev = case.span("kernel", lo, hi, KERNEL_COLUMNS)
+            g = Graph(kev, threads=list(roles))
+            costs = rpcs.window_costs(w, kernel=kev)
+            del kev
         labels, occs = rpc_labels(rpcs, r, g, roles)
         b, e = int(rpcs.rows["RTT"].begin[r]), int(rpcs.rows["RTT"].end[r])
         c1 = occs.get("C1")

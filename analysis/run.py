@@ -148,6 +148,28 @@ class Case:
                for i, (_, p) in enumerate(dirs)]
         return evs[0] if len(evs) == 1 else traceread.merge(evs)
 
+    def stored(self, kind):
+        """[traceread.StoredTrace] of the case's traces of one kind ("ust" or "kernel"), one per host
+        (decoded on first use; read a time range at a time)."""
+        memo = self.__dict__.setdefault("_stored", {})
+        if kind not in memo:
+            dirs = self._trace_dirs(kind)
+            if not dirs:
+                memo[kind] = [traceread.StoredTrace(self.dir / kind, src=0 if kind == "ust" else 8)]
+            else:
+                for _, p in dirs:
+                    self.run.wait_for_trace(p)
+                memo[kind] = [traceread.StoredTrace(p, cache_dir=self.run.cache_dir,
+                                                    src=(0 if kind == "ust" else 8) + i)
+                              for i, (_, p) in enumerate(dirs)]
+        return memo[kind]
+
+    def span(self, kind, lo=None, hi=None, columns=None):
+        """The case's events of one kind with lo <= ts <= hi (None: open), every host merged; columns:
+        only those."""
+        evs = [t.span(lo, hi, columns) for t in self.stored(kind)]
+        return evs[0] if len(evs) == 1 else traceread.merge(evs)
+
     def roles(self, ust):
         """{tid: "client"|"server"} of the case's own processes in a UST trace: by the
         manifest's pids (vpid context), else by procname."""

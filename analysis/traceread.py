@@ -543,10 +543,13 @@ def _read_native(path, src, cache_dir, key):
         cols = _map_columns(tmp, meta["events"])
         problems = [{"source": src, **p} for p in meta["problems"]]
         names = meta["names"]
-        if len(cols["ts"]) and np.any(np.diff(cols["ts"]) < 0):
+        # Checked a chunk at a time from the files (not through the maps, whose pages would stay
+        # resident): in time order, every tid known. Otherwise (rare) the columns are fixed in memory.
+        if not _chunks_all(tmp / "ts.bin", np.int64, lambda a, prev: a[0] >= prev and bool(np.all(a[1:] >= a[:-1]))):
             order = np.argsort(cols["ts"], kind="stable")
             cols = {k: np.asarray(v)[order] for k, v in cols.items()}
-        _fill_tids(cols)
+        if not _chunks_all(tmp / "tid.bin", np.int32, lambda a, prev: bool(np.all(a >= 0))):
+            _fill_tids(cols)
         sources = [{"path": str(path), "clock": meta["clock"], "tracer": _tracer_of(names, meta["clock"]),
                     "events": int(meta["events"]), "partial": False}]
         ev = Events(cols, names, sources, problems, {int(k): v for k, v in meta["threads"].items()})
@@ -566,6 +569,18 @@ def _read_native(path, src, cache_dir, key):
         return ev
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _chunks_all(f, dtype, test, size=1 << 18):
+    """Whether test(chunk, last value of the previous chunk) holds for every chunk of a column file."""
+    n = pathlib.Path(f).stat().st_size // np.dtype(dtype).itemsize
+    prev = np.iinfo(dtype).min
+    for i in range(0, n, size):
+        a = np.fromfile(f, dtype=dtype, count=min(size, n - i), offset=i * np.dtype(dtype).itemsize)
+        if not test(a, prev):
+            return False
+        prev = a[-1]
+    return True
 
 
 # Events returned by read_trace in this process, of them those decoded rather than mapped from the
@@ -617,6 +632,52 @@ def _read_trace(path, cache_dir, src, backend):
     if key:
         _save(cache_dir, key, ev)
     return ev, True
+
+
+class StoredTrace:
+    """A trace decoded into the cache, read one time range (or chunk) at a time: memory then holds
+    the range asked for, not the trace. (read_trace's Events map whole columns, whose pages stay
+    resident once touched.) A trace the cache does not hold (no cache_dir, a missing trace) is
+    kept in memory as read_trace returned it."""
+
+    def __init__(self, path, cache_dir=None, src=0, backend="auto"):
+        ev = read_trace(path, cache_dir=cache_dir, src=src, backend=backend)
+        self.names, self.sources, self.problems, self.threads = ev.names, ev.sources, ev.problems, ev.threads
+        self.src, self.n = src, len(ev)
+        ts = ev.cols["ts"]
+        self.dir = pathlib.Path(ts.filename).parent if isinstance(ts, np.memmap) else None
+        self._ev = None if self.dir else ev
+
+    def __len__(self):
+        return self.n
+
+    def span(self, lo=None, hi=None, columns=None):
+        """Events with lo <= ts <= hi (None: that end open); columns: only those (ts always)."""
+        if not self.n:
+            return self._rows(0, 0, columns)
+        ts = self._ev.cols["ts"] if self._ev is not None else np.memmap(self.dir / "ts.bin", np.int64, mode="r")
+        i = 0 if lo is None else int(ts.searchsorted(lo, "left"))
+        j = self.n if hi is None else int(ts.searchsorted(hi, "right"))
+        del ts                      # unmaps: only the pages of the binary search were touched
+        return self._rows(i, max(i, j), columns)
+
+    def chunks(self, size=1 << 20, columns=None):
+        """The whole trace as Events of at most `size` rows each, in time order."""
+        for i in range(0, self.n, size):
+            yield self._rows(i, min(i + size, self.n), columns)
+
+    def _rows(self, i, j, columns=None):
+        keys = [k for k in COLUMNS if columns is None or k == "ts" or k in columns]
+        if self._ev is not None:
+            return Events({k: self._ev.cols[k][i:j] for k in keys}, self.names, self.sources, self.problems,
+                          self.threads)
+        cols = {}
+        for k in keys:
+            dt = np.dtype(_NP[COLUMNS[k]])
+            cols[k] = np.fromfile(self.dir / f"{k}.bin", dtype=dt, count=j - i, offset=i * dt.itemsize)
+        if self.src and "src" in cols:
+            cols["src"][:] = self.src
+        return Events(cols, self.names, self.sources, self.problems, self.threads)
 
 
 def _with_src(ev, src):
@@ -686,14 +747,14 @@ def _fill_tids(cols):
 def merge(events_list):
     """Merge Events of several sources (each read with its own src index) by time."""
     names, ids = [], {}
-    cols = {k: [] for k in COLUMNS}
+    cols = {k: [] for k in COLUMNS if all(k in ev.cols for ev in events_list)}
     sources, problems, threads = [], [], {}
     for ev in events_list:
         remap = np.array([ids.setdefault(n, len(ids)) for n in ev.names] or [0], np.int32)
         for n in ev.names:
             if n not in names:
                 names.append(n)
-        for k in COLUMNS:
+        for k in cols:
             v = np.asarray(ev.cols[k])
             if k in ("name", "dev"):
                 v = np.where(v >= 0, remap[np.maximum(v, 0)], -1).astype(np.int32)

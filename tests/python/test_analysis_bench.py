@@ -20,7 +20,9 @@ def test_bench_counts_every_event_and_leaves_the_run_alone(tmp_path, capsys):
     assert rows["decode (first)"]["events"] == rows["decode (cached)"]["events"] == total
     assert rows["decode (first)"]["decoded_events"] == total and rows["decode (cached)"]["decoded_events"] == 0
     assert rows["analyze (first)"]["events"] == total and rows["analyze (first)"]["events_read"] >= total
-    assert rows["analyze (first)"]["peak_rss_mib"] > 0
+    assert rows["analyze (first)"]["peak_rss_mib"] > 0 and rows["analyze (first)"]["tables_mib"] > 0
+    whole = rows["analyze (cached), each case in one window"]
+    assert whole["events"] == total and whole["beyond_tables_mib"] is not None
     assert all(r["events_per_s"] > 0 for r in res["measurements"])
     assert not (run / "analysis").exists()          # its own cache and outputs were not touched
     assert cli_main(["analyze-bench", str(run), "--no-analyze", "--json"]) == 0

@@ -130,6 +130,29 @@ def test_cache_is_reused_and_invalidated(fx, tmp_path):
     assert third.sources[0]["tracer"] == "perf"
 
 
+def test_stored_trace_reads_ranges_and_chunks_of_the_cache(fx, tmp_path):
+    """StoredTrace reads time ranges and chunks from the cache files (not mapped), equal to the
+    same rows of the whole trace."""
+    whole = read_trace(fx / "perf", cache_dir=tmp_path, src=3, backend="python")
+    st = traceread.StoredTrace(fx / "perf", cache_dir=tmp_path, src=3)
+    assert st.dir is not None and len(st) == len(whole) > 10
+    ts = np.asarray(whole.ts)
+    lo, hi = int(ts[len(ts) // 4]), int(ts[len(ts) // 2])
+    part = st.span(lo, hi)
+    m = (ts >= lo) & (ts <= hi)
+    assert not isinstance(part.ts, np.memmap)
+    for k in traceread.COLUMNS:
+        assert np.array_equal(part.cols[k], np.asarray(whole.cols[k])[m]), k
+    assert set(part.src.tolist()) == {3}
+    assert len(st.span()) == len(whole) and len(st.span(hi=int(ts[0]) - 1)) == 0
+    chunks = list(st.chunks(size=7))
+    assert len(chunks) == -(-len(whole) // 7)
+    assert np.array_equal(np.concatenate([c.ts for c in chunks]), ts)
+    # A trace the cache does not hold is kept in memory, with the same interface.
+    missing = traceread.StoredTrace(tmp_path / "nothing")
+    assert missing.dir is None and len(missing.span(0, 10)) == 0 and missing.problems[0]["what"] == "missing"
+
+
 def test_two_hosts_shifted_clock_is_recovered(fx):
     a = read_trace(fx / "ust-client", backend="python")
     b = read_trace(fx / "ust-server", backend="python")

@@ -350,6 +350,7 @@ class Capture:
         self.procs = Processes()
         self.sessiond = Sessiond()
         self.sessions = []             # lttng sessions created and not yet destroyed
+        self.ust_dirs = {}             # UST session -> its output directory
         self.perf = None
         self.case_perf = None          # the cases' perf (kernel_start), from the first traced run to the end
         self._perf_out = None          # where the running traced run's kernel.perf.data goes
@@ -478,16 +479,21 @@ class Capture:
         name = f"rpcs-capture-{self.tag}-{len(self.sessions)}-{int(time.time() * 1000) % 100000}"
         sub, num = lttng.ust_buffer_size(calls, frags)
         self.sessions.append(name)
+        self.ust_dirs[name] = out_dir
         for cmd in lttng.ust_session_commands(name, out_dir, sub, num, vpids=pids):
             lttng.run_lttng(cmd)
         lttng.run_lttng(["start", name])
         return name
 
     def ust_stop(self, name):
-        lttng.run_lttng(["stop", name])
+        lttng.stop_session(name)                # returns once every event recorded is on disk
         st = lttng.channel_stats(name).get(lttng.UST_CHANNEL, {"discarded_events": 0, "lost_packets": 0})
-        lttng.run_lttng(["destroy", name])
+        # `lttng destroy` waits another half second for the session daemon to finish tearing the session
+        # down (on this VM, whatever it held): two sessions a round, a minute and a half of a make run.
+        # Not waiting is safe once the consumer daemon has closed the trace's files.
+        lttng.run_lttng(["destroy", "--no-wait", name])
         self.sessions.remove(name)
+        lttng.wait_files_closed(self.ust_dirs.pop(name))
         return st
 
     def trace_hook(self, ust_dir, calls, frags, got, kernel_dir=None):

@@ -7,9 +7,13 @@ The command lines follow LTTng 2.13's documented interface (lttng-create(1),
 lttng-enable-channel(1), lttng-enable-event(1), lttng-add-context(1),
 lttng-track(1), lttng-list(1) --mi xml).
 """
+import ctypes
+import glob
+import os
 import re
 import shutil
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 
 from rpcscope.output import UserError
@@ -160,6 +164,59 @@ def run_lttng(args, check=True, timeout=CMD_TIMEOUT):
         err = (p.stderr or p.stdout).strip().splitlines()
         raise UserError(f"lttng {' '.join(args)} failed: {err[-1] if err else 'exit %d' % p.returncode}")
     return p
+
+
+def _ctl():
+    """liblttng-ctl (lttng/lttng.h), for lttng_data_pending: the CLI polls it every 200 ms."""
+    try:
+        lib = ctypes.CDLL("liblttng-ctl.so.0")
+        lib.lttng_data_pending.argtypes = [ctypes.c_char_p]
+        return lib
+    except (OSError, AttributeError):
+        return None
+
+
+def stop_session(name, timeout=CMD_TIMEOUT):
+    """`lttng stop NAME`, returning as soon as every event recorded is on disk (lttng_data_pending
+    polled every 5 ms instead of the CLI's 200 ms)."""
+    lib = _ctl()
+    if lib is None:
+        run_lttng(["stop", name])
+        return
+    run_lttng(["stop", "--no-wait", name])
+    deadline = time.monotonic() + timeout
+    while True:
+        pending = lib.lttng_data_pending(name.encode())
+        if pending == 0:
+            return
+        if pending < 0:
+            raise UserError(f"lttng: cannot tell whether session {name}'s data is on disk "
+                            f"(lttng_data_pending: {pending}); is lttng-sessiond still running?")
+        if time.monotonic() > deadline:
+            raise UserError(f"lttng: session {name}'s data still not on disk {timeout} s after it was stopped")
+        time.sleep(0.005)
+
+
+def wait_files_closed(path, timeout=10.0):
+    """Wait until no process holds a file under path open (the consumer daemon closing a destroyed
+    session's trace): the trace is then complete on disk. Raises UserError after timeout seconds."""
+    root = os.path.realpath(path) + os.sep
+    deadline = time.monotonic() + timeout
+    while True:
+        held = []
+        for fd in glob.glob("/proc/[0-9]*/fd/*"):
+            try:
+                if os.readlink(fd).startswith(root):
+                    held.append(fd.split("/")[2])
+            except OSError:
+                continue                            # the process or descriptor went away meanwhile
+        if not held:
+            return
+        if time.monotonic() > deadline:
+            raise UserError(f"{path}: still open in process(es) {', '.join(sorted(set(held)))} {timeout:.0f} s "
+                            f"after its LTTng session was destroyed; the trace may be incomplete (check "
+                            f"`lttng list` and the lttng-consumerd processes, then capture again)")
+        time.sleep(0.005)
 
 
 def session_names():

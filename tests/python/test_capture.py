@@ -28,6 +28,7 @@ import time
 import pytest
 
 from rpcscope.collectors import lttng as clttng
+from rpcscope.output import UserError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
@@ -376,3 +377,23 @@ def test_persistent_perf_splits_runs_into_files(tmp_path):
         rec.stop()
     assert [perf.stats(p)["samples"].get("syscalls:sys_enter_getppid") for p in got] == [7, 11]
     assert not rec.alive() and not list(work.glob("k.data*")) and not list(work.glob("*.fifo"))
+
+
+def test_wait_files_closed_waits_for_the_holder_and_names_it(tmp_path):
+    """A destroyed LTTng session's trace is read only once no process holds its files (the capture
+    destroys sessions without waiting for the session daemon): a holder is waited for, or named."""
+    f = tmp_path / "trace" / "stream_0"
+    f.parent.mkdir()
+    f.touch()
+    holder = subprocess.Popen(["sh", "-c", f"exec 3>>{f}; sleep 0.3"])
+    try:
+        time.sleep(0.05)
+        with pytest.raises(UserError, match=str(holder.pid)):
+            clttng.wait_files_closed(tmp_path / "trace", timeout=0.05)
+        t0 = time.monotonic()
+        clttng.wait_files_closed(tmp_path / "trace", timeout=5)
+        assert time.monotonic() - t0 > 0.1 and holder.wait(timeout=5) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+    clttng.wait_files_closed(tmp_path / "nothing-here", timeout=0)

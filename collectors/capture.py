@@ -351,8 +351,9 @@ class Capture:
         self.sessiond = Sessiond()
         self.sessions = []             # lttng sessions created and not yet destroyed
         self.ust_dirs = {}             # UST session -> its output directory
+        self.last_order = []           # the runs of the last case in the order they ran ("kind-round")
         self.perf = None
-        self.case_perf = None          # the cases' perf (kernel_start), from the first traced run to the end
+        self.case_perf = None          # a case's perf (kernel_start), from its first traced run to its last
         self._perf_out = None          # where the running traced run's kernel.perf.data goes
         self.stopped_perf = []         # stopped perf recorders whose data is not yet converted or deleted
         self.hosts = {h["role"]: h for h in testbed_state["hosts"]}
@@ -518,7 +519,8 @@ class Capture:
         """Start the kernel collector writing into out_dir (perf: out_dir/kernel.perf.data; LTTng:
         out_dir/kernel)."""
         if self.kernel == "perf":
-            # One perf for every traced run of the capture, enabled around each (PerfRecorder).
+            # One perf for the traced runs of a case, enabled around each (PerfRecorder), ended by
+            # kernel_release before the next untraced run.
             evs = perf.event_set(self.p["executors"], bool(self.tb["link"].get("rate_bit")),
                                  available={e for e in perf.event_set(1, True) if perf.tracepoint_available(e)})
             if self.case_perf is None:
@@ -541,6 +543,14 @@ class Capture:
             self._ksession = name
             return evs
         return []
+
+    def kernel_release(self):
+        """End the case's perf once its traced runs are done (disabled since the last one, it holds
+        nothing to keep), waiting until it is gone: its tracepoints cost the calls until then."""
+        if self.case_perf:
+            self.case_perf.kill()
+            self.case_perf = None
+            shutil.rmtree(self.out / ".perf", ignore_errors=True)
 
     def kernel_stop(self):
         """Stop the kernel collector; returns what kernel_finish needs: {"perf": the stopped recorder}
@@ -583,26 +593,41 @@ class Capture:
 
     # ------------------------------------------------------------ repeats
     def repeats(self, d, transport, size, calls, warmup, kinds, n, label):
-        """n interleaved rounds of runs of the given kinds ("untraced", "ust": user events only, "traced":
-        user and kernel events) into d/repeat-R/. Why rounds: on this VM one traced run's p50 moves by up
-        to 25 % from the next identical one (its calls are uniformly slower or faster), so a single run
-        cannot stand for the configuration; the median run of n can. Returns {kind: [run]}, a run being
-        {"res", "pids", "got", "dir"}."""
+        """n rounds of runs of the given kinds ("untraced", "ust": user events only, "traced": user and
+        kernel events) into d/repeat-R/. Returns {kind: [run]}, a run being {"res", "pids", "got",
+        "dir"}.
+
+        Why rounds: on this VM one run's p50 moves by up to 25 % from the next identical one (its calls
+        uniformly slower or faster), so a single run cannot stand for the configuration; the median run
+        of n can. Order: the untraced and user-only runs alternate, the first half of their rounds
+        before the traced runs and the second half after, so that their medians are centred on the
+        traced ones in time. Why the traced runs come as a block: perf's tracepoints cost the calls
+        even while its events are disabled (the null call's untraced p50 is 8 % higher with a
+        disabled perf attached, measured on this VM), so no perf may exist during the other runs, and
+        one perf per traced run would cost ~1.5 s each to tear down (kernel_release)."""
         frags = fragments(size, transport)
-        runs = {k: [] for k in kinds}
-        for r in range(n):
+        runs = {k: [None] * n for k in kinds}
+        others = [k for k in kinds if k != "traced"]
+        first = (n + 1) // 2
+        order = [(r, k) for r in range(first) for k in others] + \
+            [(r, "traced") for r in range(n) if "traced" in kinds] + \
+            [(r, k) for r in range(first, n) for k in others]
+        for r, kind in order:
             rdir = d / f"repeat-{r}"
             rdir.mkdir(parents=True, exist_ok=True)
-            for kind in kinds:
-                self.step(f"{label}: {kind}, round {r + 1}/{n}")
-                got, hook, ust = {}, None, rdir / f"ust-{kind}"
-                if kind != "untraced":
-                    hook = self.trace_hook(ust, calls + warmup, frags, got,
-                                           kernel_dir=rdir if kind == "traced" else None)
-                res, pids = self.run_pair(transport, size, calls, warmup, kind != "untraced" or
-                                          self.p["untraced"] == "stopped", rdir, f"{kind}-{r}", hook)
-                runs[kind].append({"res": res, "pids": pids, "got": got, "dir": rdir, "ust": ust})
-                self.advance()
+            if kind != "traced":
+                self.kernel_release()
+            self.step(f"{label}: {kind}, round {r + 1}/{n}")
+            got, hook, ust = {}, None, rdir / f"ust-{kind}"
+            if kind != "untraced":
+                hook = self.trace_hook(ust, calls + warmup, frags, got,
+                                       kernel_dir=rdir if kind == "traced" else None)
+            res, pids = self.run_pair(transport, size, calls, warmup, kind != "untraced" or
+                                      self.p["untraced"] == "stopped", rdir, f"{kind}-{r}", hook)
+            runs[kind][r] = {"res": res, "pids": pids, "got": got, "dir": rdir, "ust": ust}
+            self.advance()
+        self.kernel_release()
+        self.last_order = [f"{k}-{r}" for r, k in order]
         return runs
 
     def keep_median(self, runs, d):
@@ -722,7 +747,7 @@ class Capture:
         (cdir / "client-traced.json").write_text(json.dumps(res_t, indent=2) + "\n")
         case["pids"] = pids
         case["traced"] = _rtt(res_t)
-        case["repeats"] = {"rounds": n, "kept_traced_round": kept_i,
+        case["repeats"] = {"rounds": n, "kept_traced_round": kept_i, "order": self.last_order,
                            **{f"{k}_p50_ns": [r["res"]["rtt_ns"]["p50"] for r in v] for k, v in runs.items()}}
         if "ust" in runs:
             case["ust_only"] = _rtt(runs["ust"][median_run(runs["ust"])]["res"])

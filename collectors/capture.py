@@ -38,6 +38,8 @@ from . import idle, lttng, perf
 FORMAT = 1
 PROCS = ("null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway")
 MAX_MSG = 256 << 10           # rpc-client/rpc-server --max-msg default
+# Rounds per case: the median of more rounds moves less (see Capture.repeats); each costs ~1.2 s.
+DEFAULT_REPEATS = 5
 BASE_PORT = 7300
 SERVER_SAFETY_S = 900         # a server left behind exits on its own after this long
 UDP_FRAG_BODY = 4016          # body bytes per 4096-byte PDU

@@ -56,9 +56,10 @@ def add_common(ap, default_calls, default_sizes):
                     help="untraced calls with the TRACE=0 build (default) or the traced build with no session")
     ap.add_argument("--calibration", choices=("full", "quick", "none"), default="full",
                     help="per host: cost of a user event, and of each kernel event (full) or of all together (quick)")
-    ap.add_argument("--repeats", type=int, default=5,
-                    help="local testbed: rounds of untraced and traced runs per size, interleaved; the median run of each is "
-                         "kept (default 5; one run's p50 can differ from the next identical one's by 10-25%%)")
+    ap.add_argument("--repeats", type=int, default=cap.DEFAULT_REPEATS,
+                    help="local testbed: rounds of untraced, user-only and traced runs per size; the median run of each "
+                         f"is kept (default {cap.DEFAULT_REPEATS}; one run's p50 can differ from the next identical "
+                         "one's by 10-25%%)")
     ap.add_argument("--calibration-calls", type=int, default=3000, help="calls per loopback calibration run (default 3000; the in-situ calibration uses --calls and --warmup)")
     ap.add_argument("--keep-perf-data", action="store_true", help="keep perf.data next to the kernel CTF")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")

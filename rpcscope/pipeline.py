@@ -16,6 +16,7 @@ import time
 from contextlib import redirect_stdout
 
 from . import ROOT
+from .collectors.capture import DEFAULT_REPEATS
 from .output import UserError, emit_json, table
 
 DCE_SIZES = (0, 1392, 4016, 8032, 16064, 24096)    # the DCE study's Table 2 and Figure 6 sizes
@@ -100,7 +101,8 @@ def cmd_run(args):
         cap = ["capture", "--sizes", ",".join(map(str, all_sizes)), "--proc", args.proc,
                "--transport", ",".join(transports), "--calls", str(args.calls), "--warmup", str(args.warmup),
                "--kernel", "auto", "--placement", args.placement, "--idle", args.idle,
-               "--calibration", "quick", "--out", str(out)] + (["--replace"] if args.replace else [])
+               "--calibration", "quick", "--repeats", str(args.repeats), "--out", str(out)] + \
+            (["--replace"] if args.replace else [])
         st.run("capture", cap)
         st.run("analyze", ["analyze", str(out)])
         st.run("round-trip path", ["rtp", str(out), "--quiet"])
@@ -195,6 +197,8 @@ def register(subparsers):
     ap.add_argument("--proc", default="maxarg", help="procedure (default maxarg: the DCE study's MAXARG)")
     ap.add_argument("--calls", type=int, default=2000, help="measured calls per size (default 2000)")
     ap.add_argument("--warmup", type=int, default=200, help="warm-up calls per size (default 200)")
+    ap.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
+                    help=f"rounds of untraced, user-only and traced runs per size (default {DEFAULT_REPEATS})")
     ap.add_argument("--placement", choices=("split", "same"), default="split", help="CPU placement (default split)")
     ap.add_argument("--idle", choices=("poll", "os"), default="poll", help="idle CPUs poll or halt (default poll)")
     ap.add_argument("--out", metavar="runs/NAME", help="run directory (default runs/run-DATE-TIME)")

@@ -291,7 +291,7 @@ def slack(occs, segs, end):
 
 def analyze_case(case, progress=None, sample=None, detail=True):
     """Walk the round-trip path of every RPC of a case (sample: at most that many, evenly spaced over
-    the capture). detail=False keeps only each walk's totals and events per class (no segments or
+    the window of calls in the middle of the capture). detail=False keeps only each walk's totals and events per class (no segments or
     slack): what the probe calibration needs."""
     rpcs = reconstruct(case)
     res = {"case": case.id, "transport": case.transport, "proc": case.proc, "size": case.size,
@@ -304,8 +304,13 @@ def analyze_case(case, progress=None, sample=None, detail=True):
     role_cpu = {h.get("role"): int(h["cpus"][0]) for h in case.run.hosts.values() if h.get("cpus")}
     res["probe_costs"] = rpcs.probe_costs_available
     res["probe_calibration"] = case.calibration("client").get("source", "loopback") if res["probe_costs"] else None
-    walk_rpcs = range(len(rpcs)) if sample is None or sample >= len(rpcs) else \
-        np.unique(np.linspace(0, len(rpcs) - 1, sample).astype(int)).tolist()
+    if sample is None or sample >= len(rpcs):
+        walk_rpcs = range(len(rpcs))
+    else:
+        # Evenly spaced over the window of calls in the middle of the capture (rpcs.windows): one
+        # window's events read and costed instead of every window's.
+        r0, r1, _, _ = rpcs.windows[rpcs.window_of(len(rpcs) // 2)]
+        walk_rpcs = np.unique(np.linspace(r0, r1 - 1, min(sample, r1 - r0)).astype(int)).tolist()
     # The graph and the probe costs of one window of RPCs at a time (rpcs.windows): its events only.
     window, g, costs = None, None, None
     for k, r in enumerate(walk_rpcs):

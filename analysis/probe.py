@@ -10,14 +10,18 @@ Then, with the p50 differences of a case d_user = user-only - untraced and d_ker
 user-only (medians of the rounds),
 
     d_user   = n_user x c_user                          (least squares over the cases)
-    d_kernel = n_net x c_net + n_other x c_other        (least squares over the cases)
+    d_kernel = n_kernel x c_kernel                      (one pooled cost), or
+             = n_net x c_net + n_other x c_other        (net and other apart), or
+             = a + n_kernel x b                         (a cost per call and one per event)
 
 one set of costs per transport (TCP's calls slow down less under tracing than UDP's with about as
 many events). A case is corrected with the costs solved from the other cases of its transport
-(leave one out), so its corrected RTT is a prediction. Net and other kernel events get costs of their
-own only where the points tell them apart (solve(): the model, apart or one pooled kernel cost, that
-better predicts each point from the others; over TCP every size's calls carry about the same events),
-and the result says which and why.
+(leave one out), so its corrected RTT is a prediction. Of the three kernel models, solve() keeps the
+one that best predicts each point from the others and that no single point carries (over TCP every
+size's calls carry about the same events, so neither a split nor a per-call cost can be told from
+noise there), and the result says which and why. With a per-call cost, the case's kernel events are
+charged (a + b x k) / k each, k its kernel events on the path: the same total, spread over the
+events, so every step and segment keeps its share.
 
 Those costs are what the analysis charges to the path (Case.calibration). An event off the path
 costs the RTT nothing; what an event costs beyond its own instructions where the call really runs
@@ -30,7 +34,7 @@ import json
 
 import numpy as np
 
-PROBE_FORMAT = "rpcscope-probe/5"
+PROBE_FORMAT = "rpcscope-probe/6"
 
 
 def in_situ(run):
@@ -156,16 +160,21 @@ def _per_case(run):
         for cid in pts:
             others = {k: v for k, v in pts.items() if k != cid}
             if len(others) >= 2:
-                out["cases"][cid] = dict(_costs(others, "in-situ, the other cases", transport), points=None,
-                                         solved_from=sorted(others))
+                out["cases"][cid] = dict(_costs(others, "in-situ, the other cases", transport, target=pts[cid]),
+                                         points=None, solved_from=sorted(others))
     return _save(run, key, out)
 
 
-def _costs(points, source, transport):
-    c_user, c_net, c_other, method = solve(points)
-    return {"source": source, "transport": transport, "method": method, "points": points,
-            "ust_event_ns": round(c_user, 1) if c_user is not None else None,
-            "kernel_event_ns": {"net": round(c_net, 1), "other": round(c_other, 1)} if c_net is not None else None}
+def _costs(points, source, transport, target=None):
+    """The costs solved from points; target: the point of the case they will correct (its path events
+    set its per-event kernel cost when a per-call kernel cost is part of the model)."""
+    c_user, c_net, c_other, method, per_call = solve(points, target)
+    out = {"source": source, "transport": transport, "method": method, "points": points,
+           "ust_event_ns": round(c_user, 1) if c_user is not None else None,
+           "kernel_event_ns": {"net": round(c_net, 1), "other": round(c_other, 1)} if c_net is not None else None}
+    if per_call is not None:
+        out["kernel_per_call_ns"], out["kernel_per_event_ns"] = (round(v, 1) for v in per_call)
+    return out
 
 
 def _calibrate(run, meta, sizes):
@@ -200,17 +209,36 @@ def _pooled(A, dk):
     return float(dk @ nk / (nk @ nk)) if nk @ nk else None
 
 
-def solve(per):
-    """(c_user, c_net, c_other, method) from {point: {"path_events_per_call": {"ust", "kernel_net",
-    "kernel_other"}, "d_user_ns", "d_kernel_ns"}}; see the module docstring.
+def _per_call(A, dk):
+    """Least-squares (a, b) of d_kernel = a + b x kernel events: a kernel-tracing cost per call that
+    no recorded event carries (every syscall of a traced task takes the slow path while syscall
+    tracepoints exist; filters reject other tasks' and devices' events after they fire) and one per
+    event. None unless the points hold at least three distinct event counts, and a and b are
+    positive."""
+    nk = A.sum(axis=1)
+    if len(np.unique(nk)) < 3:
+        return None
+    X = np.stack([np.ones(len(nk)), nk], axis=1)
+    a, b = np.linalg.lstsq(X, dk, rcond=None)[0]
+    return (float(a), float(b)) if a > 0 and b > 0 else None
 
-    Net and other kernel events get costs of their own only where the points can tell them apart:
-    with three points or more, each of the two models (apart, one pooled cost) predicts every point
-    from the others, and the one with the smaller error is kept; apart only if no single point carries
-    the split (without any one of them, net and other must still be separable). Over TCP every size's path has about
-    the same events (12 or 14 net, 14 other), and a split solved from them follows the noise of the
-    one or two points that differ (a case corrected with net 605 ns and other 106 ns missed its
-    untraced p50 by 12 %)."""
+
+def solve(per, target=None):
+    """(c_user, c_net, c_other, method, per_call) from {point: {"path_events_per_call": {"ust",
+    "kernel_net", "kernel_other"}, "d_user_ns", "d_kernel_ns"}}; see the module docstring. per_call:
+    (a, b) when the kernel share is a per-call cost a plus b per event, else None; the kernel costs
+    returned are then the effective cost of one event of the target point ((a + b x k) / k, k its
+    kernel events; without a target, b).
+
+    Three models of the kernel share compete: one pooled cost per event; net and other events apart;
+    the pooled cost plus a cost per call. With three points or more each predicts every point from
+    the others, and the one with the smallest error is kept. Net and other apart, or a per-call cost,
+    only if no single point carries it (without any one point, it must still be solvable). Over TCP
+    every size's path has about the same events (12 or 14 net, 14 other), and a split solved from
+    them follows the noise of the one or two points that differ (a case corrected with net 605 ns and
+    other 106 ns missed its untraced p50 by 12 %); over UDP a cost per event alone under-corrects the
+    calls with the fewest events (null: its own 403 ns an event against 347 ns solved from the other
+    sizes, s5-c)."""
     nu = np.array([p["path_events_per_call"]["ust"] for p in per.values()], float)
     du = np.array([p["d_user_ns"] for p in per.values()], float)
     c_user = float(du @ nu / (nu @ nu)) if nu @ nu else None
@@ -218,27 +246,38 @@ def solve(per):
                   for p in per.values()], float).reshape(-1, 2)
     dk = np.array([p["d_kernel_ns"] for p in per.values()], float)
     n = len(per)
-    sep, pooled = _separate(A, dk), _pooled(A, dk)
-    if sep is None:
+    sep, pooled, call = _separate(A, dk), _pooled(A, dk), _per_call(A, dk)
+    if sep is None and call is None:
         return c_user, pooled, pooled, \
-            f"one kernel cost ({n} points): net and other had no positive separate solution"
+            f"one kernel cost ({n} points): net and other had no positive separate solution", None
     if n < 3:
-        return c_user, sep[0], sep[1], f"{n} points: net and other kernel events solved separately"
-    err = {"apart": [], "pooled": []}
-    fragile = False                 # the split rests on one point: without it, net and other are one
+        if sep is None:
+            return c_user, pooled, pooled, f"one kernel cost ({n} points)", None
+        return c_user, sep[0], sep[1], f"{n} points: net and other kernel events solved separately", None
+    err = {"apart": [], "pooled": [], "per call": []}
+    fragile = {"apart": sep is None, "per call": call is None}     # rests on one point (or not solvable)
     for i in range(n):
         m = np.arange(n) != i
-        s, p = _separate(A[m], dk[m]), _pooled(A[m], dk[m])
-        fragile |= s is None
+        s, p, c = _separate(A[m], dk[m]), _pooled(A[m], dk[m]), _per_call(A[m], dk[m])
+        fragile["apart"] |= s is None
+        fragile["per call"] |= c is None
         pred_p = A[i].sum() * p if p is not None else 0.0
         pred_s = A[i] @ np.array(s) if s is not None else pred_p
-        err["apart"].append((pred_s - dk[i]) / dk[i] if dk[i] else 0.0)
-        err["pooled"].append((pred_p - dk[i]) / dk[i] if dk[i] else 0.0)
+        pred_c = c[0] + c[1] * A[i].sum() if c is not None else pred_p
+        for k, pred in (("apart", pred_s), ("pooled", pred_p), ("per call", pred_c)):
+            err[k].append((pred - dk[i]) / dk[i] if dk[i] else 0.0)
     rms = {k: 100 * float(np.sqrt(np.mean(np.square(v)))) for k, v in err.items()}
-    cv = f"a left-out point's kernel share predicted within {rms['apart']:.1f} % rms apart, {rms['pooled']:.1f} % pooled"
-    if fragile:
-        return c_user, pooled, pooled, (f"one kernel cost ({n} points): net and other apart rest on a single "
-                                         f"point ({cv})")
-    if rms["pooled"] <= rms["apart"]:
-        return c_user, pooled, pooled, f"one kernel cost ({n} points): {cv}"
-    return c_user, sep[0], sep[1], f"{n} points: net and other kernel events solved separately ({cv})"
+    cv = (f"a left-out point's kernel share predicted within {rms['pooled']:.1f} % rms pooled, "
+          f"{rms['apart']:.1f} % apart, {rms['per call']:.1f} % with a cost per call")
+    usable = ["pooled"] + [k for k in ("apart", "per call") if not fragile[k]]
+    best = min(usable, key=lambda k: rms[k])
+    note = "" if len(usable) == 3 else "; " + ", ".join(
+        f"{k}: rests on a single point" for k in ("apart", "per call") if k not in usable)
+    if best == "apart":
+        return c_user, sep[0], sep[1], f"{n} points: net and other kernel events solved separately ({cv}{note})", None
+    if best == "per call":
+        k = sum(target["path_events_per_call"][x] for x in ("kernel_net", "kernel_other")) if target else 0
+        c = (call[0] + call[1] * k) / k if k else call[1]
+        return c_user, c, c, (f"a kernel cost per call ({call[0]:.0f} ns) and per event ({call[1]:.1f} ns), "
+                              f"{n} points ({cv}{note})"), call
+    return c_user, pooled, pooled, f"one kernel cost ({n} points): {cv}{note}", None

@@ -106,9 +106,12 @@ class RunData:
         from rpcscope.analysis.run import Run
         ins = Run(self.path).in_situ_calibrations() if (self.path / "manifest.json").exists() else {}
         if (m.get("calibration_in_situ") or {}).get("method") == "per case":
+            models = "".join(f"; {t}: {v.get('method')}" for t, v in
+                             (Run(self.path).probe.get("transports") or {}).items())
             add("in-situ probe calibration", "per case: every round also ran with user events only; "
                 "each case corrected with the per-class costs solved from the other cases of its transport "
-                "(analysis/probe.json)", "manifest.json calibration_in_situ.method, cases[].ust_only")
+                "(analysis/probe.json)" + models,
+                "manifest.json calibration_in_situ.method, cases[].ust_only; analysis/probe.json transports.*.method")
         elif ins:
             add("in-situ probe calibration", "; ".join(
                 f"{t} size {z}: p50 untraced {v['p50_median_ns']['untraced'] / 1e3:.2f} us, user events "

@@ -17,11 +17,11 @@ def _per(costs, counts):
 
 
 def test_solve_recovers_per_class_costs_from_two_sizes():
-    cu, cn, co, method = probe.solve(_per((150.0, 300.0, 480.0), {0: (33, 12, 12), 16064: (71, 90, 64)}))
+    cu, cn, co, method, _ = probe.solve(_per((150.0, 300.0, 480.0), {0: (33, 12, 12), 16064: (71, 90, 64)}))
     assert (round(cu, 6), round(cn, 6), round(co, 6)) == (150.0, 300.0, 480.0)
     assert method.startswith("2 points")
     # Three sizes over-determine the costs: least squares, exact on exact data.
-    cu, cn, co, method = probe.solve(_per((150.0, 300.0, 480.0),
+    cu, cn, co, method, _ = probe.solve(_per((150.0, 300.0, 480.0),
                                           {0: (33, 12, 12), 12048: (60, 70, 50), 24096: (75, 126, 82)}))
     assert (round(cu, 6), round(cn, 6), round(co, 6)) == (150.0, 300.0, 480.0)
     assert method.startswith("3 points")
@@ -30,12 +30,12 @@ def test_solve_recovers_per_class_costs_from_two_sizes():
 def test_solve_falls_back_to_one_kernel_cost_without_a_positive_solution():
     per = _per((150.0, 300.0, 480.0), {0: (33, 12, 12), 16064: (71, 90, 64)})
     per[16064]["d_kernel_ns"] = 1000.0          # noise making the net cost negative
-    cu, cn, co, method = probe.solve(per)
+    cu, cn, co, method, _ = probe.solve(per)
     # One least-squares cost for every kernel event over the points.
     want = (per[0]["d_kernel_ns"] * 24 + 1000.0 * 154) / (24 ** 2 + 154 ** 2)
     assert cn == co == pytest.approx(want)
     assert method.startswith("one kernel cost")
-    cu, cn, co, _ = probe.solve({0: per[0]})       # one point only
+    cu, cn, co, _, _ = probe.solve({0: per[0]})       # one point only
     assert cn == co == pytest.approx(390.0)
 
 
@@ -46,12 +46,37 @@ def test_solve_pools_kernel_costs_when_one_point_carries_the_split():
     counts[1393] = (33, 14, 14)
     per = _per((145.0, 330.0, 330.0), counts)
     per[1393]["d_kernel_ns"] *= 1.03               # 3 % noise on the one point that has 14 net events
-    cu, cn, co, method = probe.solve(per)
+    cu, cn, co, method, _ = probe.solve(per)
     assert cn == co and method.startswith("one kernel cost") and "single point" in method
     # Well spread points (UDP-like) keep net and other apart.
-    cu, cn, co, method = probe.solve(_per((140.0, 300.0, 360.0), {0: (33, 12, 12), 4016: (49, 36, 29),
+    cu, cn, co, method, _ = probe.solve(_per((140.0, 300.0, 360.0), {0: (33, 12, 12), 4016: (49, 36, 29),
                                                                   8032: (55, 48, 38), 24096: (75, 126, 82)}))
     assert (round(cn, 6), round(co, 6)) == (300.0, 360.0) and "separately" in method
+
+
+def test_solve_finds_a_kernel_cost_per_call_and_charges_it_per_event_of_the_target():
+    """UDP-like paths whose kernel share is 1500 ns a call plus 330 ns an event: the per-call model
+    predicts every point from the others best; the case it corrects is charged (a + b k) / k an event,
+    k its own kernel events, so its path's total is a + b k. Where every point has about the same
+    events (TCP-like), a per-call cost cannot be told from noise and is not used."""
+    counts = {0: (33, 12, 12), 1392: (33, 18, 14), 4016: (49, 36, 29), 6000: (49, 42, 32),
+              8032: (55, 48, 38), 16064: (71, 90, 64), 24096: (75, 126, 82)}
+    per = _per((143.0, 330.0, 330.0), counts)
+    for s, (u, n, o) in counts.items():
+        per[s]["d_kernel_ns"] += 1500.0
+    target = per.pop(0)
+    cu, cn, co, method, call = probe.solve(per, target)
+    assert call == pytest.approx((1500.0, 330.0)) and "per call" in method
+    assert cn == co == pytest.approx((1500.0 + 330.0 * 24) / 24)
+    assert cu == pytest.approx(143.0)
+    # Without a target (the transport's summary): the cost of one more event.
+    assert probe.solve(per)[1] == pytest.approx(330.0)
+    tcp = _per((145.0, 330.0, 330.0), {s: (33, 12, 14) for s in (0, 4016, 6000, 8032, 16064)} |
+               {1392: (33, 14, 14), 1393: (33, 14, 14)})
+    for p in tcp.values():
+        p["d_kernel_ns"] += 1500.0
+    cu, cn, co, method, call = probe.solve(tcp)
+    assert call is None and "per call: rests on a single point" in method
 
 
 def test_idle_policy_records_and_rejects():

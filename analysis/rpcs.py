@@ -201,13 +201,13 @@ class CaseRPCs:
         the tables are charged after. kernel: the window's kernel events, when already read."""
         if self._window_events is None or self._window_events[0] != k:
             _, _, lo, hi = self.windows[k]
-            ust = self.case.span("ust", lo, hi, USER_COLUMNS)
+            ust = self.case.span("ust", lo, hi, COST_COLUMNS)
             sel = (np.asarray(ust.kind) == KIND["user"]) & np.isin(np.asarray(ust.tid), list(self._roles))
             ust = ust.select(sel)
             server = [t for t, rl in self._roles.items() if rl == "server"]
             uroles = np.isin(np.asarray(ust.tid), server).astype(np.int64)
             if self._kernel and kernel is None:
-                kernel = self.case.span("kernel", lo, hi, KERNEL_COLUMNS)
+                kernel = self.case.span("kernel", lo, hi, COST_COLUMNS)
             self._window_events = (k, _ProbeEvents(self.case, ust, uroles, kernel if self._kernel else None))
         return _Costs(self._window_events[1], self._calibration())
 
@@ -409,6 +409,10 @@ class _Kernel:
 CLASS_UST, CLASS_NET, CLASS_OTHER = 0, 1, 2
 N_CLASSES = 3
 NET_KINDS = [KIND[k] for k in ("net_queue", "net_start_xmit", "net_xmit", "net_receive", "net_rx")]
+_KIND_CLASS = np.full(256, CLASS_OTHER, np.int8)        # a kernel event's class by its kind
+_KIND_CLASS[NET_KINDS] = CLASS_NET
+# What _ProbeEvents reads of a window: the events' time, CPU, thread (user: whose) and cost key.
+COST_COLUMNS = ("ts", "kind", "cpu", "tid", "name")
 
 
 class _ProbeEvents:
@@ -430,8 +434,11 @@ class _ProbeEvents:
             kind = np.asarray(kernel.kind).astype(np.int64)
             names = np.asarray(kernel.name).astype(np.int64)
             kcpu = np.asarray(kernel.cpu)
-            cpus = np.unique(kcpu)
-            server = np.isin(kcpu, [c for c in cpus.tolist() if cpu_role.get(int(c), "client") == "server"])
+            # Lookup tables rather than np.isin over every event (the analysis's hottest loop).
+            is_server = np.zeros(int(kcpu.max()) + 2 if len(kcpu) else 1, bool)
+            for c in np.unique(kcpu).tolist():
+                is_server[c] = cpu_role.get(int(c), "client") == "server"
+            server = is_server[kcpu]
             # One key per (host role, kind, name) present: a dense code, then its rank among those
             # present (a bincount, not a sort of every event).
             nn = max(len(kernel.names), 1)
@@ -444,9 +451,7 @@ class _ProbeEvents:
                 role, rest = divmod(x, 256 * nn)
                 k, name = divmod(rest, nn)
                 self.keys.append(("server" if role else "client", "kernel", k, kernel.names[name]))
-            net = np.isin(kind, NET_KINDS)
-            parts.append((np.asarray(kernel.ts), kcpu, key.astype(np.int64) + 2,
-                          np.where(net, CLASS_NET, CLASS_OTHER).astype(np.int8)))
+            parts.append((np.asarray(kernel.ts), kcpu, key.astype(np.int64) + 2, _KIND_CLASS[kind]))
         self.cpu = {}                       # cpu -> (ts, key, class), in time order
         if not parts:
             return

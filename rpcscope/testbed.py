@@ -52,6 +52,11 @@ HOST_FILE_ROOTS = (pathlib.Path("/opt/rpcscope"), pathlib.Path("/var/lib/rpcscop
 CMD_TIMEOUT = 20          # seconds for any one command the testbed runs
 LOCK_PATH = pathlib.Path(os.environ.get("RPCSCOPE_TESTBED_LOCK", "/run/rpcscope-testbed.lock"))
 LOCK_WAIT = 300           # seconds `up`/`down` wait for another one to finish
+# The tests that drive the testbed hold this lock for as long as they use it, and mark their own
+# `rpcscope` commands with TEST_OWNER_ENV; an `up` or `down` from anywhere else would pull the hosts
+# from under the test, and is refused.
+TEST_LOCK_PATH = pathlib.Path("/run/lock/rpcscope-testbed-test.lock")
+TEST_OWNER_ENV = "RPCSCOPE_TESTBED_TEST"
 SYS_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 EPILOG = """examples:
@@ -160,6 +165,40 @@ def tcp_reachable(addr, port=SSHD_PORT, timeout=1.0):
             return True
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def held_by_tests(wait=1200):
+    """The integration tests' hold on the testbed: TEST_LOCK_PATH locked (one test module at a time
+    on this machine) and TEST_OWNER_ENV set for the commands they run meanwhile."""
+    before = os.environ.get(TEST_OWNER_ENV)
+    with exclusive(wait=wait, remove_after=True, path=TEST_LOCK_PATH):
+        os.environ[TEST_OWNER_ENV] = "1"
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop(TEST_OWNER_ENV, None)
+            else:
+                os.environ[TEST_OWNER_ENV] = before
+
+
+def refuse_while_a_test_holds_it(action):
+    """UserError when a test run holds the testbed (TEST_LOCK_PATH) and this command is not its own."""
+    if os.environ.get(TEST_OWNER_ENV):
+        return
+    try:
+        fd = os.open(TEST_LOCK_PATH, os.O_RDONLY)
+    except OSError:
+        return                                  # no test lock: no test running
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise UserError(f"a test run is using the testbed (it holds {TEST_LOCK_PATH}); `rpcscope testbed "
+                        f"{action}` now would pull its hosts from under it. Wait for the test run to "
+                        f"finish, then try again") from None
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -728,6 +767,7 @@ def write_inventory(st):
 
 def cmd_up(args):
     require_root()
+    refuse_while_a_test_holds_it("up")
     cfg = make_config(args)
     require_capabilities(cfg)
     with exclusive():
@@ -808,6 +848,7 @@ def _leftovers(old):
 
 def cmd_down(args):
     require_root()
+    refuse_while_a_test_holds_it("down")
     with exclusive(remove_after=True):
         return _down(args)
 

@@ -33,7 +33,6 @@ from rpcscope.output import UserError
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
 STATE_DIR = pathlib.Path("/run/rpcscope/testbed")
-TEST_LOCK = "/run/lock/rpcscope-testbed-test.lock"
 CLIENT, SERVER = "rpcs-client", "rpcs-server"
 CALLS, WARMUP = 300, 50
 
@@ -84,8 +83,8 @@ def leftovers(run_dir):
 @pytest.fixture(scope="module")
 def testbed():
     """The testbed, up for this module only; one testbed test module at a time on this machine."""
-    from rpcscope.testbed import exclusive
-    with exclusive(wait=1200, remove_after=True, path=TEST_LOCK):
+    from rpcscope.testbed import held_by_tests
+    with held_by_tests(wait=1200):
         if STATE_DIR.exists():
             pytest.skip("a testbed is already up on this machine; this test would replace it "
                         "(run `rpcscope testbed down` first)")

@@ -30,7 +30,6 @@ RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sy
 STATE_DIR = pathlib.Path("/run/rpcscope/testbed")
 INVENTORY = REPO / "ansible" / "inventories" / "local" / "hosts.yml"
 CLIENT, SERVER = "rpcs-client", "rpcs-server"
-TEST_LOCK = "/run/lock/rpcscope-testbed-test.lock"
 CLIENT_ADDR, SERVER_ADDR = "198.18.0.2", "198.18.0.3"
 
 pytestmark = [
@@ -125,8 +124,8 @@ def rtt_p50_echo4000(calls=60):
 def quiet_machine():
     """One test session at a time drives the machine's testbed (two clones testing at once would
     tear down each other's hosts); and none while someone's testbed is up."""
-    from rpcscope.testbed import exclusive
-    with exclusive(wait=1200, remove_after=True, path=TEST_LOCK):
+    from rpcscope.testbed import held_by_tests
+    with held_by_tests(wait=1200):
         if STATE_DIR.exists():
             pytest.skip("a testbed is already up on this machine; the integration test would replace it "
                         "(run `rpcscope testbed down` first)")
@@ -209,6 +208,18 @@ class TestLifeCycle:
         # Each host answers SSH as itself (its own UTS namespace), key-only.
         sshd_conf = (STATE_DIR / "hosts" / SERVER / "sshd_config").read_text()
         assert "PasswordAuthentication no" in sshd_conf and f"ListenAddress {SERVER_ADDR}:22" in sshd_conf
+
+    def test_up_or_down_from_outside_the_test_is_refused(self, testbed):
+        """A `testbed down` typed in a shell while a test run uses the testbed would pull the hosts from
+        under it: refused, with what to do, and the testbed stays up."""
+        from rpcscope.testbed import TEST_OWNER_ENV
+        outside = {k: v for k, v in os.environ.items() if k != TEST_OWNER_ENV}
+        for action in ("down", "up"):
+            p = subprocess.run(RPCSCOPE + ["testbed", action], capture_output=True, text=True, timeout=60,
+                               cwd=REPO, env=outside)
+            assert p.returncode == 2 and "a test run is using the testbed" in p.stderr, p.stderr
+        st = json.loads(rpcscope("testbed", "status", "--json").stdout)
+        assert st["healthy"], st
 
     def test_up_repairs_a_crashed_testbed(self, testbed):
         pid = int((STATE_DIR / "hosts" / SERVER / "sshd.pid").read_text())

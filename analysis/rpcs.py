@@ -654,8 +654,7 @@ class _Plan:
     are left out, and the time range each window of calls must read (windows())."""
 
     def __init__(self, case):
-        seen_tid, pids = {}, {}
-        threads = {}
+        pids, threads = {}, {}              # tid -> pid of its first event; tid -> {"pid", "procname"}
         c1, c21, ids = [], [], []          # (tid, call id, ts) of c1_begin and c21_end; (tid, call ids)
         for st in case.stored("ust"):
             for t, v in st.threads.items():
@@ -665,8 +664,7 @@ class _Plan:
                 tid = np.asarray(ev.tid).astype(np.int64)
                 u, first = np.unique(tid, return_index=True)
                 for t, pid in zip(u.tolist(), np.asarray(ev.pid)[first].tolist()):
-                    if t not in seen_tid:
-                        seen_tid[t], pids[t] = True, pid
+                    pids.setdefault(t, pid)
                 user = np.asarray(ev.kind) == KIND["user"]
                 name, cid, ts = np.asarray(ev.name), np.asarray(ev.call_id).astype(np.uint64), np.asarray(ev.ts)
                 for out, n in ((c1, "c1_begin"), (c21, "c21_end")):
@@ -746,8 +744,7 @@ class _Plan:
 
 def _reconstruct(case, progress, kernel, window_calls):
     plan = _Plan(case)
-    ust_problems = case.stored("ust")[0].problems if len(case.stored("ust")) == 1 else \
-        [p for st in case.stored("ust") for p in st.problems]
+    ust_problems = [p for st in case.stored("ust") for p in st.problems]
     problems = [dict(p, trace="ust") for p in ust_problems]
     has_kernel = kernel and case.has_kernel()
     kproblems = [p for st in case.stored("kernel") for p in st.problems] if has_kernel else []

@@ -1,13 +1,14 @@
 """The round-trip-time model: calculated RTT = sum over terms of count x unit cost (DCE study, Table 2).
 
 A model is a list of terms. A term is one step (or a device's share: controller, network) with
-    a unit cost per occurrence, a + b * bytes (microseconds; b in us per byte), and
-    per size: how many times it happens on the round-trip path (count) and the mean bytes one
-    occurrence handles (bytes).
+    a unit cost per occurrence, a + b * bytes (microseconds; b in us per byte), plus c per IP
+    packet beyond the first of each datagram it handles (the IP fragments of a UDP fragment), and
+    per size: how many times it happens on the round-trip path (count), the mean bytes one
+    occurrence handles (bytes) and those extra IP packets in all (extra_ip_packets).
 Counts and bytes come from the protocol's own arithmetic (analysis/packets.py) through an
 occurrence rule (RULES below), or, for the paper's Table 2, from the table itself.
 
-    fit(costs, holdout=..., steps=...)   fit every term's a + b*bytes from measured per-step costs
+    fit(costs, holdout=..., steps=...)   fit every term's unit cost from measured per-step costs
     Model.calculated(size)               sum of count x unit cost
     Model.error_rows()                   % Error = (Measured - Calculated) x 100 / Measured, per size
     Model.to_json() / Model.from_json()  the model file that `rpcscope whatif` reads
@@ -107,6 +108,23 @@ def occurrences(rule, size, params):
     return len(occ), (sum(occ) / len(occ) if occ else 0.0)
 
 
+def extra_ip_packets(rule, size, params):
+    """IP packets beyond the first of each UDP fragment that a rule's occurrences send or receive, in
+    all. Bytes alone do not tell what a datagram cut into IP fragments costs: on this project's veth
+    testbed the client's send after the device hand-off (C8'') costs about 0.1 us for a one-packet
+    fragment and about 2 us more for every further IP packet, so a unit cost linear in bytes
+    under-counts 1392 (two packets) and over-counts 0. Over TCP there is no IP fragmentation (the
+    kernel cuts a record into segments itself): 0."""
+    if params.get("transport") == "tcp":
+        return 0
+    q, r = _req_reply(size, params)
+    req, rep = sum(q.extra_ip_packets), sum(r.extra_ip_packets)
+    return {"call_request": req, "request_frags": req, "request_windows": req,
+            "request_frags_multi": req if len(q.windows) > 1 else 0,
+            "call_reply": rep, "reply_frags": rep, "server_sends": rep, "client_receives": rep,
+            "call_bytes": req + rep}.get(rule, 0)
+
+
 def default_steps(available):
     """The catalog's round-trip-path steps, C8 and S9 replaced by C8' and S9' (the part before the
     device hand-off, DCE's sendmsg') when the data has them."""
@@ -145,10 +163,12 @@ class Term:
     a_us: float
     b_us_per_byte: float = 0.0
     rule: str | None = None
-    per_size: dict = field(default_factory=dict)   # size -> {"count": n, "bytes": mean bytes}
+    per_size: dict = field(default_factory=dict)   # size -> {"count": n, "bytes": mean bytes, "extra_ip_packets": k}
     fit: dict = field(default_factory=dict)
+    c_us_per_extra_ip_packet: float = 0.0
 
     def unit(self, nbytes):
+        """The cost of one occurrence handling nbytes in a single IP packet per datagram."""
         return self.a_us + self.b_us_per_byte * nbytes
 
     def count(self, size):
@@ -156,16 +176,26 @@ class Term:
 
     def contribution(self, size):
         ps = self.per_size.get(size)
-        return ps["count"] * self.unit(ps.get("bytes", 0)) if ps and ps["count"] else 0.0
+        if not ps or not ps["count"]:
+            return 0.0
+        return ps["count"] * self.unit(ps.get("bytes", 0)) + ps.get("extra_ip_packets", 0) * self.c_us_per_extra_ip_packet
 
     @property
     def label(self):
         return self.term or self.step
 
     def formula(self):
-        if self.b_us_per_byte:
-            return f"{self.a_us:.3f} + {self.b_us_per_byte * 1000:.4f} ns/B"
-        return f"{self.a_us:.3f}"
+        return unit_formula(self.a_us, self.b_us_per_byte, self.c_us_per_extra_ip_packet)
+
+
+def unit_formula(a_us, b_us_per_byte=0.0, c_us_per_extra_ip_packet=0.0):
+    """A unit cost as people read it: '0.735 + 0.1291 ns/B + 2.028 us/extra IP packet'."""
+    out = f"{a_us:.3f}"
+    if b_us_per_byte:
+        out += f" {'-' if b_us_per_byte < 0 else '+'} {abs(b_us_per_byte) * 1000:.4f} ns/B"
+    if c_us_per_extra_ip_packet:
+        out += f" {'-' if c_us_per_extra_ip_packet < 0 else '+'} {abs(c_us_per_extra_ip_packet):.3f} us/extra IP packet"
+    return out
 
 
 @dataclass
@@ -205,7 +235,7 @@ class Model:
                 if t.rule is None:
                     raise ValueError(f"term {t.label} has no occurrence rule: this model cannot predict size {s}")
                 n, b = occurrences(t.rule, s, self.params)
-                t.per_size[s] = {"count": n, "bytes": b}
+                t.per_size[s] = {"count": n, "bytes": b, "extra_ip_packets": extra_ip_packets(t.rule, s, self.params)}
             self.sizes.append(s)
         self.sizes.sort()
         return self
@@ -222,7 +252,8 @@ class Model:
             "reference": {k: {str(s): v for s, v in d.items()} for k, d in self.reference.items()},
             "notes": self.notes,
             "terms": [{"device": t.device, "step": t.step, "term": t.term, "a_us": t.a_us,
-                       "b_us_per_byte": t.b_us_per_byte, "rule": t.rule,
+                       "b_us_per_byte": t.b_us_per_byte, "c_us_per_extra_ip_packet": t.c_us_per_extra_ip_packet,
+                       "rule": t.rule,
                        "per_size": {str(s): v for s, v in t.per_size.items()}, "fit": t.fit}
                       for t in self.terms],
         }
@@ -232,7 +263,8 @@ class Model:
         if d.get("format") != MODEL_FORMAT:
             raise ValueError(f"not a model file (format {d.get('format')!r}, expected {MODEL_FORMAT!r})")
         terms = [Term(t["device"], t["step"], t.get("term", ""), float(t["a_us"]), float(t.get("b_us_per_byte", 0)),
-                      t.get("rule"), {int(s): v for s, v in t["per_size"].items()}, t.get("fit", {}))
+                      t.get("rule"), {int(s): v for s, v in t["per_size"].items()}, t.get("fit", {}),
+                      float(t.get("c_us_per_extra_ip_packet", 0)))
                  for t in d["terms"]]
         return cls(terms, [int(s) for s in d["sizes"]], {int(k): v for k, v in d.get("measured_us", {}).items()},
                    [int(s) for s in d.get("holdout", [])], d.get("params", {}), d.get("source", ""),
@@ -270,8 +302,8 @@ class Costs:
 
 
 def fit(costs, holdout=(), steps=None, predict=()):
-    """Fit a + b*bytes per step over the sizes not held out; every size of the input (and `predict`)
-    gets counts and a calculated RTT. `steps`: the terms on the round-trip path (default:
+    """Fit each step's unit cost (fit_unit) over the sizes not held out; every size of the input (and
+    `predict`) gets counts and a calculated RTT. `steps`: the terms on the round-trip path (default:
     default_steps)."""
     sizes = sorted(costs.sizes)
     holdout = sorted(set(holdout))
@@ -303,14 +335,15 @@ def fit(costs, holdout=(), steps=None, predict=()):
             m = costs.sizes[s].get(sid) or {}
             n = m.get("count", n)
             b = m.get("bytes", b)
-            per_size[s] = {"count": n, "bytes": b}
+            x = m.get("extra_ip_packets", extra_ip_packets(rule, s, params))
+            per_size[s] = {"count": n, "bytes": b, "extra_ip_packets": x}
             med = m.get("median_ns")
             if s in fit_sizes and n and med is not None:
-                pts.append((s, n, b, med / 1000.0))   # the per-RPC total, us
-        a, bb, info = _fit_linear(pts, weights)
+                pts.append((s, n, b, x, med / 1000.0))   # the per-RPC total, us
+        a, bb, c, info = fit_unit(pts, weights)
         if not pts:
             notes.append(f"{sid}: never measured at a fitted size with a count > 0; unit cost 0")
-        terms.append(Term(_device(sid), sid, "", a, bb, rule, per_size, info))
+        terms.append(Term(_device(sid), sid, "", a, bb, rule, per_size, info, c))
     model = Model(terms, sizes, {s: v / 1000.0 for s, v in costs.measured_ns.items() if v is not None},
                   holdout, params, costs.source, params.get("link_rate_bps"), notes)
     model.extend(sorted(set(predict) - set(sizes)))
@@ -331,13 +364,13 @@ def path_rule(step, observed, totals, params, weights=None):
         return round(sum((occurrences(rule, s, params)[0] - n) ** 2 for s, n in observed.items()), 6)
 
     def residual(rule):
-        pts = [(s, *occurrences(rule, s, params), t) for s, t in totals.items()]
+        pts = [(s, *occurrences(rule, s, params), extra_ip_packets(rule, s, params), t) for s, t in totals.items()]
         pts = [p for p in pts if p[1]]
         if not pts:
             return float("inf")
-        a, b, _ = _fit_linear(pts, weights)
+        a, b, c, _ = fit_unit(pts, weights)
         w = weights or {}
-        return round(sum(w.get(s, 1.0) * (t - n * (a + b * by)) ** 2 for s, n, by, t in pts), 9)
+        return round(sum(w.get(s, 1.0) * (t - n * (a + b * by) - x * c) ** 2 for s, n, by, x, t in pts), 9)
 
     own = STEP_RULES[step]
     best = min(miss(r) for r in PATH_RULE_CANDIDATES)
@@ -394,36 +427,91 @@ def with_rtp(costs, rtp, corrected=False):
     return costs, steps
 
 
-def _fit_linear(pts, weights=None):
-    """Least squares of each size's per-RPC total T = n*a + n*bytes*b (n occurrences of mean
-    `bytes`): the fit minimises the error of the step's share of the RTT, each size weighted by
-    `weights` ({size: w}, default 1). A constant where the bytes per occurrence do not vary."""
+# The forms a unit cost may take, simplest first, as columns of (occurrences, bytes in all, extra IP
+# packets in all). A constant only where the bytes per occurrence do not vary: chosen by leave one
+# out elsewhere, it dropped small real per-byte slopes (TCP's steps at 16 and 24 KB, s6 runs).
+UNIT_FORMS = (("constant", (0,)), ("linear", (0, 1)), ("per packet", (0, 2)), ("linear and per packet", (0, 1, 2)))
+# A form with more parameters is kept only if it predicts a left-out size better by this much (% of
+# that size's RTT): with five or six sizes to fit, an extra parameter can otherwise follow the noise.
+UNIT_FORM_MARGIN_PCT = 0.02
+
+
+def fit_unit(pts, weights=None):
+    """A term's unit cost from pts [(size, n occurrences, mean bytes, extra IP packets, per-RPC total
+    us)]: (a, b, c, info) with total = n*a + n*bytes*b + extra*c, least squares with each size weighted
+    by `weights` ({size: w}, default 1; the fit minimises the error of the step's share of the RTT).
+
+    With three sizes or more the form (UNIT_FORMS: linear in bytes, a cost per extra IP packet
+    instead, or both; a constant where the bytes per occurrence do not vary) is the one that best
+    predicts each size from the others (leave one out), the simplest among those within
+    UNIT_FORM_MARGIN_PCT; a form that some left-out fit cannot determine is not a candidate. With
+    fewer sizes: linear in bytes, or a constant where the bytes do not vary. info: sizes, points,
+    kind (the form), rms_residual_us, and loo_rms (% of the RTT when weighted, else us) per
+    candidate form."""
     info = {"sizes": [p[0] for p in pts], "points": len(pts)}
     if not pts:
         info["kind"] = "none"
-        return 0.0, 0.0, info
-    w = [(weights or {}).get(s, 1.0) for s, _, _, _ in pts]
-    x1 = [n for _, n, _, _ in pts]
-    x2 = [n * b for _, n, b, _ in pts]
-    y = [tot for _, _, _, tot in pts]
-    s11 = sum(k * v * v for k, v in zip(w, x1))
-    s22 = sum(k * v * v for k, v in zip(w, x2))
-    s12 = sum(k * p * q for k, p, q in zip(w, x1, x2))
-    det = s11 * s22 - s12 * s12
-    bvals = {b for _, _, b, _ in pts}
-    if len(bvals) < 2 or det <= 1e-9 * max(s11 * s22, 1e-300):
-        a = sum(k * p * q for k, p, q in zip(w, x1, y)) / s11
-        info["kind"] = "constant"
-        b = 0.0
+        return 0.0, 0.0, 0.0, info
+    rows = [((weights or {}).get(s, 1.0), (n, n * b, x), y) for s, n, b, x, y in pts]
+    linear_ok = _wls(rows, dict(UNIT_FORMS)["linear"]) is not None
+    loo = {}
+    for name, cols in (UNIT_FORMS if len(pts) >= 3 else ()):
+        if name == "constant" and linear_ok:
+            continue
+        errs = []
+        for i, (w, x, y) in enumerate(rows):
+            th = _wls(rows[:i] + rows[i + 1:], cols)
+            if th is None:
+                break
+            errs.append(w * (y - sum(t * x[c] for t, c in zip(th, cols))) ** 2)
+        else:
+            loo[name] = math.sqrt(sum(errs) / len(errs)) * (100.0 if weights else 1.0)
+    if not loo:      # too few sizes to leave one out, or no form survives it
+        name = "linear" if linear_ok and len({b for _, _, b, _, _ in pts}) > 1 else "constant"
     else:
-        r1 = sum(k * p * q for k, p, q in zip(w, x1, y))
-        r2 = sum(k * p * q for k, p, q in zip(w, x2, y))
-        a = (r1 * s22 - r2 * s12) / det
-        b = (s11 * r2 - s12 * r1) / det
-        info["kind"] = "linear"
-    res = [yy - (p * a + q * b) for p, q, yy in zip(x1, x2, y)]
+        margin = UNIT_FORM_MARGIN_PCT if weights else 1e-9
+        best = min(loo.values())
+        name = next(n for n, _ in UNIT_FORMS if n in loo and loo[n] <= best + margin)
+        info["loo_rms"] = {k: round(v, 4) for k, v in loo.items()}
+        info["loo_unit"] = "% of RTT" if weights else "us"
+    cols = dict(UNIT_FORMS)[name]
+    coef = [0.0, 0.0, 0.0]
+    for c, v in zip(cols, _wls(rows, cols)):
+        coef[c] = v
+    info["kind"] = name
+    res = [y - sum(k * v for k, v in zip(coef, x)) for _, x, y in rows]
     info["rms_residual_us"] = math.sqrt(sum(r * r for r in res) / len(res))
-    return a, b, info
+    return coef[0], coef[1], coef[2], info
+
+
+def _wls(rows, cols):
+    """Weighted least squares over rows [(w, x, y)] with the columns cols of x: the coefficients, or
+    None when the columns cannot be told apart (one is zero, or a combination of the others). The
+    columns are scaled to unit weighted rms first (counts are ones, bytes tens of thousands)."""
+    sw = sum(w for w, _, _ in rows)
+    if not sw:
+        return None
+    scale = [math.sqrt(sum(w * x[c] ** 2 for w, x, _ in rows) / sw) for c in cols]
+    if min(scale) == 0.0:
+        return None
+    k = len(cols)
+    m = [[0.0] * (k + 1) for _ in range(k)]
+    for w, x, y in rows:
+        v = [x[c] / sc for c, sc in zip(cols, scale)]
+        for i in range(k):
+            m[i][k] += w * v[i] * y / sw
+            for j in range(k):
+                m[i][j] += w * v[i] * v[j] / sw
+    for c in range(k):                       # Gauss-Jordan elimination with partial pivoting
+        p = max(range(c, k), key=lambda i: abs(m[i][c]))
+        if abs(m[p][c]) <= 1e-9:
+            return None
+        m[c], m[p] = m[p], m[c]
+        for i in range(k):
+            if i != c:
+                f = m[i][c] / m[c][c]
+                m[i] = [a - f * b for a, b in zip(m[i], m[c])]
+    return [m[i][k] / m[i][i] / scale[i] for i in range(k)]
 
 
 # ------------------------------------------------------------------ input

@@ -175,10 +175,8 @@ def cmd_whatif(args):
         return 0
     print(f"model: {base.source}")
     table([{"term": " ".join(x for x in (c["device"], c["step"], c["term"]) if x), "change": c["change"],
-            "unit_before_us": _f(c["a_us_before"], 3) if not c["b_before"] else
-            f"{c['a_us_before']:.3f} + {c['b_before'] * 1000:.4f} ns/B",
-            "unit_after_us": _f(c["a_us_after"], 3) if not c["b_after"] else
-            f"{c['a_us_after']:.3f} + {c['b_after'] * 1000:.4f} ns/B"} for c in changes],
+            "unit_before_us": M.unit_formula(c["a_us_before"], c["b_before"], c["c_us_before"]),
+            "unit_after_us": M.unit_formula(c["a_us_after"], c["b_after"], c["c_us_after"])} for c in changes],
           ["term", "change", "unit_before_us", "unit_after_us"], out=sys.stdout)
     print()
     table([{"size": r["size"], "rtt_before_us": _f(r["before_us"]), "rtt_after_us": _f(r["after_us"]),

@@ -149,6 +149,12 @@ class Message:
         self.windows = windows(self.total, self.max_pdu)
 
     @property
+    def extra_ip_packets(self):
+        """Per fragment, the IP packets beyond its first: a fragment larger than one IP packet's body
+        is cut into IP fragments by the sender and reassembled by the receiver."""
+        return [len(ip_body_bytes(f, self.mtu)) - 1 for f in self.frags]
+
+    @property
     def acks(self):
         """Window acknowledgements (ack requests answered): every window but the last."""
         return len(self.windows) - 1

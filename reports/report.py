@@ -90,15 +90,16 @@ def model_section(d: RunData):
         sizes = [int(x) for x in m["sizes"]]
         cols = ["device", "step", "unit_us"] + [c for z in sizes for c in (f"n@{z}", f"us@{z}")]
         rows = []
+        from rpcscope.analysis.model import Term
         for t in m["terms"]:
-            a, b = t["a_us"], t.get("b_us_per_byte", 0.0)
-            r = {"device": t["device"], "step": t["term"] or t["step"],
-                 "unit_us": f"{a:.3f}" + (f" + {b * 1000:.4f} ns/B" if b else "")}
+            term = Term(t["device"], t["step"], t["term"], t["a_us"], t.get("b_us_per_byte", 0.0),
+                        per_size={int(z): v for z, v in t["per_size"].items()},
+                        c_us_per_extra_ip_packet=t.get("c_us_per_extra_ip_packet", 0.0))
+            r = {"device": t["device"], "step": term.label, "unit_us": term.formula()}
             for z in sizes:
-                ps = t["per_size"].get(str(z), {})
-                n = ps.get("count", 0)
+                n = term.count(z)
                 r[f"n@{z}"] = n
-                r[f"us@{z}"] = f"{n * (a + b * ps.get('bytes', 0)):.2f}" if n else ""
+                r[f"us@{z}"] = f"{term.contribution(z):.2f}" if n else ""
             rows.append(r)
         calc, meas = m.get("calculated_us", {}), m.get("measured_us", {})
         err = {}
@@ -116,7 +117,8 @@ def model_section(d: RunData):
                      **{f"us@{z}": _f(untraced_noise_pct(cases.get(z, {})), 1) for z in sizes}})
         s.items.append(Table(
             f"Calculated vs measured RTT per size (model: {m.get('source', '')})", cols, rows,
-            "analysis/model.json terms[].a_us, b_us_per_byte, per_size.{count,bytes} (us = count × unit(bytes)); "
+            "analysis/model.json terms[].a_us, b_us_per_byte, c_us_per_extra_ip_packet, per_size.{count,bytes,"
+            "extra_ip_packets} (us = count × (a + b × bytes) + extra IP packets × c); "
             "calculated_us, measured_us; % error = (measured − calculated) × 100 / measured; measured noise: half "
             "the spread of the case's untraced rounds' p50s (manifest.json cases[].repeats) as % of its p50, how "
             "far the measured figure itself moves between identical runs",

@@ -99,6 +99,36 @@ def test_fit_recovers_a_linear_system_and_predicts_holdouts_exactly():
     assert c1.b_us_per_byte == pytest.approx(0, abs=1e-9)
 
 
+def test_fit_finds_a_cost_per_extra_ip_packet_and_predicts_across_the_mtu():
+    """A step that costs 2 us for every IP packet beyond the first of a fragment (IP fragmentation and
+    reassembly), as C8'' does on the veth testbed: a line in bytes cannot follow its jump between 0
+    (one packet) and 1392 (two, maxarg's 1396-byte body); the per-packet form is found by leave one
+    out, recovers the 2 us and predicts the held-out sizes exactly."""
+    params = {"reply": 0, "proc": "maxarg"}
+    sizes = [0, 1392, 1393, 4016, 6000, 8032, 16064, 24096]
+    out, meas = {}, {}
+    for s in sizes:
+        n, b = M.occurrences("request_frags", s, params)
+        x = M.extra_ip_packets("request_frags", s, params)
+        c8 = n * 0.15 + 2.0 * x
+        c1 = 0.2 + 0.0001 * M.occurrences("call_request", s, params)[1]
+        out[s] = {"C8''": {"median_ns": c8 * 1000, "n": 100}, "C1": {"median_ns": c1 * 1000, "n": 100}}
+        meas[s] = (c8 + c1) * 1000
+    assert [M.extra_ip_packets("request_frags", s, params) for s in (0, 1392, 4016)] == [0, 1, 2]
+    assert M.extra_ip_packets("request_frags", 24096, dict(params, transport="tcp")) == 0
+    m = M.fit(M.Costs(out, meas, params, "synthetic"), holdout=[1393, 6000], steps=["C1", "C8''"])
+    t = {x.step: x for x in m.terms}
+    assert t["C8''"].fit["kind"] == "per packet", t["C8''"].fit
+    assert t["C8''"].c_us_per_extra_ip_packet == pytest.approx(2.0)
+    assert t["C8''"].fit["loo_rms"]["linear"] > 1.0          # % of the RTT: a line in bytes misses
+    assert t["C1"].fit["kind"] == "linear" and t["C1"].c_us_per_extra_ip_packet == 0.0
+    for row in m.error_rows():
+        assert row["percent_error"] == pytest.approx(0, abs=1e-6), row
+    assert "us/extra IP packet" in t["C8''"].formula()
+    back = M.Model.from_json(json.loads(json.dumps(m.to_json())))
+    assert back.calculated(6000) == pytest.approx(m.calculated(6000))
+
+
 def test_fit_counts_follow_the_windows():
     costs = _costs([0, 4016, 24096])
     m = M.fit(costs)

@@ -10,10 +10,13 @@ write their tables there.
                 one extractor per CPU at a time): the first read, end to end
   decode cached the same, from the cache just made (memory-mapped columns)
   analyze       `rpcscope analyze` end to end on an empty cache: decoding, the in-situ probe
-                calibration, the reconstruction of every RPC, the tables
-  analyze cached the same with the decoded columns cached
-  analyze whole the same with each case rebuilt in one window (the whole trace at once), beside
-                the default windows of calls: what the windows save
+                calibration, the reconstruction of every RPC, the tables; the cases spread over
+                one forked worker per CPU (steps.analyze, workers.py)
+  analyze one   the same in one process (workers=1), beside it
+  analyze cached the same with the decoded columns (and probe.json) cached, with workers and in one
+                process
+  analyze whole the same in one process with each case rebuilt in one window (the whole trace at
+                once), beside the default windows of calls: what the windows save
   trace         the run's smallest and largest single trace decoded alone: does memory grow
                 with the trace's length?
 
@@ -61,7 +64,7 @@ def _child(mode, run_path, cache, target=None):
         run.finish_prefetch()
     elif mode == "trace":
         traceread.read_trace(target, cache_dir=cache)
-    elif mode in ("analyze", "analyze-whole"):
+    elif mode in ("analyze", "analyze-one", "analyze-whole"):
         from .steps import analyze
         if mode == "analyze-whole":
             rpcs.WINDOW_EVENTS = 1 << 62            # one window per case: the whole trace at once
@@ -69,7 +72,9 @@ def _child(mode, run_path, cache, target=None):
         run.cache_dir = pathlib.Path(cache)
         run.out_dir = pathlib.Path(cache) / "out"
         base_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        res = analyze(run)
+        # analyze: the cases in one forked worker per CPU (the default); -one and -whole: in this
+        # process, where the whole-case windows' memory shows in this process's peak.
+        res = analyze(run, workers=None if mode == "analyze" else 1)
         tables = sum(r.nbytes() for r in res["_rpcs"].values())
     else:
         raise SystemExit(f"unknown mode {mode}")
@@ -82,6 +87,10 @@ def _child(mode, run_path, cache, target=None):
         # and the per-RPC tables: the working set of the analysis itself.
         extra = {"tables_mib": round(tables / 2**20, 1),
                  "beyond_tables_mib": round((self_kb - base_kb) / 1024 - tables / 2**20, 1)}
+    # The largest child: an analysis worker (it holds its own cases' tables, one window and the pages it
+    # shares with this process from the fork), or a native extractor.
+    child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    extra["children_peak_rss_mib"] = round(child_kb / 1024, 1) if child_kb else None
     print(json.dumps({**extra, "wall_s": wall, "events": traceread.READ_STATS["events"],
                       "decoded_events": traceread.READ_STATS["decoded_events"],
                       "peak_rss_mib": round(self_kb / 1024, 1),
@@ -111,7 +120,8 @@ def bench(run_path, do_analyze=True, progress=None):
     from . import native
     plan = [("decode", "first"), ("decode", "cached")]
     if do_analyze:
-        plan += [("analyze", "first"), ("analyze", "cached"), ("analyze-whole", "cached")]
+        plan += [("analyze", "first"), ("analyze-one", "first"), ("analyze", "cached"), ("analyze-one", "cached"),
+                 ("analyze-whole", "cached")]
     sizes = sorted(traces, key=lambda t: _dir_bytes(t[1]))
     small, large = sizes[0], sizes[-1]
     plan += [("trace", small), ("trace", large)]
@@ -128,6 +138,8 @@ def bench(run_path, do_analyze=True, progress=None):
             target = what[1] if mode == "trace" else None
             r = _measure(mode, run.path, cache, target)
             r["measurement"] = f"{mode} ({what})" if isinstance(what, str) else f"trace alone: {what[0]}"
+            if mode == "analyze-one":
+                r["measurement"] = f"analyze ({what}), in one process"
             if mode == "analyze-whole":
                 r["measurement"] = "analyze (cached), each case in one window"
             r["trace_mib"] = round(_dir_bytes(target) / 2**20, 1) if target else None
@@ -167,14 +179,18 @@ def cmd_bench(args):
             "wall_s": round(r["wall_s"], 2),
             "events/s": r["events_per_s"], "peak_rss_MiB": r["peak_rss_mib"],
             "tables_MiB": r.get("tables_mib", ""), "beyond_tables_MiB": r.get("beyond_tables_mib", ""),
-            "extractor_MiB": r["extractor_peak_rss_mib"] or "", "trace_MiB": r["trace_mib"] or ""}
+            "extractor_MiB": r["extractor_peak_rss_mib"] or "", "largest_child_MiB": r.get("children_peak_rss_mib") or "",
+            "trace_MiB": r["trace_mib"] or ""}
            for r in res["measurements"]],
           ["measurement", "events", "reads", "wall_s", "events/s", "peak_rss_MiB", "tables_MiB",
-           "beyond_tables_MiB", "extractor_MiB", "trace_MiB"])
+           "beyond_tables_MiB", "extractor_MiB", "largest_child_MiB", "trace_MiB"])
     print("events: the run's events (each once); reads: events returned by the trace reader, re-reads included")
     print("tables: the per-RPC tables analyze keeps; beyond_tables: peak RSS minus the interpreter with its "
           "modules and minus the tables (the analysis's working set: one window of calls at a time, "
           f"about {rpcs.WINDOW_EVENTS:,} events; 'one window' rebuilds each case whole, for comparison)")
+    print("analyze spreads the cases over one forked worker per CPU, which send their tables back (the peak "
+          "RSS is this process's; largest_child: the largest worker or native extractor, whose RSS counts "
+          "the pages it shares with this process); 'in one process': the same without workers")
     print(f"goal: >= {res['goal_events_per_s']:,} events/s end to end on the first run")
     return 0
 

@@ -13,11 +13,13 @@ EPILOG = """examples:
   rpcscope analyze runs/maxarg-udp --corrected      medians corrected for the probe effect
   rpcscope analyze runs/maxarg-udp --json           everything as JSON (also in runs/NAME/analysis/)
   rpcscope analyze runs/x --no-kernel               user marks only (kernel-bounded steps: missing)
+  rpcscope analyze runs/x --workers 1               everything in one process (default: one per CPU)
 
 Writes runs/NAME/analysis/steps.csv (one row per case and step: n, mean, median,
 p10, p90, p99, std in us, corrected mean and median, tracepoints inside, missing
 RPCs by reason), rtt.csv and steps.json. Decoded traces are cached in
-runs/NAME/analysis/cache/. "n/a": the run's conditions rule the step out;
+runs/NAME/analysis/cache/; the cases are decoded and rebuilt in one forked
+worker per CPU. "n/a": the run's conditions rule the step out;
 "-": applies but not measured (see missing_reasons). Rules: analysis/rpcs.py.
 """
 
@@ -27,13 +29,14 @@ class _Progress:
         self.out = out or sys.stderr  # resolved per call: sys.stderr may be replaced after import
         self.tty = self.out.isatty()
 
-    def __call__(self, k, ncases, case_id, done, total):
+    def __call__(self, k, ncases, case_id, done, total, what=None):
+        """Case k of ncases, done of total RPCs; what: the whole label instead (cases in workers)."""
         if not self.tty:
             return
         frac = (k + (done / total if total else 0)) / max(ncases, 1)
         bar = "#" * int(frac * 30)
-        what = f"{done}/{total} RPCs" if total else "reading traces"
-        self.out.write(f"\ranalyze [{bar:<30}] {frac * 100:3.0f}%  case {k + 1}/{ncases} {case_id} {what}      ")
+        label = what or f"case {k + 1}/{ncases} {case_id} " + (f"{done}/{total} RPCs" if total else "reading traces")
+        self.out.write(f"\ranalyze [{bar:<30}] {frac * 100:3.0f}%  {label}      ")
         self.out.flush()
 
     def done(self):
@@ -51,7 +54,7 @@ def cmd_analyze(args):
     path = pathlib.Path(args.run)
     prog = None if args.quiet else _Progress()
     try:
-        res = analyze(path, progress=prog, kernel=not args.no_kernel)
+        res = analyze(path, progress=prog, kernel=not args.no_kernel, workers=args.workers)
     except RunError as e:
         raise UserError(str(e)) from None
     finally:
@@ -119,6 +122,16 @@ def _pivot(rows, cols):
         print("  ".join(str(r[c]).ljust(x) if i < 2 else str(r[c]).rjust(x) for i, (c, x) in enumerate(zip(cols, w))))
 
 
+def _positive(text):
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return n
+
+
 def _r(v, nd=2):
     return "" if v is None else round(v, nd)
 
@@ -135,6 +148,9 @@ def register(subparsers):
     ap.add_argument("--corrected", action="store_true", help="show durations corrected for the probe effect")
     ap.add_argument("--no-kernel", action="store_true", help="ignore the kernel trace (user marks only)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.add_argument("--workers", type=_positive, metavar="N",
+                    help="processes the cases are spread over (default one per CPU; 1: all in this process, "
+                         "decoding in threads ahead of it)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     ap.set_defaults(func=cmd_analyze)
     return ap

@@ -138,20 +138,44 @@ def _per_case(run):
     (collectors/capture.py run_case): its own p50 differences and the events on its path are one point.
     A case is corrected with the costs solved from the OTHER cases of its transport (leave one out), so
     that its corrected RTT is a prediction, not a fit to itself."""
-    cases = [c for c in run.cases if c.complete and c.meta.get("ust_only") and not c.meta.get("lossy")
-             and c.has_kernel()]
-    key = {c.id: [c.meta["untraced"]["p50"], c.meta["ust_only"]["p50"], c.meta["traced"]["p50"], c.meta.get("pids")]
-           for c in cases}
+    key = _per_case_key(run)
     if not key:
         return {}
     got = _cached(run, key)
     if got is not None:
         return got
-    points = {}
-    for c in cases:
-        pt = _point(c, c.meta["untraced"]["p50"], c.meta["ust_only"]["p50"], c.meta["traced"]["p50"])
-        if pt:
-            points[c.id] = pt
+    return per_case_solve(run, key, {c.id: case_point(c) for c in _per_case_cases(run)})
+
+
+def _per_case_cases(run):
+    return [c for c in run.cases if c.complete and c.meta.get("ust_only") and not c.meta.get("lossy")
+            and c.has_kernel()]
+
+
+def _per_case_key(run):
+    return {c.id: [c.meta["untraced"]["p50"], c.meta["ust_only"]["p50"], c.meta["traced"]["p50"], c.meta.get("pids")]
+            for c in _per_case_cases(run)}
+
+
+def per_case_pending(run):
+    """(key, cases) when the run's per-case calibration still has its cases' paths to walk (case_point
+    of each, then per_case_solve); None when probe.json holds it already, or the run has none."""
+    if (run.manifest.get("calibration_in_situ") or {}).get("method") != "per case":
+        return None
+    key = _per_case_key(run)
+    if not key or _cached(run, key) is not None:
+        return None
+    return key, _per_case_cases(run)
+
+
+def case_point(case):
+    """A case's calibration point (_point), or None; walked before any calibration exists."""
+    return _point(case, case.meta["untraced"]["p50"], case.meta["ust_only"]["p50"], case.meta["traced"]["p50"])
+
+
+def per_case_solve(run, key, points):
+    """The per-case calibration from every case's point ({case id: point or None}); saved in probe.json."""
+    points = {cid: pt for cid, pt in points.items() if pt}
     out = {"transports": {}, "cases": {}}
     for transport in sorted({p["transport"] for p in points.values()}):
         pts = {cid: p for cid, p in points.items() if p["transport"] == transport}

@@ -251,6 +251,17 @@ class CaseRPCs:
         """Let go of the last window's events: memory then holds the tables alone."""
         self._window_events = None
 
+    def __getstate__(self):
+        # Sent by an analysis worker (workers.py) without its case and the events of its last window:
+        # the receiver has the case (attach()) and reads a window's events again when it needs them.
+        return dict(self.__dict__, case=None, _window_events=None)
+
+    def attach(self, case, kernel=True):
+        """Adopt an unpickled CaseRPCs as case's reconstruction (reconstruct() then returns it)."""
+        self.case = case
+        case.__dict__.setdefault("_reconstructed", {})[kernel] = self
+        return self
+
 
 # ---------------------------------------------------------------- vectorised helpers
 

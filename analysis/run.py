@@ -134,6 +134,11 @@ class Case:
     def kernel(self, **kw):
         return self._read("kernel", 8, **kw)
 
+    def trace_bytes(self):
+        """The size of the case's traces on disk (the work of decoding and rebuilding it)."""
+        return sum(f.stat().st_size for kind in ("ust", "kernel") for _, d in self._trace_dirs(kind)
+                   for f in d.rglob("*") if f.is_file())
+
     def has_kernel(self):
         return bool(self._trace_dirs("kernel"))
 

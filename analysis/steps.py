@@ -18,9 +18,12 @@ import numpy as np
 
 from rpcscope.tracepoints import STEPS
 
+from . import probe as probe_mod
+from . import traceread
 from .probe import path_probe_ns
 from .rpcs import EXTRA_ROWS, MEASURED, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
 from .run import Run, load_run
+from .workers import CaseWorkers, cpu_workers
 
 _STEP = {s["id"]: s for s in STEPS}
 CSV_COLUMNS = ["case", "transport", "proc", "size", "step", "side", "name", "rtp", "status", "n", "missing",
@@ -103,28 +106,25 @@ def rtt_summary(rpcs):
             "problems": rpcs.problems}
 
 
-def analyze(run_path, progress=None, write=True, kernel=True):
-    """run_path: a run directory, or a loaded Run (whose cache_dir and out_dir may point elsewhere)."""
+def analyze(run_path, progress=None, write=True, kernel=True, workers=None):
+    """run_path: a run directory, or a loaded Run (whose cache_dir and out_dir may point elsewhere).
+    workers: processes for the cases (default one per CPU; 1: all in this process). progress(k,
+    ncases, case id, done, total, what=None) as cases are rebuilt."""
     run = run_path if isinstance(run_path, Run) else load_run(run_path)
-    steps, rtts, per_rpc = [], [], {}
     cases = [c for c in run.cases if c.complete]
+    workers = cpu_workers(len(cases), workers)
     if progress:
         progress(0, len(cases), "all", 0, 0)
-    run.prefetch()
-    finished = False
-    try:
-        for k, case in enumerate(cases):
-            cb = (lambda done, tot, k=k, case=case: progress(k, len(cases), case.id, done, tot)) if progress else None
-            if cb:
-                cb(0, 0)
-            r = reconstruct(case, progress=cb, kernel=kernel)
-            steps += step_rows(r)
-            rtts.append(rtt_summary(r))
-            r.release()
-            per_rpc[case.id] = r
-        finished = True
-    finally:
-        run.finish_prefetch(cancel=not finished)
+    if workers > 1:
+        steps, rtts, per_rpc = _in_workers(run, cases, workers, progress, kernel)
+    else:
+        run.prefetch()
+        finished = False
+        try:
+            steps, rtts, per_rpc = _in_process(run, cases, progress, kernel)
+            finished = True
+        finally:
+            run.finish_prefetch(cancel=not finished)
     result = {"run": str(run.path), "calibrated": bool(run.manifest.get("calibration")),
               "kernel_collector": run.manifest.get("kernel_collector"),
               "placement": run.manifest.get("placement"), "wait": run.manifest.get("wait"),
@@ -149,3 +149,93 @@ def analyze(run_path, progress=None, write=True, kernel=True):
         (run.out_dir / "steps.json").write_text(json.dumps(result, indent=1, default=str))
     result["_rpcs"] = per_rpc
     return result
+
+
+def _in_process(run, cases, progress, kernel):
+    """Every case in this process, while decoding threads (Run.prefetch) fill the cache ahead of it."""
+    steps, rtts, per_rpc = [], [], {}
+    for k, case in enumerate(cases):
+        cb = (lambda done, tot, k=k, case=case: progress(k, len(cases), case.id, done, tot)) if progress else None
+        if cb:
+            cb(0, 0)
+        r = reconstruct(case, progress=cb, kernel=kernel)
+        steps += step_rows(r)
+        rtts.append(rtt_summary(r))
+        r.release()
+        per_rpc[case.id] = r
+    return steps, rtts, per_rpc
+
+
+def _in_workers(run, cases, workers, progress, kernel):
+    """The same as _in_process, the cases spread over forked workers (workers.py), each decoding its
+    own cases' traces (the native extractor, a process of its own) and rebuilding them, so that
+    decoding and analysis together keep every CPU busy. Phase one rebuilds every case, the largest
+    first, and walks the calibration's sample of its paths (when probe.json does not hold the
+    calibration yet); the calibration is solved here from all of them and sent to the workers; phase
+    two charges each case's probe costs and makes its tables in the worker that rebuilt it, which
+    sends them back."""
+    index = {c.id: k for k, c in enumerate(run.cases)}
+    ks = [index[c.id] for c in cases]
+    pending = probe_mod.per_case_pending(run)
+    if pending is None:
+        run.probe                 # cached, or an older run's calibration: ready before the fork
+    else:
+        run._probe = {}           # while the calibration is walked, the cases use none (Run.probe)
+    walk = {index[c.id] for c in pending[1]} if pending else set()
+    n, done = len(cases), 0
+    first = sorted(set(ks) | walk, key=lambda k: -run.cases[k].trace_bytes())
+    ops = {"rebuild": _w_rebuild, "set_probe": _w_set_probe, "tables": _w_tables, "read_stats": _w_read_stats}
+    stats_at_fork = dict(traceread.READ_STATS)
+    with CaseWorkers(run, workers, ops) as pool:
+        points = {}
+        for k, pt in pool.map("rebuild", first, (kernel, walk)):
+            if k in walk:
+                points[run.cases[k].id] = pt
+            if progress and k in ks:
+                done += 1
+                progress(0, 1, run.cases[k].id, done, 2 * n, what=f"{done}/{n} cases rebuilt ({workers} workers)")
+        if pending:
+            run._probe = probe_mod.per_case_solve(run, pending[0], points)
+        pool.broadcast("set_probe", run._probe)
+        got, done = {}, 0
+        for k, (rows, rtt, r) in pool.map("tables", ks, kernel):
+            got[k] = (rows, rtt, r.attach(run.cases[k], kernel))
+            done += 1
+            if progress:
+                progress(0, 1, run.cases[k].id, n + done, 2 * n, what=f"{done}/{n} cases charged and tabled")
+        for st in pool.broadcast("read_stats", stats_at_fork):
+            traceread.add_read_stats(st)
+    steps, rtts, per_rpc = [], [], {}
+    for k in ks:
+        rows, rtt, r = got[k]
+        steps += rows
+        rtts.append(rtt)
+        per_rpc[run.cases[k].id] = r
+    return steps, rtts, per_rpc
+
+
+# The workers' side of _in_workers (module-level: the forked workers call them by name).
+def _w_rebuild(run, k, arg):
+    kernel, walk = arg
+    case = run.cases[k]
+    reconstruct(case, kernel=kernel)
+    return probe_mod.case_point(case) if k in walk else None
+
+
+def _w_set_probe(run, k, probe):
+    run._probe = probe
+
+
+def _w_read_stats(run, k, at_fork):
+    """What this worker read since it was forked."""
+    st = dict(traceread.READ_STATS)
+    for key in ("events", "decoded_events"):
+        st[key] -= at_fork[key]
+    return st
+
+
+def _w_tables(run, k, kernel):
+    r = reconstruct(run.cases[k], kernel=kernel)
+    rows, rtt = step_rows(r), rtt_summary(r)
+    r.release()
+    return rows, rtt, r

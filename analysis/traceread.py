@@ -586,6 +586,15 @@ def _chunks_all(f, dtype, test, size=1 << 18):
 # Events returned by read_trace in this process, of them those decoded rather than mapped from the
 # cache, and the native extractor's largest own peak RSS (for `rpcscope analyze-bench`).
 READ_STATS = {"events": 0, "decoded_events": 0, "extractor_peak_rss_kib": 0}
+
+
+def add_read_stats(other):
+    """Count another process's READ_STATS (an analysis worker's) as this process's."""
+    READ_STATS["events"] += other["events"]
+    READ_STATS["decoded_events"] += other["decoded_events"]
+    READ_STATS["extractor_peak_rss_kib"] = max(READ_STATS["extractor_peak_rss_kib"], other["extractor_peak_rss_kib"])
+
+
 _STATS_LOCK = threading.Lock()          # Run.prefetch reads traces from several threads
 
 

@@ -246,6 +246,32 @@ def test_babeltrace_reads_every_trace_with_nothing_discarded(run):
         assert p.returncode == 0, p.stderr[-1000:]
 
 
+def test_analysis_in_workers_equals_the_analysis_in_one_process(run, tmp_path):
+    """`rpcscope analyze` spreads the cases over forked workers (analysis/workers.py): on this real
+    capture with its per-case probe calibration, the step tables, the RTTs and probe.json are those
+    of the whole analysis in one process, and no worker is left afterwards."""
+    from rpcscope.analysis.run import load_run
+    from rpcscope.analysis.steps import analyze
+    got = {}
+    for workers in (1, 2):
+        r = load_run(run)
+        r.out_dir = tmp_path / f"out-{workers}"
+        r.cache_dir = r.out_dir / "cache"
+        res = analyze(r, workers=workers)
+        probe = json.loads((r.out_dir / "probe.json").read_text())
+        got[workers] = (res["steps"], res["rtt"], probe,
+                        {cid: x.rows["RTT"].corrected.tolist() for cid, x in res["_rpcs"].items()})
+    # The calibration was walked (in the workers): a point per case (two cases per transport are too
+    # few to leave one out, so no per-case costs here).
+    assert sum(len(t["points"]) for t in probe["transports"].values()) == 4, probe
+    assert got[1] == got[2]
+    me = str(os.getpid())
+    kids = [p for p in pathlib.Path("/proc").glob("[0-9]*/stat")
+            if p.exists() and p.read_text().rsplit(")", 1)[1].split()[1] == me
+            and p.read_text().rsplit(")", 1)[1].split()[0] != "Z"]
+    assert not kids, kids
+
+
 def test_kernel_trace_holds_both_hosts_syscalls_and_every_packet(run):
     m = json.loads((run / "manifest.json").read_text())
     devs = {h["role"]: h["ifname"] for h in m["hosts"].values()}

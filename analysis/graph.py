@@ -180,6 +180,18 @@ class Graph:
         i = int(wi[k])
         return self._wakeup(i)
 
+    def waking_while_going_to_sleep(self, tid, out_ts):
+        """The last sched_waking of tid after its last own event before its switch out at out_ts, or
+        None: a wake-up that raced the thread's going to sleep. The waker's try_to_wake_up found the
+        thread still on its CPU and queued the wake-up until it was off, so the waking comes before
+        the switch out (prev_state S) and none after it; seen here on a UDP server that entered
+        epoll_wait a moment before a fragment arrived."""
+        ets, _ = self._evts.get(tid, (np.zeros(0, np.int64), None))
+        j = int(ets.searchsorted(out_ts, "left")) - 1
+        if j < 0:
+            return None
+        return self.wakeup_before(tid, out_ts, int(ets[j]) + 1)
+
     def _wakeup(self, i):
         ts, c = int(self.wk_ts[i]), int(self.wk_cpu[i])
         s = self.softirq_at(c, ts)

@@ -70,7 +70,34 @@ RULES = {
     "reply_ip": lambda q, r: list(r.ip),
     "call_bytes": lambda q, r: [q.total + r.total],               # once per call, both messages' bytes
     "request_windows": lambda q, r: _window_bytes(q),             # once per window, the bytes it sends
+    "request_frags_but_last": lambda q, r: _frags_but_last(q),
+    "request_window_ends": lambda q, r: [q.frags[i] for i in _window_end_frags(q)],
 }
+
+
+def _final_window_overlaps(q):
+    """Whether the request's final window holds more than one fragment: its last fragment is then
+    sent while the server takes the one before it, so that the path leaves the client's send of it
+    and passes through the server's receive of both."""
+    return len(q.windows) > 0 and q.windows[-1] > 1
+
+
+def _frags_but_last(q):
+    """The request fragments whose send is on the path: all but the final window's last one when
+    that window holds more than one (_final_window_overlaps)."""
+    return list(q.frags[:-1]) if _final_window_overlaps(q) else list(q.frags)
+
+
+def _window_end_frags(q):
+    """Indices of the fragments whose receive is on the path: the last of each window (the one the
+    server wakes for), and the one before the last when the final window holds more than one."""
+    ends, i = [], 0
+    for k in q.windows:
+        i += k
+        ends.append(i - 1)
+    if _final_window_overlaps(q):
+        ends.insert(len(ends) - 1, ends[-1] - 1)
+    return ends
 
 
 def _window_bytes(q):
@@ -119,6 +146,10 @@ def extra_ip_packets(rule, size, params):
         return 0
     q, r = _req_reply(size, params)
     req, rep = sum(q.extra_ip_packets), sum(r.extra_ip_packets)
+    if rule == "request_frags_but_last":
+        return sum(q.extra_ip_packets[:len(_frags_but_last(q))])
+    if rule == "request_window_ends":
+        return sum(q.extra_ip_packets[i] for i in _window_end_frags(q))
     return {"call_request": req, "request_frags": req, "request_windows": req,
             "request_frags_multi": req if len(q.windows) > 1 else 0,
             "call_reply": rep, "reply_frags": rep, "server_sends": rep, "client_receives": rep,
@@ -353,7 +384,8 @@ def fit(costs, holdout=(), steps=None, predict=()):
 # The arithmetic a step on the round-trip path may follow: which of its occurrences lie on the path
 # depends on the overlap (a server wakes once per window on the path, though once per fragment in all).
 PATH_RULE_CANDIDATES = ("call", "call_request", "call_reply", "request_frags", "reply_frags", "server_sends",
-                        "client_receives", "windows", "request_windows", "acks", "request_frags_multi")
+                        "client_receives", "windows", "request_windows", "acks", "request_frags_multi",
+                        "request_frags_but_last", "request_window_ends")
 
 
 def path_rule(step, observed, totals, params, weights=None):

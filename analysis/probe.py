@@ -9,7 +9,8 @@ kernel network device (one per packet per device), other kernel (syscalls, sched
 Then, with the p50 differences of a case d_user = user-only - untraced and d_kernel = user+kernel -
 user-only (medians of the rounds),
 
-    d_user   = n_user x c_user                          (least squares over the cases)
+    d_user   = n_user x c_user                          (least squares over the cases), or
+             = n_user x c_user + size x c_byte          (a cost per payload byte too)
     d_kernel = n_kernel x c_kernel                      (one pooled cost), or
              = n_net x c_net + n_other x c_other        (net and other apart), or
              = a + n_kernel x b                         (a cost per call and one per event)
@@ -21,7 +22,9 @@ one that best predicts each point from the others and that no single point carri
 size's calls carry about the same events, so neither a split nor a per-call cost can be told from
 noise there), and the result says which and why. With a per-call cost, the case's kernel events are
 charged (a + b x k) / k each, k its kernel events on the path: the same total, spread over the
-events, so every step and segment keeps its share.
+events, so every step and segment keeps its share. The user share's two models compete the same
+way (_solve_user): with a cost per byte the case's user events are charged (c_user x n + c_byte x
+size) / n each.
 
 Those costs are what the analysis charges to the path (Case.calibration). An event off the path
 costs the RTT nothing; what an event costs beyond its own instructions where the call really runs
@@ -34,7 +37,7 @@ import json
 
 import numpy as np
 
-PROBE_FORMAT = "rpcscope-probe/6"
+PROBE_FORMAT = "rpcscope-probe/7"
 
 
 def in_situ(run):
@@ -247,7 +250,57 @@ def _per_call(A, dk):
     return (float(a), float(b)) if a > 0 and b > 0 else None
 
 
+def _user_per_byte(nu, size, du):
+    """Least-squares (c, e) of d_user = c x user events + e x payload bytes: a user event costs more the
+    more data the call moves (the tracer's ring-buffer writes displace the payload from the caches:
+    over TCP every size has 33 user events on its path, yet d_user grew from 6.9 us at 0 bytes to 8.0 us
+    at 24096 here). None unless the points hold three distinct sizes, and c and e are positive."""
+    if len(np.unique(size)) < 3:
+        return None
+    c, e = np.linalg.lstsq(np.stack([nu, size], axis=1), du, rcond=None)[0]
+    return (float(c), float(e)) if c > 0 and e > 0 else None
+
+
+def _solve_user(per, target):
+    """(c_user, description, per_byte) for the user share: one cost per event, or per event plus per
+    payload byte (_user_per_byte) when that predicts a left-out point better and no single point
+    carries it. With per_byte, c_user is the target's effective cost of one event ((c x n + e x size)
+    / n, n its user events on the path; without a target, c)."""
+    nu = np.array([p["path_events_per_call"]["ust"] for p in per.values()], float)
+    du = np.array([p["d_user_ns"] for p in per.values()], float)
+    size = np.array([p["size"] for p in per.values()], float)
+    per_event = lambda m: float(du[m] @ nu[m] / (nu[m] @ nu[m])) if nu[m] @ nu[m] else None  # noqa: E731
+    c_user = per_event(np.ones(len(nu), bool))
+    both = _user_per_byte(nu, size, du)
+    n = len(per)
+    if both is None or n < 4:
+        return c_user, "user: one cost per event", None
+    err = {"event": [], "byte": []}
+    for i in range(n):
+        m = np.arange(n) != i
+        c, b = per_event(m), _user_per_byte(nu[m], size[m], du[m])
+        if b is None:
+            return c_user, "user: one cost per event (a cost per byte rests on a single point)", None
+        for k, pred in (("event", (c or 0.0) * nu[i]), ("byte", b[0] * nu[i] + b[1] * size[i])):
+            err[k].append((pred - du[i]) / du[i] if du[i] else 0.0)
+    rms = {k: 100 * float(np.sqrt(np.mean(np.square(v)))) for k, v in err.items()}
+    cv = f"a left-out point's user share predicted within {rms['event']:.1f} % rms per event, {rms['byte']:.1f} % with a cost per byte"
+    if rms["byte"] >= rms["event"]:
+        return c_user, f"user: one cost per event ({cv})", None
+    k = target["path_events_per_call"]["ust"] if target else 0
+    eff = (both[0] * k + both[1] * target["size"]) / k if k else both[0]
+    return eff, (f"user: a cost per event ({both[0]:.1f} ns) and per payload byte ({both[1] * 1000:.1f} ps) ({cv})"), both
+
+
 def solve(per, target=None):
+    """(c_user, c_net, c_other, method, per_call) as solve_kernel, with the user share solved by
+    _solve_user (its description appended to method)."""
+    c_user, user_method, _ = _solve_user(per, target)
+    _, c_net, c_other, method, per_call = solve_kernel(per, target)
+    return c_user, c_net, c_other, f"{method}; {user_method}", per_call
+
+
+def solve_kernel(per, target=None):
     """(c_user, c_net, c_other, method, per_call) from {point: {"path_events_per_call": {"ust",
     "kernel_net", "kernel_other"}, "d_user_ns", "d_kernel_ns"}}; see the module docstring. per_call:
     (a, b) when the kernel share is a per-call cost a plus b per event, else None; the kernel costs

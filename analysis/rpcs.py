@@ -29,11 +29,14 @@ Rules (the catalog is tracepoints/steps.toml):
     C7  c7_begin -> sys_enter_send*   C8 enter -> sys_exit_send* (C8' to the first
     net_dev_xmit of the thread, C8'' after it)   C9 exit -> c9_end; S8/S9/S10 alike.
     C14 c14_begin -> sched_switch out of the client thread (before c17_end)
-    C15 NET_RX softirq_entry (last one on the CPU of the waking, after the switch
-        out) -> sched_waking of the client; C16 waking -> sched_switch back in
+    C15 NET_RX softirq_entry (of the softirq the waking ran in, on its CPU; it may
+        begin before the switch out) -> sched_waking of the client (a waking that
+        raced the switch out comes just before it); C16 waking -> sched_switch back in
     C17 sys_exit_epoll_wait -> c17_end
     S1/S2 as C15/C16 for the listener, before s3_end (s4_end with --wait recv);
-    S3 sys_exit_epoll_wait -> s3_end; S14 s14_begin -> sched_switch out.
+    S3 sys_exit_epoll_wait -> s3_end; S14 s14_begin -> sched_switch out (or the
+    wait's return when it did not sleep). A fragment the listener did not wait
+    for (it came while the listener took the one before) has no S1/S2.
   With --wait recv the absent begin marks of C18/S4 are the switch back in.
 * A step the run's conditions rule out (transport, inline server, veth link,
   single window, waiting mode, one-way procedure) is NOT_APPLICABLE for every
@@ -368,10 +371,12 @@ class _Kernel:
         self.m_send_enter = _names_mask(ev, "syscall_entry", SEND_SYSCALLS)
         self.m_send_exit = _names_mask(ev, "syscall_exit", SEND_SYSCALLS)
         self.m_epoll_exit = _names_mask(ev, "syscall_exit", EPOLL_SYSCALLS)
-        self.softirq = {}
+        self.softirq, self.softirq_exit = {}, {}
         sirq = (kind == KIND["softirq_entry"]) & (np.asarray(ev.vec) == 3)
+        sirq_x = (kind == KIND["softirq_exit"]) & (np.asarray(ev.vec) == 3)
         for c in np.unique(self.cpu[sirq]):
             self.softirq[int(c)] = _Sel(ev, sirq & (self.cpu == c))
+            self.softirq_exit[int(c)] = _Sel(ev, sirq_x & (self.cpu == c))
         self._threads = {}
         self.inferred = collections.Counter()     # tid -> switches in inferred (see _wake)
 
@@ -411,6 +416,19 @@ class _Kernel:
                 continue
             m = np.nonzero(cpu == c)[0]
             out.take(m, sel, sel.last(lo[m], hi[m]))
+        return out
+
+    def softirq_around(self, cpu, lo, t):
+        """Per query: the entry of the NET_RX softirq on cpu that began in [lo, t] and was still
+        running at t (no exit of it in between), e.g. the one a waking at t ran in."""
+        out = self.last_softirq(cpu, lo, t)
+        for c in np.unique(cpu).tolist():
+            x = self.softirq_exit.get(int(c))
+            m = np.nonzero((cpu == c) & out.found)[0]
+            if x is None or not len(m):
+                continue
+            ended = x.first(out.ts[m], t[m] - 1) >= 0       # it exited before t: t ran outside it
+            out.ts[m[ended]], out.idx[m[ended]] = -1, -1
         return out
 
 
@@ -1004,17 +1022,30 @@ def _sends(ctx, first, last, k_first, k_mid, k_last, split):
     _put(ctx, split[1], _sub((qr, x.ts, ex.ts, cpu), good & x.found), fail_split)
 
 
+NET_RX_MAX_NS = 2_000_000
+
+
 def _wake(K, th, lo, hi):
     """Per query (thread th, interval [lo, hi]): the thread's sleep in it: out, waking, in (_Hit)
-    and the last NET_RX softirq entry on the waking's CPU between out and waking (sirq), or a reason.
+    and the entry of the NET_RX softirq the waking ran in (sirq), or a reason.
 
     Some kernels do not fire sched_switch when a CPU leaves its idle task (on this VM: never on
     CPU 1, neither for perf nor for ftrace). The switch in is then inferred at the thread's first
     kernel event after the waking (its return from the wait syscall), as the execution graph does
     (graph.Graph.last_in); w.inferred says where."""
     w = types.SimpleNamespace()
+    th, lo, hi = (np.asarray(a, np.int64) for a in (th, lo, hi))
     w.out = K.find("out", "first", th, lo, hi)
     w.wk = K.find("waking", "last", th, w.out.ts, hi)
+    # A wake-up that raced the going to sleep (graph.Graph.waking_while_going_to_sleep): no waking
+    # after the switch out, one between the thread's last event before it and the switch out.
+    m = np.nonzero(~w.wk.found & w.out.found)[0]
+    if len(m):
+        prev = K.find("any", "last", th[m], lo[m], w.out.ts[m] - 1)
+        since = np.where(prev.found, prev.ts + 1, lo[m])
+        early = K.find("waking", "last", th[m], since, w.out.ts[m])
+        ok = early.found
+        w.wk.ts[m[ok]], w.wk.idx[m[ok]] = early.ts[ok], early.idx[ok]
     w.sw_in = K.find("in", "first", th, w.wk.ts, hi)
     anyev = K.find("any", "first", th, w.wk.ts, hi)
     w.inferred = ~w.sw_in.found & anyev.found & w.wk.found & w.out.found
@@ -1023,19 +1054,32 @@ def _wake(K, th, lo, hi):
     w.reason[~w.sw_in.found] = "switch back in not found"
     w.reason[~w.wk.found] = "sched_waking not found"
     w.reason[~w.out.found] = "did not sleep"
-    w.sirq = K.last_softirq(K.cpu[w.wk.idx], w.out.ts, w.wk.ts)
+    # The softirq the waking ran in. It may have begun before the switch out (a TCP reply's first
+    # segment delivered while the client was still on its way to sleep, its second waking it), even
+    # before the sleeper's previous user event; a NET_RX softirq runs at most netdev_budget_usecs
+    # (2 ms by default).
+    w.sirq = K.softirq_around(K.cpu[w.wk.idx], w.wk.ts - NET_RX_MAX_NS, w.wk.ts)
     return w
 
 
-def _sleeps(ctx, qr, th, lo, hi, unmarked, unmarked_reason, none_reason):
+def _sleeps(ctx, qr, th, lo, hi, unmarked, unmarked_reason, none_reason, absent=()):
     """_wake for queries in RPC order; an RPC stops at its first failure (a query `unmarked` fails with
-    unmarked_reason), an RPC without a query has none_reason. Returns (w, per-RPC reason, mask of the
-    queries before their RPC's failure, {resume step, softirq step: occurrences} of the good ones)."""
+    unmarked_reason), an RPC without a query has none_reason. A query whose reason is in `absent` is
+    a wait that did not happen (w.absent): no occurrence and no failure, unless every query of its RPC
+    is one. Returns (w, per-RPC reason, mask of the queries before their RPC's failure); w.resume and
+    w.softirq are the occurrences of the good queries."""
     K = ctx.K
     w = _wake(K, th, lo, hi)
     w.reason[unmarked] = unmarked_reason
-    fail, before = _first_fail(qr, w.reason, ctx.n)
-    fail[_first_per(qr, ctx.n) < 0] = none_reason
+    w.absent = np.array([x in absent for x in w.reason], bool) if len(qr) else np.zeros(0, bool)
+    counted = w.reason.copy()
+    counted[w.absent] = None
+    fail, before = _first_fail(qr, counted, ctx.n)
+    first = _first_per(qr, ctx.n)
+    none_good = np.bincount(qr[~w.absent], minlength=ctx.n)[:ctx.n] == 0
+    only_absent = none_good & (first >= 0) & _is_none(fail)
+    fail[only_absent] = w.reason[first[only_absent]]
+    fail[first < 0] = none_reason
     for t, k in collections.Counter(th[w.inferred & before].tolist()).items():
         K.inferred[t] += k
     w.good = _is_none(w.reason)
@@ -1062,17 +1106,18 @@ def _client_kernel(ctx, client_tid):
         ex = K.find("epoll_exit", "last", th, w.sw_in.ts, e)
         occ["C17"] = _sub((qr, ex.ts, e, ecpu), good & ex.found)
     _put_waits(ctx, ("C14", "C15", "C16", "C17") + (("C18",) if recv else ()), occ, qr, fail)
-    return _sub((qr, w.out.ts, w.wk.ts), good & before)
+    return _sub((qr, w.out.ts, np.maximum(w.out.ts, w.wk.ts)), good & before)
 
 
 _WAIT_NOT_FOUND = {"C15": "NET_RX softirq not found", "S1": "NET_RX softirq not found",
                    "C17": "epoll exit not found", "S3": "epoll exit not found"}
 
 
-def _put_waits(ctx, names, occ, qr, fail):
+def _put_waits(ctx, names, occ, qr, fail, expected_mask=None):
     """Record the wait steps of one side: the shared reason of an RPC, a per-step reason where an
-    occurrence is missing (not every wait found its kernel marks), or the occurrences."""
-    expected = np.bincount(qr, minlength=ctx.n)[:ctx.n]
+    occurrence is missing (not every wait found its kernel marks), or the occurrences. expected_mask:
+    the queries that should have one (default: all)."""
+    expected = np.bincount(qr if expected_mask is None else qr[expected_mask], minlength=ctx.n)[:ctx.n]
     for name in names:
         got = np.bincount(occ[name][0], minlength=ctx.n)[:ctx.n]
         f = fail.copy()
@@ -1110,16 +1155,24 @@ def _server_kernel(ctx):
         uts = ctx.user_ts_of[t]
         k = uts.searchsorted(mts[m], "left") - 1
         prev[m] = np.where(k >= 0, uts[np.maximum(k, 0)] if len(uts) else 0, 0)
-    w, fail, _ = _sleeps(ctx, qr, th, prev, mts, ~has_mark,
-                         "not taken (the request was there at the non-blocking select)", "user marks not found")
+    # A fragment of a multi-fragment request that came while the listener took the one before (it
+    # was there at the non-blocking select, or came as the listener entered its blocking wait, which
+    # returned at once) was not waited for: that fragment has no S1/S2, and the call is complete.
+    not_taken = "not taken (the request was there at the non-blocking select)"
+    w, fail, _ = _sleeps(ctx, qr, th, prev, mts, ~has_mark, not_taken, "user marks not found",
+                         absent=("did not sleep", not_taken))
     good = w.good
     occ = {"S2": w.resume, "S1": w.softirq}
     if recv:
         occ["S4"] = _sub((qr, w.sw_in.ts, t4, c4), good)
+        _put_waits(ctx, ("S1", "S2", "S4"), occ, qr, fail, ~w.absent)
     else:
-        ex = K.find("epoll_exit", "last", th, w.sw_in.ts, mts)
-        occ["S3"] = _sub((qr, ex.ts, mts, mcpu), good & ex.found)
-    _put_waits(ctx, ("S1", "S2") + (("S4",) if recv else ("S3",)), occ, qr, fail)
+        # S3 (the return from the blocking wait) also when it returned without sleeping.
+        slept = good | (w.absent & has_mark)
+        ex = K.find("epoll_exit", "last", th, np.where(good, w.sw_in.ts, prev), mts)
+        occ["S3"] = _sub((qr, ex.ts, mts, mcpu), slept & ex.found)
+        _put_waits(ctx, ("S1", "S2"), occ, qr, fail, ~w.absent)
+        _put_waits(ctx, ("S3",), occ, qr, fail, slept)
 
     # S14: s14_begin -> the listener's switch out before its next user event.
     p14 = U.of("S14", BEGIN)
@@ -1131,9 +1184,15 @@ def _server_kernel(ctx):
         k = uts.searchsorted(b[m], "right")
         nxt[m] = np.where(k < len(uts), uts[np.minimum(k, len(uts) - 1)], nxt[m])
     out = K.find("out", "first", th, b, nxt)
-    fail, _ = _first_fail(qr, np.where(out.found, None, "did not sleep").astype(object), n)
+    # A blocking wait that returned at once (a fragment came as the listener entered it) ends at its
+    # return: S14 without the idle part.
+    ex = K.find("epoll_exit", "first", th, b, nxt)
+    end = np.where(out.found, out.ts, ex.ts)
+    end_idx = np.where(out.found, out.idx, ex.idx)
+    found = out.found | ex.found
+    fail, _ = _first_fail(qr, np.where(found, None, "did not sleep").astype(object), n)
     fail[_first_per(qr, n) < 0] = "not taken (the next request was there at the non-blocking select)"
-    _put(ctx, "S14", _sub((qr, b, out.ts, K.cpu[out.idx]), out.found), fail)
+    _put(ctx, "S14", _sub((qr, b, end, K.cpu[end_idx]), found), fail)
     # C12/C13/S13: transmit-complete interrupts (a real NIC): not reconstructed yet.
     for name in ("C12", "C13", "S13"):
         _put(ctx, name, fail=_reasons(n, "transmit interrupt not reconstructed yet"))

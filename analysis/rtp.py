@@ -202,6 +202,8 @@ def walk(graph, labels, client_tid, begin, end, roles=None, role_cpu=None):
             add("unknown", begin, t, T)
             break
         w = graph.wakeup_before(T, t, out[0])
+        if w is None and out[2] != 0:
+            w = graph.waking_while_going_to_sleep(T, out[0])
         if w is None:
             add("preempted" if out[2] == 0 else f"{role(T)} blocked (no waking)", out[0], t, T)
             t = out[0]

@@ -139,6 +139,27 @@ def test_fit_counts_follow_the_windows():
     assert t["C8'"].per_size[24096]["bytes"] == pytest.approx(4016)
 
 
+def test_final_window_overlap_rules_and_the_path_rule_that_picks_them():
+    # maxarg's request bodies are 4 bytes longer than the size: 8032 is fragments 4016, 4016, 4 in
+    # windows [1, 2]; 12048 is [1, 2, 1] (a final window of one); 24096 is [1, 2, 4].
+    p = {"proc": "maxarg", "transport": "udp"}
+    sends = {s: M.occurrences("request_frags_but_last", s, p) for s in (0, 6000, 8032, 12048, 24096)}
+    assert sends == {0: (1, 4.0), 6000: (2, 3002.0), 8032: (2, 4016.0), 12048: (4, 3013.0), 24096: (6, 4016.0)}
+    ends = {s: M.occurrences("request_window_ends", s, p)[0] for s in (0, 6000, 8032, 12048, 16064, 24096)}
+    assert ends == {0: 1, 6000: 2, 8032: 3, 12048: 3, 16064: 4, 24096: 4}
+    assert M.extra_ip_packets("request_frags_but_last", 24096, p) == 12
+    assert M.extra_ip_packets("request_window_ends", 24096, p) == 2 * 3      # three 4016-byte fragments
+    assert M.occurrences("request_frags_but_last", 24096, {"proc": "maxarg", "transport": "tcp"})[0] == 1
+    # The counts seen on a measured path (run-20261125-050947) choose them over the catalog's rules.
+    sizes = (0, 1392, 4016, 8032, 16064, 24096)
+    totals = {s: 1.0 + s / 1000 for s in sizes}
+    sent = dict(zip(sizes, (1, 1, 2, 2, 4.01, 6.2)))
+    received = dict(zip(sizes, (1, 1, 2, 3, 3.98, 3.8)))
+    assert M.path_rule("C7", sent, totals, p) == "request_frags_but_last"
+    assert M.path_rule("S4", received, totals, p) == "request_window_ends"
+    assert M.path_rule("C7", dict(zip(sizes, (1, 1, 2, 3, 5, 7))), totals, p) == "request_frags"
+
+
 def test_predict_new_sizes_and_json_round_trip(tmp_path):
     m = M.fit(_costs([0, 1392, 4016, 8032]), predict=[12048])
     assert 12048 in m.sizes and m.measured_us.get(12048) is None

@@ -12,7 +12,7 @@ from rpcscope.output import UserError
 def _per(costs, counts):
     """Calibration rows that costs (user, net, other ns) would produce for counts {size: (u, n, o)}."""
     cu, cn, co = costs
-    return {s: {"path_events_per_call": {"ust": u, "kernel_net": n, "kernel_other": o},
+    return {s: {"size": s, "path_events_per_call": {"ust": u, "kernel_net": n, "kernel_other": o},
                 "d_user_ns": u * cu, "d_kernel_ns": n * cn + o * co} for s, (u, n, o) in counts.items()}
 
 
@@ -77,6 +77,28 @@ def test_solve_finds_a_kernel_cost_per_call_and_charges_it_per_event_of_the_targ
         p["d_kernel_ns"] += 1500.0
     cu, cn, co, method, call = probe.solve(tcp)
     assert call is None and "per call: rests on a single point" in method
+
+
+def test_solve_finds_a_user_cost_per_payload_byte_when_it_predicts_better():
+    """TCP-like paths (33 user events at every size) whose user share grows 40 ps a payload byte: the
+    per-byte model predicts a left-out point better, and the case it corrects is charged (c n + e
+    size) / n an event. Without the growth, or with too few sizes, one cost per event stays."""
+    sizes = (0, 1392, 4016, 8032, 16064, 24096)
+    per = _per((210.0, 330.0, 330.0), {s: (33, 12, 14) for s in sizes})
+    noise = (1.0, 1.004, 0.997, 1.002, 0.998, 1.0)
+    for (s, p), k in zip(per.items(), noise):
+        p["d_user_ns"] = (33 * 210.0 + 0.04 * s) * k
+    target = per.pop(24096)
+    cu, _, _, method, _ = probe.solve(per, target)
+    assert "per payload byte" in method
+    assert cu == pytest.approx((33 * 210.0 + 0.04 * 24096) / 33, rel=0.01)
+    flat = _per((210.0, 330.0, 330.0), {s: (33, 12, 14) for s in sizes})
+    for p, k in zip(flat.values(), noise):
+        p["d_user_ns"] *= k
+    cu, _, _, method, _ = probe.solve(flat, flat[0])
+    assert "user: one cost per event" in method and cu == pytest.approx(210.0, rel=0.005)
+    two = _per((210.0, 330.0, 330.0), {0: (33, 12, 14), 24096: (33, 12, 14)})
+    assert "user: one cost per event" in probe.solve(two)[3]
 
 
 def test_idle_policy_records_and_rejects():

@@ -205,6 +205,104 @@ def test_two_windows_with_an_ack():
     assert set(sl) >= {"C14", "S14", "C8''", "S9''"} and all(v[1] >= 0 for v in sl.values())
 
 
+def test_a_waking_that_races_the_server_going_to_sleep():
+    """The client's fragment wakes the server a moment after it entered its wait and before its switch
+    out (try_to_wake_up waits for it to leave the CPU), and the switch back in is not recorded (this
+    VM's CPU 1): the path still goes from the server's return through the waking into the client's
+    send, not through a block with no waking on the server's own thread."""
+    sim = Sim()
+    sim.ev(-500, CPU[SERVER], IDLE, "sched_switch", tid2=SERVER, state=0)
+    for s in ("C1", "C2", "C3", "C4", "C5", "C6", "C7"):
+        sim.step(CLIENT, s, 100)
+    sim.ev(850, CPU[SERVER], SERVER, "syscall_entry")                 # epoll_wait
+    w1 = sim.send(CLIENT, "C8", wakee=SERVER, rx_step="S1")
+    out = w1 + 50
+    sim.ev(out, CPU[SERVER], SERVER, "sched_switch", tid2=IDLE, state=1)
+    back = out + 450
+    sim.ev(back, CPU[SERVER], SERVER, "syscall_exit")                 # the switch in itself is lost
+    sim.labels[SERVER].append((w1, back, "S2", 1))
+    sim.clock[SERVER] = back
+    sim.step(CLIENT, "C9", 50)
+    sim.sleep(CLIENT, "C14")
+    for s in ("S3", "S4", "S5", "S6", "S7", "S8"):
+        sim.step(SERVER, s, 100)
+    w2 = sim.send(SERVER, "S9", wakee=CLIENT, rx_step="C15")
+    sim.sleep(SERVER, "S14")
+    sim.resume(CLIENT, w2, 700, "C16")
+    sim.step(CLIENT, "C21", 100)
+    g = sim.graph()
+    assert g.wakeup_before(SERVER, back, out) is None
+    assert g.waking_while_going_to_sleep(SERVER, out)["ts"] == w1
+    assert g.waking_while_going_to_sleep(SERVER, -1000) is None
+    segs, probs, _ = sim.walk()
+    assert probs == []
+    _check_contiguous(segs, 0, sim.clock[CLIENT])
+    names = _names(segs)
+    assert not any("no waking" in n for n in names), names
+    assert names[:11] == ["C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8'", "C8''", "S1", "S2"]
+    assert {n: (b, e) for n, b, e, _, _ in segs}["S2"] == (w1, back)
+
+
+class _KernelEv(_Ev):
+    """_Ev with the syscall-name column rpcs._Kernel reads (no names: no send or epoll syscalls)."""
+
+    def __init__(self, rows):
+        super().__init__([dict(ts=t, cpu=c, tid=tid, kind=KIND[k], **kw) for t, c, tid, k, kw in rows], [])
+        self.name = np.full(len(self.ts), -1, np.int32)
+
+    def name_id(self, _name):
+        return -1
+
+
+def test_the_reconstruction_takes_a_waking_that_races_the_going_to_sleep():
+    """rpcs._wake, on the same pattern: the waking before the switch out, the switch in lost."""
+    from rpcscope.analysis import rpcs
+
+    rows = [
+        (-500, 1, IDLE, "sched_switch", dict(tid2=SERVER, state=0)),
+        (850, 1, SERVER, "syscall_entry", {}),
+        (810, 0, CLIENT, "softirq_entry", dict(vec=3)),
+        (900, 0, CLIENT, "sched_waking", dict(tid2=SERVER)),
+        (950, 0, CLIENT, "softirq_exit", dict(vec=3)),
+        (960, 1, SERVER, "sched_switch", dict(tid2=IDLE, state=1)),
+        (1400, 1, SERVER, "syscall_exit", {}),
+    ]
+    w = rpcs._wake(rpcs._Kernel(_KernelEv(rows)), np.array([SERVER]), np.array([0]), np.array([1500]))
+    assert w.out.ts.tolist() == [960] and w.wk.ts.tolist() == [900]
+    assert w.sw_in.ts.tolist() == [1400] and w.inferred.tolist() == [True]
+    assert w.sirq.ts.tolist() == [810] and w.reason.tolist() == [None]
+
+
+def test_a_fragment_not_waited_for_leaves_the_call_complete():
+    """rpcs._sleeps: the listener sleeps for the first fragment of call 0 (woken inside the client's
+    NET_RX softirq, which began before the listener's previous user event at 50), and its blocking wait
+    for the second returns at once: no S1/S2 for that one, and call 0 is not failed for it. Call 1's
+    only wait did not sleep either: that call fails with the reason."""
+    import types
+
+    from rpcscope.analysis import rpcs
+    rows = [
+        (20, 0, CLIENT, "softirq_entry", dict(vec=3)),
+        (100, 1, SERVER, "sched_switch", dict(tid2=IDLE, state=1)),
+        (350, 0, CLIENT, "sched_waking", dict(tid2=SERVER)),
+        (400, 0, CLIENT, "softirq_exit", dict(vec=3)),
+        (500, 1, SERVER, "syscall_exit", {}),
+        (650, 1, SERVER, "syscall_entry", {}),
+        (700, 1, SERVER, "syscall_exit", {}),
+        (1100, 1, SERVER, "syscall_entry", {}),
+        (1150, 1, SERVER, "syscall_exit", {}),
+    ]
+    ctx = types.SimpleNamespace(K=rpcs._Kernel(_KernelEv(rows)), n=2)
+    not_taken = "not taken"
+    w, fail, _ = rpcs._sleeps(ctx, np.array([0, 0, 1]), np.array([SERVER] * 3), np.array([50, 600, 1000]),
+                              np.array([550, 900, 1300]), np.zeros(3, bool), not_taken, "none",
+                              absent=("did not sleep", not_taken))
+    assert fail.tolist() == [None, "did not sleep"]
+    assert w.absent.tolist() == [False, True, True]
+    assert [a.tolist() for a in w.resume[:3]] == [[0], [350], [500]]
+    assert [a.tolist() for a in w.softirq[:3]] == [[0], [20], [350]]
+
+
 def test_graph_states_and_links():
     sim = Sim()
     w1, w2 = _one_packet_call(sim)

@@ -301,7 +301,8 @@ def solve(per, target=None):
 
 
 def solve_kernel(per, target=None):
-    """(c_user, c_net, c_other, method, per_call) from {point: {"path_events_per_call": {"ust",
+    """The kernel share's costs, with one user cost per event: (c_user, c_net, c_other, method,
+    per_call) from {point: {"path_events_per_call": {"ust",
     "kernel_net", "kernel_other"}, "d_user_ns", "d_kernel_ns"}}; see the module docstring. per_call:
     (a, b) when the kernel share is a per-call cost a plus b per event, else None; the kernel costs
     returned are then the effective cost of one event of the target point ((a + b x k) / k, k its

@@ -220,13 +220,19 @@ def test_run_directory_is_complete(run):
         assert set(c["pids"]) == {"server", "client"}
         # Five interleaved rounds (the default --repeats); the median traced run's traces are kept.
         rep = c["repeats"]
-        assert m["params"]["repeats"] == rep["rounds"] == 5
-        assert len(rep["untraced_p50_ns"]) == len(rep["traced_p50_ns"]) == 5
+        assert m["params"]["repeats"] == rep["rounds"] == 5 and len(rep["traced_p50_ns"]) == 5
         assert sorted(rep["traced_p50_ns"])[2] == c["traced"]["p50"] == rep["traced_p50_ns"][rep["kept_traced_round"]]
-        assert sorted(rep["untraced_p50_ns"])[2] == c["untraced"]["p50"]
+        # The untraced and user-only runs (the in-situ probe calibration) have extra rounds only where
+        # the five left their median on too few of them.
+        from rpcscope.collectors.capture import MAX_EXTRA_ROUNDS, unsettled
+        x = rep["extra_rounds"]
+        assert 0 <= x <= MAX_EXTRA_ROUNDS, rep
+        for kind, got in (("untraced", c["untraced"]), ("ust", c["ust_only"])):
+            p50s = rep[f"{kind}_p50_ns"]
+            assert len(p50s) == 5 + x and got["p50"] == sorted(p50s)[(len(p50s) - 1) // 2], (kind, rep)
+        if x:
+            assert unsettled(rep["untraced_p50_ns"][:5]) or unsettled(rep["ust_p50_ns"][:5]), rep
         assert not list(d.glob("repeat-*")) and not list(d.rglob("*.perf.data*")), c["id"]
-        # The in-situ probe calibration: every round also ran with user events only.
-        assert len(rep["ust_p50_ns"]) == 5 and c["ust_only"]["p50"] == sorted(rep["ust_p50_ns"])[2]
     assert not (run / ".perf").exists()       # the capture's one perf leaves nothing behind
     assert m["calibration_in_situ"] == {"method": "per case", "complete": True}
 

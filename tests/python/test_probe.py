@@ -1,4 +1,5 @@
-"""analysis/probe.py's solve (the in-situ probe costs) and collectors/idle.py (the idle policy)."""
+"""analysis/probe.py's solve (the in-situ probe costs), collectors/idle.py (the idle policy) and when a
+capture's rounds leave a median unsettled (collectors/capture.py)."""
 import os
 
 import numpy as np
@@ -99,6 +100,16 @@ def test_solve_finds_a_user_cost_per_payload_byte_when_it_predicts_better():
     assert "user: one cost per event" in method and cu == pytest.approx(210.0, rel=0.005)
     two = _per((210.0, 330.0, 330.0), {0: (33, 12, 14), 24096: (33, 12, 14)})
     assert "user: one cost per event" in probe.solve(two)[3]
+
+
+def test_a_median_round_on_too_few_rounds_is_unsettled():
+    from rpcscope.collectors.capture import unsettled
+    assert not unsettled([25097, 25147, 25007, 25117, 24727])        # every round within 2 %
+    assert not unsettled([25000, 25100, 25200, 30000, 31000])        # two disturbed: the median holds
+    assert unsettled([25077, 24656, 30186, 31639, 27972])            # session 9: three disturbed
+    assert unsettled([24656, 25000, 25077, 27972, 30186, 31639])     # one more calm round: not yet
+    assert not unsettled([24656, 25000, 25077, 25100, 27972, 30186, 31639])
+    assert not unsettled([10, 20])                                   # too few rounds to tell
 
 
 def test_idle_policy_records_and_rejects():

@@ -293,17 +293,16 @@ def _solve_user(per, target):
 
 
 def solve(per, target=None):
-    """(c_user, c_net, c_other, method, per_call) as solve_kernel, with the user share solved by
-    _solve_user (its description appended to method)."""
+    """(c_user, c_net, c_other, method, per_call): the user share by _solve_user, the kernel share by
+    solve_kernel (the two descriptions joined in method)."""
     c_user, user_method, _ = _solve_user(per, target)
-    _, c_net, c_other, method, per_call = solve_kernel(per, target)
+    c_net, c_other, method, per_call = solve_kernel(per, target)
     return c_user, c_net, c_other, f"{method}; {user_method}", per_call
 
 
 def solve_kernel(per, target=None):
-    """The kernel share's costs, with one user cost per event: (c_user, c_net, c_other, method,
-    per_call) from {point: {"path_events_per_call": {"ust",
-    "kernel_net", "kernel_other"}, "d_user_ns", "d_kernel_ns"}}; see the module docstring. per_call:
+    """The kernel share's costs: (c_net, c_other, method, per_call) from {point: {"path_events_per_call":
+    {"kernel_net", "kernel_other"}, "d_kernel_ns"}}; see the module docstring. per_call:
     (a, b) when the kernel share is a per-call cost a plus b per event, else None; the kernel costs
     returned are then the effective cost of one event of the target point ((a + b x k) / k, k its
     kernel events; without a target, b).
@@ -317,21 +316,18 @@ def solve_kernel(per, target=None):
     other 106 ns missed its untraced p50 by 12 %); over UDP a cost per event alone under-corrects the
     calls with the fewest events (null: its own 403 ns an event against 347 ns solved from the other
     sizes, s5-c)."""
-    nu = np.array([p["path_events_per_call"]["ust"] for p in per.values()], float)
-    du = np.array([p["d_user_ns"] for p in per.values()], float)
-    c_user = float(du @ nu / (nu @ nu)) if nu @ nu else None
     A = np.array([[p["path_events_per_call"]["kernel_net"], p["path_events_per_call"]["kernel_other"]]
                   for p in per.values()], float).reshape(-1, 2)
     dk = np.array([p["d_kernel_ns"] for p in per.values()], float)
     n = len(per)
     sep, pooled, call = _separate(A, dk), _pooled(A, dk), _per_call(A, dk)
     if sep is None and call is None:
-        return c_user, pooled, pooled, \
+        return pooled, pooled, \
             f"one kernel cost ({n} points): net and other had no positive separate solution", None
     if n < 3:
         if sep is None:
-            return c_user, pooled, pooled, f"one kernel cost ({n} points)", None
-        return c_user, sep[0], sep[1], f"{n} points: net and other kernel events solved separately", None
+            return pooled, pooled, f"one kernel cost ({n} points)", None
+        return sep[0], sep[1], f"{n} points: net and other kernel events solved separately", None
     err = {"apart": [], "pooled": [], "per call": []}
     fragile = {"apart": sep is None, "per call": call is None}     # rests on one point (or not solvable)
     for i in range(n):
@@ -352,10 +348,10 @@ def solve_kernel(per, target=None):
     note = "" if len(usable) == 3 else "; " + ", ".join(
         f"{k}: rests on a single point" for k in ("apart", "per call") if k not in usable)
     if best == "apart":
-        return c_user, sep[0], sep[1], f"{n} points: net and other kernel events solved separately ({cv}{note})", None
+        return sep[0], sep[1], f"{n} points: net and other kernel events solved separately ({cv}{note})", None
     if best == "per call":
         k = sum(target["path_events_per_call"][x] for x in ("kernel_net", "kernel_other")) if target else 0
         c = (call[0] + call[1] * k) / k if k else call[1]
-        return c_user, c, c, (f"a kernel cost per call ({call[0]:.0f} ns) and per event ({call[1]:.1f} ns), "
+        return c, c, (f"a kernel cost per call ({call[0]:.0f} ns) and per event ({call[1]:.1f} ns), "
                               f"{n} points ({cv}{note})"), call
-    return c_user, pooled, pooled, f"one kernel cost ({n} points): {cv}{note}", None
+    return pooled, pooled, f"one kernel cost ({n} points): {cv}{note}", None

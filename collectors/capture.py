@@ -354,7 +354,6 @@ class Capture:
         self.sessions = []             # lttng sessions created and not yet destroyed
         self.ust_dirs = {}             # UST session -> its output directory
         self.last_order = []           # the runs of the last case in the order they ran ("kind-round")
-        self.extra_rounds = 0          # the last case's extra untraced and user-only rounds (unsettled)
         self.perf = None
         self.case_perf = None          # a case's perf (kernel_start), from its first traced run to its last
         self._perf_out = None          # where the running traced run's kernel.perf.data goes
@@ -639,16 +638,15 @@ class Capture:
             one(r, kind, n)
         # Extra rounds of the untraced and user-only runs while the median of a kind stands on too few
         # of its rounds (unsettled): a burst of host noise over a few rounds would otherwise be the median.
-        self.extra_rounds = 0
-        while self.extra_rounds < MAX_EXTRA_ROUNDS and n > 1 and \
+        r = n
+        while r < n + MAX_EXTRA_ROUNDS and n > 1 and \
                 any(unsettled([x["res"]["rtt_ns"]["p50"] for x in runs[k]]) for k in others):
-            r = n + self.extra_rounds
             if self.progress is not None:
                 self.progress.total += len(others)
             for kind in others:
                 one(r, kind, r + 1)
                 order.append((r, kind))
-            self.extra_rounds += 1
+            r += 1
         self.kernel_release()
         self.last_order = [f"{k}-{r}" for r, k in order]
         return runs
@@ -770,7 +768,7 @@ class Capture:
         (cdir / "client-traced.json").write_text(json.dumps(res_t, indent=2) + "\n")
         case["pids"] = pids
         case["traced"] = _rtt(res_t)
-        case["repeats"] = {"rounds": n, "extra_rounds": self.extra_rounds, "kept_traced_round": kept_i,
+        case["repeats"] = {"rounds": n, "extra_rounds": len(runs["untraced"]) - n, "kept_traced_round": kept_i,
                            "order": self.last_order,
                            **{f"{k}_p50_ns": [r["res"]["rtt_ns"]["p50"] for r in v] for k, v in runs.items()}}
         if "ust" in runs:

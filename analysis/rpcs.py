@@ -36,7 +36,10 @@ Rules (the catalog is tracepoints/steps.toml):
     S1/S2 as C15/C16 for the listener, before s3_end (s4_end with --wait recv);
     S3 sys_exit_epoll_wait -> s3_end; S14 s14_begin -> sched_switch out (or the
     wait's return when it did not sleep). A fragment the listener did not wait
-    for (it came while the listener took the one before) has no S1/S2.
+    for (it came while the listener took the one before) has no S1/S2; a reply
+    the client did not wait for, no C14-C16. A call that waited for no message
+    at all (it was there at the non-blocking select, or came as the blocking
+    wait began) is whole: those steps are NOT_APPLICABLE to that RPC alone.
   With --wait recv the absent begin marks of C18/S4 are the switch back in.
 * A step the run's conditions rule out (transport, inline server, veth link,
   single window, waiting mode, one-way procedure) is NOT_APPLICABLE for every
@@ -919,8 +922,7 @@ def _build(case, ust, roles, call_ids, kev, cond, excluded, inferred):
     waits_user = _span(ctx, "C14", "C18" if "recv_wait" in cond["client"] else "C17")
     _put(ctx, "C7-C9", *_or_reason(ctx, _span(ctx, "C7", "C9"), "user marks not found"))
     _put(ctx, "S8-S10", *_or_reason(ctx, _span(ctx, "S8", "S10"), "user marks not found"))
-    _put(ctx, "C14-C17", *_or_reason(ctx, waits_user,
-                                     "not taken (the reply was there at the non-blocking select)"))
+    _put(ctx, "C14-C17", *_or_reason(ctx, waits_user, NOT_TAKEN_REPLY))
 
     client_tid = U.tid[c1[first_c1]]
     waits_kernel = None
@@ -1062,12 +1064,14 @@ def _wake(K, th, lo, hi):
     return w
 
 
-def _sleeps(ctx, qr, th, lo, hi, unmarked, unmarked_reason, none_reason, absent=()):
+def _sleeps(ctx, qr, th, lo, hi, unmarked, unmarked_reason, none_reason, absent=(), none_absent=False):
     """_wake for queries in RPC order; an RPC stops at its first failure (a query `unmarked` fails with
-    unmarked_reason), an RPC without a query has none_reason. A query whose reason is in `absent` is
-    a wait that did not happen (w.absent): no occurrence and no failure, unless every query of its RPC
-    is one. Returns (w, per-RPC reason, mask of the queries before their RPC's failure); w.resume and
-    w.softirq are the occurrences of the good queries."""
+    unmarked_reason). A query whose reason is in `absent` is a wait that did not happen (w.absent): no
+    occurrence and no failure. An RPC whose every query is absent, or (none_absent) that has no query,
+    waited nowhere: w.no_wait, without a failure when absent is given (the message was always there
+    already); otherwise it fails with that query's reason, or none_reason. Returns (w, per-RPC reason,
+    mask of the queries before their RPC's failure); w.resume and w.softirq are the occurrences of
+    the good queries."""
     K = ctx.K
     w = _wake(K, th, lo, hi)
     w.reason[unmarked] = unmarked_reason
@@ -1077,9 +1081,12 @@ def _sleeps(ctx, qr, th, lo, hi, unmarked, unmarked_reason, none_reason, absent=
     fail, before = _first_fail(qr, counted, ctx.n)
     first = _first_per(qr, ctx.n)
     none_good = np.bincount(qr[~w.absent], minlength=ctx.n)[:ctx.n] == 0
-    only_absent = none_good & (first >= 0) & _is_none(fail)
-    fail[only_absent] = w.reason[first[only_absent]]
-    fail[first < 0] = none_reason
+    w.no_wait = none_good & _is_none(fail) & ((first >= 0) | none_absent)
+    if not absent:
+        only_absent = w.no_wait & (first >= 0)
+        fail[only_absent] = w.reason[first[only_absent]]
+        w.no_wait[:] = False
+    fail[(first < 0) & ~w.no_wait] = none_reason
     for t, k in collections.Counter(th[w.inferred & before].tolist()).items():
         K.inferred[t] += k
     w.good = _is_none(w.reason)
@@ -1095,18 +1102,43 @@ def _client_kernel(ctx, client_tid):
     recv = "recv_wait" in ctx.cond["client"]
     qr, b, _, e, ecpu, found = _to_next_end(ctx, "C14", "C18" if recv else "C17")
     th = client_tid[qr]
-    w, fail, before = _sleeps(ctx, qr, th, b, e, ~found, "user marks not found",
-                              "not taken (the reply was there at the non-blocking select)")
+    # A reply that came before the client waited for it (there at the non-blocking select, or as the
+    # client entered its blocking wait, which returned at once) was not waited for: no C14-C16 for
+    # it, and a call that waited for no reply is whole (its wait steps do not apply to it). With
+    # --wait recv C18 begins at the switch back in, which such a call has not: it still fails.
+    w, fail, before = _sleeps(ctx, qr, th, b, e, ~found, "user marks not found", NOT_TAKEN_REPLY,
+                              absent=() if recv else ("did not sleep",), none_absent=True)
     good = w.good
     occ = {"C14": _sub((qr, b, w.out.ts, K.cpu[w.out.idx]), good), "C16": w.resume, "C15": w.softirq}
     if recv:
         occ["C18"] = _sub((qr, w.sw_in.ts, e, ecpu), good)
         occ["C17"] = (np.zeros(0, np.int64),) * 4
+        _put_waits(ctx, ("C14", "C15", "C16", "C17", "C18"), occ, qr, fail)
     else:
-        ex = K.find("epoll_exit", "last", th, w.sw_in.ts, e)
-        occ["C17"] = _sub((qr, ex.ts, e, ecpu), good & ex.found)
-    _put_waits(ctx, ("C14", "C15", "C16", "C17") + (("C18",) if recv else ()), occ, qr, fail)
+        # C17 (the return from the blocking wait) also when it returned without sleeping.
+        slept = good | (w.absent & found)
+        ex = K.find("epoll_exit", "last", th, np.where(good, w.sw_in.ts, b), e)
+        occ["C17"] = _sub((qr, ex.ts, e, ecpu), slept & ex.found)
+        _put_waits(ctx, ("C14", "C15", "C16"), occ, qr, fail, ~w.absent)
+        _put_waits(ctx, ("C17",), occ, qr, fail, slept)
+        _did_not_occur(ctx, ("C14", "C15", "C16", "C17", "C14-C17"), w.no_wait,
+                       "the reply was there before the client waited")
     return _sub((qr, w.out.ts, np.maximum(w.out.ts, w.wk.ts)), good & before)
+
+
+NOT_TAKEN_REPLY = "not taken (the reply was there at the non-blocking select)"
+
+
+def _did_not_occur(ctx, names, mask, why):
+    """Rows of a wait that did not happen in the RPCs of mask (the message it would wait for was there
+    already): not applicable to those RPCs, unless they failed or the row has an occurrence there."""
+    for name in names:
+        row = ctx.rows[name]
+        m = mask & (row.status == MISSING) & (_is_none(row.why) | (row.why == NOT_TAKEN_REPLY)) & (row.count == 0)
+        row.reasons.subtract(row.why[m & ~_is_none(row.why)].tolist())
+        row.reasons += collections.Counter()        # drops the reasons no RPC has any more
+        row.status[m] = NOT_APPLICABLE
+        row.why[m] = why
 
 
 _WAIT_NOT_FOUND = {"C15": "NET_RX softirq not found", "S1": "NET_RX softirq not found",
@@ -1174,6 +1206,7 @@ def _server_kernel(ctx):
         occ["S3"] = _sub((qr, ex.ts, mts, mcpu), slept & ex.found)
         _put_waits(ctx, ("S1", "S2"), occ, qr, fail, ~w.absent)
         _put_waits(ctx, ("S3",), occ, qr, fail, slept)
+        _did_not_occur(ctx, ("S1", "S2", "S3"), w.no_wait, "the request was there before the listener waited")
 
     # S14: s14_begin -> the listener's switch out before its next user event.
     p14 = U.of("S14", BEGIN)
@@ -1192,8 +1225,9 @@ def _server_kernel(ctx):
     end_idx = np.where(out.found, out.idx, ex.idx)
     found = out.found | ex.found
     fail, _ = _first_fail(qr, np.where(found, None, "did not sleep").astype(object), n)
-    fail[_first_per(qr, n) < 0] = "not taken (the next request was there at the non-blocking select)"
     _put(ctx, "S14", _sub((qr, b, end, K.cpu[end_idx]), found), fail)
+    # No s14_begin: the next request was there at the non-blocking select, the listener did not wait.
+    _did_not_occur(ctx, ("S14",), _first_per(qr, n) < 0, "the next request was there before the listener waited")
     # C12/C13/S13: transmit-complete interrupts (a real NIC): not reconstructed yet.
     for name in ("C12", "C13", "S13"):
         _put(ctx, name, fail=_reasons(n, "transmit interrupt not reconstructed yet"))

@@ -21,12 +21,12 @@ from rpcscope.tracepoints import STEPS
 from . import probe as probe_mod
 from . import traceread
 from .probe import path_probe_ns
-from .rpcs import EXTRA_ROWS, MEASURED, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
+from .rpcs import EXTRA_ROWS, MEASURED, MISSING, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
 from .run import Run, load_run
 from .workers import CaseWorkers, cpu_workers
 
 _STEP = {s["id"]: s for s in STEPS}
-CSV_COLUMNS = ["case", "transport", "proc", "size", "step", "side", "name", "rtp", "status", "n", "missing",
+CSV_COLUMNS = ["case", "transport", "proc", "size", "step", "side", "name", "rtp", "status", "n", "missing", "did_not_occur",
                "mean_us", "median_us", "p10_us", "p90_us", "p99_us", "std_us",
                "corrected_mean_us", "corrected_median_us", "tracepoints_median", "occurrences_median",
                "missing_reasons"]
@@ -58,7 +58,9 @@ def step_rows(rpcs):
         d = {"case": case.id, "transport": case.transport, "proc": case.proc, "size": case.size,
              "step": name, "side": side, "name": title, "rtp": rtp,
              "status": "n/a" if na else ("measured" if m.any() else "missing"),
-             "n": int(m.sum()), "missing": 0 if na else int((~m).sum())}
+             "n": int(m.sum()), "missing": 0 if na else int((row.status == MISSING).sum()),
+             # RPCs where the step applies but did not happen (a wait for a message already there)
+             "did_not_occur": 0 if na else int((row.status == NOT_APPLICABLE).sum())}
         d.update(_stats(row.dur[m]))
         c = _stats(row.corrected[m])
         d["corrected_mean_us"], d["corrected_median_us"] = c["mean_us"], c["median_us"]

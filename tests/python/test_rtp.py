@@ -244,14 +244,16 @@ def test_a_waking_that_races_the_server_going_to_sleep():
 
 
 class _KernelEv(_Ev):
-    """_Ev with the syscall-name column rpcs._Kernel reads (no names: no send or epoll syscalls)."""
+    """_Ev with the syscall-name column rpcs._Kernel reads (a row's "name": its syscall)."""
 
     def __init__(self, rows):
-        super().__init__([dict(ts=t, cpu=c, tid=tid, kind=KIND[k], **kw) for t, c, tid, k, kw in rows], [])
-        self.name = np.full(len(self.ts), -1, np.int32)
+        self._names = sorted({kw["name"] for *_, kw in rows if "name" in kw})
+        super().__init__([dict(ts=t, cpu=c, tid=tid, kind=KIND[k], **{x: v for x, v in kw.items() if x != "name"})
+                          for t, c, tid, k, kw in rows], [])
+        self.name = np.array([self.name_id(kw.get("name")) for *_, kw in rows], np.int32)
 
-    def name_id(self, _name):
-        return -1
+    def name_id(self, name):
+        return self._names.index(name) if name in self._names else -1
 
 
 def test_the_reconstruction_takes_a_waking_that_races_the_going_to_sleep():
@@ -277,7 +279,8 @@ def test_a_fragment_not_waited_for_leaves_the_call_complete():
     """rpcs._sleeps: the listener sleeps for the first fragment of call 0 (woken inside the client's
     NET_RX softirq, which began before the listener's previous user event at 50), and its blocking wait
     for the second returns at once: no S1/S2 for that one, and call 0 is not failed for it. Call 1's
-    only wait did not sleep either: that call fails with the reason."""
+    only wait did not sleep either: that call waited nowhere (no_wait), which is no failure; without
+    `absent` (--wait recv) it fails with the reason."""
     import types
 
     from rpcscope.analysis import rpcs
@@ -297,10 +300,57 @@ def test_a_fragment_not_waited_for_leaves_the_call_complete():
     w, fail, _ = rpcs._sleeps(ctx, np.array([0, 0, 1]), np.array([SERVER] * 3), np.array([50, 600, 1000]),
                               np.array([550, 900, 1300]), np.zeros(3, bool), not_taken, "none",
                               absent=("did not sleep", not_taken))
-    assert fail.tolist() == [None, "did not sleep"]
+    assert fail.tolist() == [None, None]
+    assert w.no_wait.tolist() == [False, True]
     assert w.absent.tolist() == [False, True, True]
     assert [a.tolist() for a in w.resume[:3]] == [[0], [350], [500]]
     assert [a.tolist() for a in w.softirq[:3]] == [[0], [20], [350]]
+    w, fail, _ = rpcs._sleeps(ctx, np.array([0, 0, 1]), np.array([SERVER] * 3), np.array([50, 600, 1000]),
+                              np.array([550, 900, 1300]), np.zeros(3, bool), not_taken, "none")
+    assert fail.tolist() == ["did not sleep", "did not sleep"] and w.no_wait.tolist() == [False, False]
+
+
+def test_a_reply_not_waited_for_leaves_the_call_whole():
+    """The client's side (select mode): call 0 sleeps for its reply; call 1's blocking wait returns at
+    once (the reply came as it entered it); call 2 has no C14 marks (the reply was there at the
+    non-blocking select). Calls 1 and 2 are whole: C14-C16 do not apply to them, C17 is measured for
+    call 1 (the blocking wait's return) and does not apply to call 2."""
+    import types
+
+    from rpcscope.analysis import rpcs
+    rows = [
+        (100, 1, CLIENT, "sched_switch", dict(tid2=IDLE, state=1)),
+        (300, 0, SERVER, "softirq_entry", dict(vec=3)),
+        (350, 0, SERVER, "sched_waking", dict(tid2=CLIENT)),
+        (400, 0, SERVER, "softirq_exit", dict(vec=3)),
+        (500, 1, CLIENT, "syscall_exit", dict(name="epoll_wait")),
+        (1100, 1, CLIENT, "syscall_entry", dict(name="epoll_wait")),
+        (1150, 1, CLIENT, "syscall_exit", dict(name="epoll_wait")),
+    ]
+    names = ("C14", "C15", "C16", "C17", "C14-C17")
+    ctx = types.SimpleNamespace(K=rpcs._Kernel(_KernelEv(rows)), n=3, cond={"client": set()},
+                                rows={k: rpcs.Row(k, 3) for k in names})
+    # What reconstruct has put by then: the client's wait from user marks, none for call 2.
+    rpcs._put(ctx, "C14-C17", (np.array([0, 1]), np.array([50, 1000]), np.array([600, 1200]), np.array([1, 1])),
+              np.array([None, None, rpcs.NOT_TAKEN_REPLY], object))
+    q = np.array([0, 1])
+    ctx._to_next_end = (q, np.array([50, 1000]), None, np.array([600, 1200]), np.array([1, 1]), np.ones(2, bool))
+    orig_to, orig_sends = rpcs._to_next_end, rpcs._sends
+    rpcs._to_next_end = lambda c, a, b: c._to_next_end
+    rpcs._sends = lambda *a: None
+    try:
+        rpcs._client_kernel(ctx, np.array([CLIENT] * 3))
+    finally:
+        rpcs._to_next_end, rpcs._sends = orig_to, orig_sends
+    st = {k: ctx.rows[k].status.tolist() for k in names}
+    M, NA, X = rpcs.MEASURED, rpcs.NOT_APPLICABLE, rpcs.MISSING
+    assert st["C14"] == st["C15"] == st["C16"] == [M, NA, NA], st
+    assert st["C17"] == [M, M, NA], st
+    assert st["C14-C17"] == [M, M, NA] and X not in sum(st.values(), [])
+    assert not ctx.rows["C14-C17"].reasons
+    assert ctx.rows["C17"].dur.tolist()[:2] == [100.0, 50.0]
+    assert ctx.rows["C14"].why.tolist()[1:] == ["the reply was there before the client waited"] * 2
+    assert not ctx.rows["C14"].reasons
 
 
 def test_graph_states_and_links():

@@ -7,6 +7,7 @@
 #   make run          the main job on the local testbed
 #   make bench        benchmarks (not tests): null-RPC RTT against sockperf;
 #                     make bench-capture, make bench-analysis: capture and analysis cost
+#                     make bench-event-cost: one kernel event's cost, perf beside ftrace
 #   make fuzz-long    a long libFuzzer campaign (not part of make test)
 
 SHELL := /bin/bash
@@ -165,6 +166,12 @@ bench: $(VENV_STAMP) all
 bench-capture: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all
 	$(VENV)/bin/rpcscope capture-bench
+
+# Benchmark (not a test): what one recorded kernel event costs the thread that hits it, perf beside
+# ftrace, in one run (collectors/eventcost.py). Needs root, perf and tracefs.
+.PHONY: bench-event-cost
+bench-event-cost: $(VENV_STAMP)
+	$(VENV)/bin/rpcscope event-cost
 
 # Benchmark of the analysis (not a test): events/s and peak memory on a run directory,
 # by default the newest under runs/ that has traces (make bench-analysis BENCH_RUN=runs/NAME).

@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "rpcscope.deploy",
     "rpcscope.stubs.cli",
     "rpcscope.collectors.cli",
+    "rpcscope.collectors.eventcost",
     "rpcscope.analysis.cli",
     "rpcscope.analysis.bench",
     "rpcscope.analysis.model_cli",

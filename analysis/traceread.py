@@ -731,6 +731,8 @@ def _first_clock(path):
 def _tracer_of(names, clock):
     if clock and clock.get("name") == "perf_clock":
         return "perf"
+    if clock and clock.get("name") == "ftrace_mono":       # collectors/ftrace.py: perf's dialect
+        return "ftrace"
     if any(n.startswith(("c", "s")) and n[1:2].isdigit() for n in names):
         return "lttng-ust"
     return "lttng-kernel" if clock else None

@@ -33,7 +33,7 @@ import uuid
 from rpcscope import ROOT
 from rpcscope.output import UserError
 
-from . import idle, lttng, perf
+from . import ftrace, idle, lttng, perf
 
 FORMAT = 1
 PROCS = ("null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway")
@@ -163,6 +163,9 @@ def preflight(p, testbed_state):
             if probe.returncode != 0:
                 raise UserError(f"perf may not record tracepoints here ({probe.stderr.strip()[-200:]}); run as root "
                                 f"with kernel.perf_event_paranoid <= 1, or use --kernel none")
+    if p["kernel"] == "ftrace" and not ftrace.available():
+        raise UserError(f"--kernel ftrace: {perf.TRACEFS}/instances is not there; mount tracefs with "
+                        f"`mount -t tracefs nodev {perf.TRACEFS}` (make bootstrap does), or use --kernel perf")
     if p["kernel"] == "lttng" and not _lttng_modules_loaded():
         raise UserError("--kernel lttng: LTTng's kernel tracer (lttng-modules) is not loaded on this machine "
                         "(modprobe lttng-tracer; install lttng-modules-dkms); use --kernel perf or auto")
@@ -356,6 +359,8 @@ class Capture:
         self.last_order = []           # the runs of the last case in the order they ran ("kind-round")
         self.perf = None
         self.case_perf = None          # a case's perf (kernel_start), from its first traced run to its last
+        self.case_ftrace = None        # or its ftrace instance (--kernel ftrace), alike
+        self.calib_ftrace = None       # the loopback calibration's ftrace instance while it records
         self._perf_out = None          # where the running traced run's kernel.perf.data goes
         self.stopped_perf = []         # stopped perf recorders whose data is not yet converted or deleted
         self.hosts = {h["role"]: h for h in testbed_state["hosts"]}
@@ -533,6 +538,17 @@ class Capture:
             self.case_perf.enable()
             self._perf_out = out_dir
             return evs
+        if self.kernel == "ftrace":
+            # One tracefs instance for the traced runs of a case, enabled around each, removed by
+            # kernel_release: its events cost nothing while disabled, but the ring is the case's.
+            evs = perf.event_set(self.p["executors"], bool(self.tb["link"].get("rate_bit")),
+                                 available={e for e in perf.event_set(1, True) if perf.tracepoint_available(e)})
+            if self.case_ftrace is None:
+                self.case_ftrace = ftrace.FtraceRecorder(evs, self.devices())
+                self.case_ftrace.start()
+            self.case_ftrace.enable()
+            self._perf_out = out_dir
+            return evs
         if self.kernel == "lttng":
             name = f"rpcs-capture-k-{self.tag}-{len(self.sessions)}"
             evs = perf.event_set(self.p["executors"], False)
@@ -553,6 +569,9 @@ class Capture:
             self.case_perf.kill()
             self.case_perf = None
             shutil.rmtree(self.out / ".perf", ignore_errors=True)
+        if self.case_ftrace:
+            self.case_ftrace.stop()
+            self.case_ftrace = None
 
     def kernel_stop(self):
         """Stop the kernel collector; returns what kernel_finish needs: {"perf": the stopped recorder}
@@ -562,6 +581,9 @@ class Capture:
             rec = types.SimpleNamespace(data=self.case_perf.dump(self._perf_out / "kernel.perf.data"))
             self.stopped_perf.append(rec)           # its data is deleted by discard() or kernel_finish()
             return {"perf": rec}
+        if self.kernel == "ftrace" and self.case_ftrace:
+            self.case_ftrace.disable()
+            return {"ftrace": self.case_ftrace.dump(self._perf_out / "kernel.ftrace")}
         if self.kernel == "lttng":
             name = self._ksession
             lttng.run_lttng(["stop", name])
@@ -588,6 +610,19 @@ class Capture:
                 rec.data.replace(out_dir / rec.data.name)
             events, _, _ = bt_count(kdir)
             return events, st["lost"], st["samples"]
+        if self.kernel == "ftrace":
+            raw = stopped["ftrace"]
+            shutil.rmtree(kdir, ignore_errors=True)
+            samples, lost = ftrace.convert_to_ctf(raw, kdir)
+            clock = perf.ust_clock(ust_dir)
+            if clock:
+                perf.align_clock(kdir, clock)
+            if not self.p["keep_perf_data"]:
+                shutil.rmtree(raw, ignore_errors=True)
+            elif raw.parent != out_dir:
+                raw.replace(out_dir / raw.name)
+            events, _, _ = bt_count(kdir)
+            return events, lost, samples
         if self.kernel == "lttng":
             events, _, _ = bt_count(kdir)
             return events, stopped.get("lost", 0), {}
@@ -709,14 +744,25 @@ class Capture:
             result = {"ust_event_ns": round((p50_ust - base[0]) / max(1e-9, n_ust / total), 1),
                       "ust_events_per_call": round(n_ust / total, 2), "kernel_event_ns": {},
                       "kernel_events_per_call": {}, "baseline_p50_ns": base[0], "calls": calls}
-            if self.kernel == "perf" and self.p["calibration"] != "none":
+            if self.kernel in ("perf", "ftrace") and self.p["calibration"] != "none":
                 avail = [e for e in perf.event_set(self.p["executors"]) if perf.tracepoint_available(e)]
                 groups = [[e] for e in avail] if self.p["calibration"] == "full" else [avail]
                 for evs in groups:
                     label = evs[0] if len(evs) == 1 else "all"
                     data = cdir / f"{host}-{label.replace(':', '_')}.perf.data"
+                    written = []
 
-                    def k_hook(spid, cpid, evs=evs, data=data):
+                    def k_hook(spid, cpid, evs=evs, data=data, written=written):
+                        if self.kernel == "ftrace":
+                            rec = self.calib_ftrace = ftrace.FtraceRecorder(evs, ["lo"], buffer_kb=16384)
+                            rec.start()
+                            rec.enable()
+
+                            def stop():
+                                rec.disable()
+                                written.append(rec.written())
+                                rec.stop()
+                            return stop
                         rec = perf.PerfRecorder(cdir, data, evs, ["lo"])
                         self.perf = rec
                         rec.start()
@@ -724,8 +770,8 @@ class Capture:
 
                     self.step(f"calibration {host}: kernel {label}")
                     p50 = run(label.replace(":", "_"), k_hook)
-                    self.perf = None
-                    n = sum(perf.stats(data)["samples"].values())
+                    self.perf = self.calib_ftrace = None
+                    n = written[0] if written else sum(perf.stats(data)["samples"].values())
                     data.unlink(missing_ok=True)
                     base.append(run("base"))  # the baseline drifts: measure it around each
                     b = sorted(base)[len(base) // 2]
@@ -823,7 +869,7 @@ class Capture:
             "kernel_collector": self.kernel,
             "kernel_collectors": {"shared": self.kernel} if self.kernel != "none" else {},
             "clock": "monotonic",
-            "kernel_clock_aligned_to_ust": self.kernel == "perf",
+            "kernel_clock_aligned_to_ust": self.kernel in ("perf", "ftrace"),
             "tools": tool_versions(self.kernel),
             "binaries": {"traced": str(TRACE_BIN), "untraced": str(NOTRACE_BIN)},
             "calibration": {}, "cases": [],
@@ -879,6 +925,10 @@ class Capture:
             self.case_perf.kill()           # disabled since the last traced run: nothing left to keep
             self.case_perf = None
             shutil.rmtree(self.out / ".perf", ignore_errors=True)
+        for rec in (self.case_ftrace, self.calib_ftrace):
+            if rec:
+                rec.stop()
+        self.case_ftrace = self.calib_ftrace = None
         for rec in self.stopped_perf:            # an interrupted case's rounds: nothing to convert
             rec.data.unlink(missing_ok=True)
         self.stopped_perf = []

@@ -23,6 +23,9 @@ def run(p, out, inventory, progress=None, echo=lambda s: None):
     if p["kernel"] == "auto":
         raise UserError("--kernel auto is decided per host on real hosts: pass --kernel perf, lttng or none "
                         "(the deploy report runs/deploy/HOST.json says which tracer each host has)")
+    if p["kernel"] == "ftrace":
+        raise UserError("--kernel ftrace records on the local testbed only (ansible/capture.yml runs perf or "
+                        "LTTng on real hosts): pass --kernel perf, lttng or none")
     out.mkdir(parents=True)
     manifest = {
         "format": cap.FORMAT, "complete": False, "interrupted": False,

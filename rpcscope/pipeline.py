@@ -100,7 +100,7 @@ def cmd_run(args):
         st.run("deploy", ["deploy"])
         cap = ["capture", "--sizes", ",".join(map(str, all_sizes)), "--proc", args.proc,
                "--transport", ",".join(transports), "--calls", str(args.calls), "--warmup", str(args.warmup),
-               "--kernel", "auto", "--placement", args.placement, "--idle", args.idle,
+               "--kernel", args.kernel, "--placement", args.placement, "--idle", args.idle,
                "--calibration", "quick", "--repeats", str(args.repeats), "--out", str(out)] + \
             (["--replace"] if args.replace else [])
         st.run("capture", cap)
@@ -199,6 +199,8 @@ def register(subparsers):
     ap.add_argument("--warmup", type=int, default=200, help="warm-up calls per size (default 200)")
     ap.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
                     help=f"rounds of untraced, user-only and traced runs per size (default {DEFAULT_REPEATS})")
+    ap.add_argument("--kernel", choices=("auto", "perf", "ftrace", "lttng"), default="auto",
+                    help="kernel collector (default auto: LTTng's kernel tracer where it loads, else perf)")
     ap.add_argument("--placement", choices=("split", "same"), default="split", help="CPU placement (default split)")
     ap.add_argument("--idle", choices=("poll", "os"), default="poll", help="idle CPUs poll or halt (default poll)")
     ap.add_argument("--out", metavar="runs/NAME", help="run directory (default runs/run-DATE-TIME)")

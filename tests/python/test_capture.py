@@ -28,6 +28,7 @@ import time
 import pytest
 
 from rpcscope.collectors import lttng as clttng
+from rpcscope.collectors import perf as cperf
 from rpcscope.output import UserError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -169,7 +170,7 @@ def _kernel_events(kdir):
     assert p.returncode == 0, p.stderr[-2000:]
     out = []
     for line in p.stdout.splitlines():
-        m = re.search(r"\) (\S+): .*perf_pid = (\d+)", line)
+        m = re.search(r"\) (\S+): .*perf_pid = (-?\d+)", line)
         if not m:
             continue
         dev = re.search(r'\bname = "([^"]*)"', line)
@@ -353,6 +354,45 @@ def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path):
     assert m["interrupted"] and not m["complete"]
     assert leftovers(out) == []
     assert not list(out.rglob("*.perf.data*")) and not (out / ".perf").exists()   # no perf data kept
+
+
+def _ftrace_instances():
+    return sorted(p.name for p in (cperf.TRACEFS / "instances").glob("rpcscope-*"))
+
+
+def test_ftrace_collector_records_every_packet_and_the_calls_rebuild(testbed, tmp_path):
+    """--kernel ftrace (collectors/ftrace.py): the same events as perf, in perf's CTF dialect; the
+    kernel trace holds both hosts' syscalls and every packet, the analysis rebuilds the calls whole,
+    and the case's tracefs instance is gone afterwards."""
+    from rpcscope.analysis.steps import analyze
+    out = tmp_path / "ftrace"
+    before = _ftrace_instances()
+    rpcscope("capture", "--sizes", "0,4016", "--transport", "udp,tcp", "--calls", "300", "--warmup", "30",
+             "--kernel", "ftrace", "--calibration", "quick", "--calibration-calls", "500", "--repeats", "1",
+             "--out", str(out), timeout=600)
+    assert _ftrace_instances() == before
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["complete"] and m["kernel_collector"] == "ftrace" and m["kernel_clock_aligned_to_ust"]
+    assert all("all" in h["kernel_event_ns"] for h in m["calibration"].values()), m["calibration"]
+    devs = {h["role"]: h["ifname"] for h in m["hosts"].values()}
+    for c in m["cases"]:
+        assert c["losses"]["kernel_lost"] == 0 and c["events"]["kernel"] > 0, c
+        events = _kernel_events(out / c["dir"] / "kernel")
+        assert len(events) == c["events"]["kernel"]
+        total = 300 + 30
+        by_pid = collections.Counter((e, pid) for e, pid, _ in events)
+        for pid in (c["pids"]["client"], c["pids"]["server"]):
+            assert sum(by_pid[(e, pid)] for e in ("syscalls:sys_enter_sendto", "syscalls:sys_enter_sendmsg")) >= total
+        dev = collections.Counter((e, d) for e, _, d in events if d)
+        assert dev[("net:net_dev_xmit", devs["client"])] == dev[("net:netif_receive_skb", devs["server"])] >= total
+        assert dev[("net:net_dev_xmit", devs["server"])] == dev[("net:netif_receive_skb", devs["client"])] >= total
+        assert not list((out / c["dir"]).rglob("kernel.ftrace"))          # the raw dump is converted, then gone
+    res = analyze(out, write=False)
+    for x in res["rtt"]:
+        assert x["complete_rpcs"] >= 0.8 * x["rpcs"], (x["case"], x["incomplete_by_first_missing_step"])
+    p = rpcscope("capture", "--inventory", str(REPO / "ansible" / "inventories" / "local" / "hosts.yml"),
+                 "--kernel", "ftrace", "--sizes", "0", "--out", str(tmp_path / "remote"), check=False)
+    assert p.returncode == 2 and "local testbed only" in p.stderr, p.stderr
 
 
 def test_capture_through_ansible_on_the_testbed_inventory(testbed, tmp_path):

@@ -332,6 +332,9 @@ class Costs:
     source: str = ""
 
 
+SIZE_NOISE_FLOOR_PCT = 1.0
+
+
 def fit(costs, holdout=(), steps=None, predict=()):
     """Fit each step's unit cost (fit_unit) over the sizes not held out; every size of the input (and
     `predict`) gets counts and a calculated RTT. `steps`: the terms on the round-trip path (default:
@@ -351,6 +354,13 @@ def fit(costs, holdout=(), steps=None, predict=()):
     # sizes' few microseconds count as much as the large sizes' tens (unweighted when not measured).
     weights = {s: 1.0 / costs.measured_ns[s] ** 2 * 1e6 for s in fit_sizes if costs.measured_ns.get(s)} \
         if all(costs.measured_ns.get(s) for s in fit_sizes) else None
+    # And by how far its traced runs moved (params["size_noise_pct"], the capture's rounds): a size whose
+    # rounds caught a burst of host noise has step costs that far off, and must not bend every term's
+    # fit (inverse variance, no size credited with less than SIZE_NOISE_FLOOR_PCT).
+    noise = {int(k): v for k, v in (params.get("size_noise_pct") or {}).items() if v is not None}
+    if weights and noise:
+        weights = {s: w * (SIZE_NOISE_FLOOR_PCT / max(SIZE_NOISE_FLOOR_PCT, noise.get(s, 0.0))) ** 2
+                   for s, w in weights.items()}
     terms, notes = [], []
     for sid in steps:
         rule = _rule(sid, params)
@@ -594,14 +604,19 @@ def _from_analyze(d, p, corrected, proc, transport):
         if r.get("occurrences_median") is not None and r["step"] in STEP_RULES:
             e["count_observed"] = r["occurrences_median"]
         sizes.setdefault(int(r["size"]), {})[r["step"]] = e
-    meas = {}
+    meas, noise = {}, {}
     for r in d["rtt"]:
         if r.get("proc") == pr and r.get("transport") == tr and r.get("untraced_p50_us") is not None:
             meas[int(r["size"])] = r["untraced_p50_us"] * 1000.0
+            if r.get("traced_noise_pct") is not None:
+                noise[int(r["size"])] = r["traced_noise_pct"]
     for s in sizes:
         meas.setdefault(s, None)
     reply = "same" if pr in ("echo",) else 0
-    return Costs(sizes, meas, {"reply": reply, "transport": tr, "proc": pr}, str(p))
+    params = {"reply": reply, "transport": tr, "proc": pr}
+    if noise:
+        params["size_noise_pct"] = noise
+    return Costs(sizes, meas, params, str(p))
 
 
 # ------------------------------------------------------------------ the DCE paper's Table 2

@@ -16,7 +16,9 @@ user-only (medians of the rounds),
              = a + n_kernel x b                         (a cost per call and one per event)
 
 one set of costs per transport (TCP's calls slow down less under tracing than UDP's with about as
-many events). A case is corrected with the costs solved from the other cases of its transport
+many events). Each point weighs 1 / noise^2, its noise the spread of the case's own rounds
+(point_noise): a case whose rounds caught a burst of host noise must not set the costs the others are
+corrected with. A case is corrected with the costs solved from the other cases of its transport
 (leave one out), so its corrected RTT is a prediction. Of the three kernel models, solve() keeps the
 one that best predicts each point from the others and that no single point carries (over TCP every
 size's calls carry about the same events, so neither a split nor a per-call cost can be told from
@@ -37,7 +39,7 @@ import json
 
 import numpy as np
 
-PROBE_FORMAT = "rpcscope-probe/7"
+PROBE_FORMAT = "rpcscope-probe/8"
 
 
 def in_situ(run):
@@ -122,18 +124,47 @@ def _path_events(case):
     return len(ev), np.median(ev, axis=0), np.percentile(ev, [25, 75], axis=0)
 
 
-def _point(case, untraced, ust, both):
+def _point(case, untraced, ust, both, rounds=None):
     """One calibration point: the case's events per class on its path and its p50 differences (untraced,
-    user events only, user and kernel events); None when fewer than half the sample could be walked."""
+    user events only, user and kernel events), with how far each difference moves (noise_ns, from the
+    rounds' p50s); None when fewer than half the sample could be walked."""
     n, ev, quart = _path_events(case)
     if n < PATH_SAMPLE_RPCS // 2:
         return None
     return {"transport": case.transport, "size": case.size, "rpcs_walked": n,
+            "noise_ns": point_noise(untraced, rounds),
             "path_events_per_call": {"ust": ev[0], "kernel_net": ev[1], "kernel_other": ev[2]},
             "path_events_quartiles": {"ust": quart[:, 0].tolist(), "kernel_net": quart[:, 1].tolist(),
                                       "kernel_other": quart[:, 2].tolist()},
             "d_user_ns": ust - untraced, "d_kernel_ns": both - ust,
             "p50_ns": {"untraced": untraced, "ust": ust, "both": both}}
+
+
+# The least noise a point is credited with, as a fraction of its untraced p50: the spread of a few
+# rounds can be near zero by chance, and no point should outweigh the others by that alone.
+NOISE_FLOOR = 0.005
+
+
+def point_noise(untraced, rounds):
+    """{"d_user", "d_kernel"}: how far a point's p50 differences move, in ns: from the half-range of
+    each kind's round p50s (rounds: {"untraced", "ust", "traced": [p50 ns]}), the two kinds of a
+    difference added in quadrature, at least NOISE_FLOOR of the untraced p50. A host's burst of
+    noise over some rounds of one case makes that case's differences unreliable; the solvers weigh
+    each point by 1 / noise^2, so such a point does not set the costs the other cases are corrected
+    with (session 10: one case with rounds 12-33 % apart had pulled every UDP case's correction 3-5 %
+    low)."""
+    floor = NOISE_FLOOR * untraced
+
+    def half(k):
+        x = (rounds or {}).get(k) or []
+        return (max(x) - min(x)) / 2 if len(x) > 1 else 0.0
+    u, s, t = half("untraced"), half("ust"), half("traced")
+    return {"d_user": max(floor, float(np.hypot(u, s))), "d_kernel": max(floor, float(np.hypot(s, t)))}
+
+
+def _rounds(case):
+    r = case.meta.get("repeats") or {}
+    return {"untraced": r.get("untraced_p50_ns"), "ust": r.get("ust_p50_ns"), "traced": r.get("traced_p50_ns")}
 
 
 def _per_case(run):
@@ -173,7 +204,8 @@ def per_case_pending(run):
 
 def case_point(case):
     """A case's calibration point (_point), or None; walked before any calibration exists."""
-    return _point(case, case.meta["untraced"]["p50"], case.meta["ust_only"]["p50"], case.meta["traced"]["p50"])
+    return _point(case, case.meta["untraced"]["p50"], case.meta["ust_only"]["p50"], case.meta["traced"]["p50"],
+                  _rounds(case))
 
 
 def per_case_solve(run, key, points):
@@ -213,7 +245,9 @@ def _calibrate(run, meta, sizes):
                           "proc": meta["proc"], "size": size, "calls": meta["calls"], "warmup": meta["warmup"],
                           "dir": v["dir"], "pids": v.get("pids") or {}})
         med = v["p50_median_ns"]
-        pt = _point(case, med["untraced"], med["ust"], med["both"])
+        pt = _point(case, med["untraced"], med["ust"], med["both"],
+                    {"untraced": v["p50_ns"].get("untraced"), "ust": v["p50_ns"].get("ust"),
+                     "traced": v["p50_ns"].get("both")})
         if pt:
             per[size] = dict(pt, spread_ns={k: [min(x), max(x)] for k, x in v["p50_ns"].items()})
     if 0 not in per:
@@ -221,22 +255,46 @@ def _calibrate(run, meta, sizes):
     return dict(_costs({str(k): v for k, v in per.items()}, "in-situ", meta["transport"]), rounds=meta.get("rounds"))
 
 
-def _separate(A, dk):
-    """Least-squares (c_net, c_other) for kernel differences dk of points with (net, other) events A;
-    None when the two are not separable or a cost comes out non-positive."""
-    if len(A) < 2 or abs(np.linalg.det(A.T @ A)) <= 1e-9:
+def _weights(per, key):
+    """Per point 1 / noise^2 of its difference `key` ("d_user", "d_kernel"; point_noise), scaled to a
+    mean of 1; every point 1 where a point has no noise recorded."""
+    noise = [(p.get("noise_ns") or {}).get(key) for p in per.values()]
+    if not noise or any(not x for x in noise):
+        return np.ones(len(noise))
+    w = 1.0 / np.square(np.array(noise, float))
+    return w / w.mean()
+
+
+def _wlstsq(X, y, w):
+    """Weighted least squares: rows scaled by sqrt(w)."""
+    r = np.sqrt(w)
+    return np.linalg.lstsq(X * r[:, None], y * r, rcond=None)[0]
+
+
+def _wrms(errors, w):
+    """The weighted root mean square of relative errors, in %: a noisy point's miss counts less."""
+    e = np.array(errors, float)
+    return 100 * float(np.sqrt(np.sum(w * e * e) / np.sum(w))) if len(e) else 0.0
+
+
+def _separate(A, dk, w=None):
+    """Least-squares (c_net, c_other) for kernel differences dk of points with (net, other) events A,
+    weighted by w; None when the two are not separable or a cost comes out non-positive."""
+    w = np.ones(len(A)) if w is None else w
+    if len(A) < 2 or abs(np.linalg.det(A.T @ (A * w[:, None]))) <= 1e-9:
         return None
-    sol = np.linalg.lstsq(A, dk, rcond=None)[0]
+    sol = _wlstsq(A, dk, w)
     return (float(sol[0]), float(sol[1])) if sol.min() > 0 else None
 
 
-def _pooled(A, dk):
-    """One least-squares cost for every kernel event."""
+def _pooled(A, dk, w=None):
+    """One weighted least-squares cost for every kernel event."""
+    w = np.ones(len(A)) if w is None else w
     nk = A.sum(axis=1)
-    return float(dk @ nk / (nk @ nk)) if nk @ nk else None
+    return float((w * dk) @ nk / ((w * nk) @ nk)) if nk @ nk else None
 
 
-def _per_call(A, dk):
+def _per_call(A, dk, w=None):
     """Least-squares (a, b) of d_kernel = a + b x kernel events: a kernel-tracing cost per call that
     no recorded event carries (every syscall of a traced task takes the slow path while syscall
     tracepoints exist; filters reject other tasks' and devices' events after they fire) and one per
@@ -246,18 +304,18 @@ def _per_call(A, dk):
     if len(np.unique(nk)) < 3:
         return None
     X = np.stack([np.ones(len(nk)), nk], axis=1)
-    a, b = np.linalg.lstsq(X, dk, rcond=None)[0]
+    a, b = _wlstsq(X, dk, np.ones(len(nk)) if w is None else w)
     return (float(a), float(b)) if a > 0 and b > 0 else None
 
 
-def _user_per_byte(nu, size, du):
+def _user_per_byte(nu, size, du, w=None):
     """Least-squares (c, e) of d_user = c x user events + e x payload bytes: a user event costs more the
     more data the call moves (the tracer's ring-buffer writes displace the payload from the caches:
     over TCP every size has 33 user events on its path, yet d_user grew from 6.9 us at 0 bytes to 8.0 us
     at 24096 here). None unless the points hold three distinct sizes, and c and e are positive."""
     if len(np.unique(size)) < 3:
         return None
-    c, e = np.linalg.lstsq(np.stack([nu, size], axis=1), du, rcond=None)[0]
+    c, e = _wlstsq(np.stack([nu, size], axis=1), du, np.ones(len(nu)) if w is None else w)
     return (float(c), float(e)) if c > 0 and e > 0 else None
 
 
@@ -269,21 +327,22 @@ def _solve_user(per, target):
     nu = np.array([p["path_events_per_call"]["ust"] for p in per.values()], float)
     du = np.array([p["d_user_ns"] for p in per.values()], float)
     size = np.array([p["size"] for p in per.values()], float)
-    per_event = lambda m: float(du[m] @ nu[m] / (nu[m] @ nu[m])) if nu[m] @ nu[m] else None  # noqa: E731
+    w = _weights(per, "d_user")
+    per_event = lambda m: float((w[m] * du[m]) @ nu[m] / ((w[m] * nu[m]) @ nu[m])) if nu[m] @ nu[m] else None  # noqa: E731
     c_user = per_event(np.ones(len(nu), bool))
-    both = _user_per_byte(nu, size, du)
+    both = _user_per_byte(nu, size, du, w)
     n = len(per)
     if both is None or n < 4:
         return c_user, "user: one cost per event", None
     err = {"event": [], "byte": []}
     for i in range(n):
         m = np.arange(n) != i
-        c, b = per_event(m), _user_per_byte(nu[m], size[m], du[m])
+        c, b = per_event(m), _user_per_byte(nu[m], size[m], du[m], w[m])
         if b is None:
             return c_user, "user: one cost per event (a cost per byte rests on a single point)", None
         for k, pred in (("event", (c or 0.0) * nu[i]), ("byte", b[0] * nu[i] + b[1] * size[i])):
             err[k].append((pred - du[i]) / du[i] if du[i] else 0.0)
-    rms = {k: 100 * float(np.sqrt(np.mean(np.square(v)))) for k, v in err.items()}
+    rms = {k: _wrms(v, w) for k, v in err.items()}
     cv = f"a left-out point's user share predicted within {rms['event']:.1f} % rms per event, {rms['byte']:.1f} % with a cost per byte"
     if rms["byte"] >= rms["event"]:
         return c_user, f"user: one cost per event ({cv})", None
@@ -319,8 +378,9 @@ def solve_kernel(per, target=None):
     A = np.array([[p["path_events_per_call"]["kernel_net"], p["path_events_per_call"]["kernel_other"]]
                   for p in per.values()], float).reshape(-1, 2)
     dk = np.array([p["d_kernel_ns"] for p in per.values()], float)
+    w = _weights(per, "d_kernel")
     n = len(per)
-    sep, pooled, call = _separate(A, dk), _pooled(A, dk), _per_call(A, dk)
+    sep, pooled, call = _separate(A, dk, w), _pooled(A, dk, w), _per_call(A, dk, w)
     if sep is None and call is None:
         return pooled, pooled, \
             f"one kernel cost ({n} points): net and other had no positive separate solution", None
@@ -332,7 +392,7 @@ def solve_kernel(per, target=None):
     fragile = {"apart": sep is None, "per call": call is None}     # rests on one point (or not solvable)
     for i in range(n):
         m = np.arange(n) != i
-        s, p, c = _separate(A[m], dk[m]), _pooled(A[m], dk[m]), _per_call(A[m], dk[m])
+        s, p, c = _separate(A[m], dk[m], w[m]), _pooled(A[m], dk[m], w[m]), _per_call(A[m], dk[m], w[m])
         fragile["apart"] |= s is None
         fragile["per call"] |= c is None
         pred_p = A[i].sum() * p if p is not None else 0.0
@@ -340,7 +400,7 @@ def solve_kernel(per, target=None):
         pred_c = c[0] + c[1] * A[i].sum() if c is not None else pred_p
         for k, pred in (("apart", pred_s), ("pooled", pred_p), ("per call", pred_c)):
             err[k].append((pred - dk[i]) / dk[i] if dk[i] else 0.0)
-    rms = {k: 100 * float(np.sqrt(np.mean(np.square(v)))) for k, v in err.items()}
+    rms = {k: _wrms(v, w) for k, v in err.items()}
     cv = (f"a left-out point's kernel share predicted within {rms['pooled']:.1f} % rms pooled, "
           f"{rms['apart']:.1f} % apart, {rms['per call']:.1f} % with a cost per call")
     usable = ["pooled"] + [k for k in ("apart", "per call") if not fragile[k]]

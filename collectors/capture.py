@@ -152,18 +152,17 @@ def preflight(p, testbed_state):
         for prog in ("rpc-server", "rpc-client"):
             if not (d / prog).exists():
                 raise UserError(f"{d / prog} is missing; build it with `{hint}`")
-    if p["kernel"] in ("perf", "auto"):
-        if p["kernel"] == "perf" or not _lttng_modules_loaded():
-            require_tool("perf", "install linux-perf (make bootstrap does), or use --kernel none")
-            if not (perf.TRACEFS / "events").is_dir():
-                raise UserError(f"tracefs is not mounted at {perf.TRACEFS}; mount it with "
-                                f"`mount -t tracefs nodev {perf.TRACEFS}` (make bootstrap does), or use --kernel none")
-            probe = subprocess.run(["perf", "stat", "-x,", "-e", "sched:sched_switch", "--", "true"],
-                                   capture_output=True, text=True, timeout=30)
-            if probe.returncode != 0:
-                raise UserError(f"perf may not record tracepoints here ({probe.stderr.strip()[-200:]}); run as root "
-                                f"with kernel.perf_event_paranoid <= 1, or use --kernel none")
-    if p["kernel"] == "ftrace" and not ftrace.available():
+    if choose_kernel_collector(p["kernel"]) == "perf":
+        require_tool("perf", "install linux-perf (make bootstrap does), or use --kernel none")
+        if not (perf.TRACEFS / "events").is_dir():
+            raise UserError(f"tracefs is not mounted at {perf.TRACEFS}; mount it with "
+                            f"`mount -t tracefs nodev {perf.TRACEFS}` (make bootstrap does), or use --kernel none")
+        probe = subprocess.run(["perf", "stat", "-x,", "-e", "sched:sched_switch", "--", "true"],
+                               capture_output=True, text=True, timeout=30)
+        if probe.returncode != 0:
+            raise UserError(f"perf may not record tracepoints here ({probe.stderr.strip()[-200:]}); run as root "
+                            f"with kernel.perf_event_paranoid <= 1, or use --kernel none")
+    if choose_kernel_collector(p["kernel"]) == "ftrace" and not ftrace.available():
         raise UserError(f"--kernel ftrace: {perf.TRACEFS}/instances is not there; mount tracefs with "
                         f"`mount -t tracefs nodev {perf.TRACEFS}` (make bootstrap does), or use --kernel perf")
     if p["kernel"] == "lttng" and not _lttng_modules_loaded():
@@ -179,8 +178,12 @@ def _lttng_modules_loaded():
 
 
 def choose_kernel_collector(kind):
+    """auto: LTTng's kernel tracer where lttng-modules is loaded, else ftrace where tracefs has
+    instances (a recorded event costs an eighth of perf's here: collectors/README.md), else perf."""
     if kind == "auto":
-        return "lttng" if _lttng_modules_loaded() else "perf"
+        if _lttng_modules_loaded():
+            return "lttng"
+        return "ftrace" if ftrace.available() else "perf"
     return kind
 
 

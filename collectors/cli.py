@@ -42,8 +42,8 @@ def add_common(ap, default_calls, default_sizes):
     ap.add_argument("--calls", type=int, default=default_calls, help=f"measured calls per size (default {default_calls})")
     ap.add_argument("--warmup", type=int, default=200, help="warm-up calls per size, traced but not measured (default 200)")
     ap.add_argument("--kernel", choices=("auto", "lttng", "perf", "ftrace", "none"), default="auto",
-                    help="kernel collector: LTTng's kernel tracer where lttng-modules is loaded, else perf (auto); "
-                         "ftrace: a tracefs instance of its own (an eighth of perf's cost per event here)")
+                    help="kernel collector (default auto: LTTng's kernel tracer where lttng-modules is loaded, else "
+                         "ftrace, a tracefs instance of its own, an eighth of perf's cost per event here; else perf)")
     ap.add_argument("--placement", choices=("split", "same"), default="split",
                     help="split: each host's processes on their own CPU, as on two machines (default); "
                          "same: both hosts on one CPU")

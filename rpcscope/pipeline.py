@@ -200,7 +200,8 @@ def register(subparsers):
     ap.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
                     help=f"rounds of untraced, user-only and traced runs per size (default {DEFAULT_REPEATS})")
     ap.add_argument("--kernel", choices=("auto", "perf", "ftrace", "lttng"), default="auto",
-                    help="kernel collector (default auto: LTTng's kernel tracer where it loads, else perf)")
+                    help="kernel collector (default auto: LTTng's kernel tracer where it loads, else ftrace, "
+                         "else perf; collectors/README.md)")
     ap.add_argument("--placement", choices=("split", "same"), default="split", help="CPU placement (default split)")
     ap.add_argument("--idle", choices=("poll", "os"), default="poll", help="idle CPUs poll or halt (default poll)")
     ap.add_argument("--out", metavar="runs/NAME", help="run directory (default runs/run-DATE-TIME)")

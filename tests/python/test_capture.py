@@ -78,6 +78,7 @@ def leftovers(run_dir):
     for pid in sh("pgrep", "-f", f"perf record.*{run_dir}").stdout.split():
         found.append(f"perf {pid}")
     found += [f"lttng session {n}" for n in clttng.session_names() if n and n.startswith("rpcs-capture-")]
+    found += [f"tracefs instance {n}" for n in _ftrace_instances()]
     return found
 
 
@@ -320,20 +321,21 @@ def test_second_capture_into_the_run_refuses(run):
     assert (run / "manifest.json").read_text() == before
 
 
-def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path):
+@pytest.mark.parametrize("kernel", ["perf", "ftrace"])
+def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path, kernel):
     out = tmp_path / "interrupted"
     # The capture is started with SIGINT ignored, as a background job of a script gets it: it must
     # still take SIGINT as an interrupt.
     proc = subprocess.Popen(RPCSCOPE + ["capture", "--sizes", "0,4016", "--calls", "200000", "--warmup", "10",
-                                        "--kernel", "perf", "--calibration", "none", "--out", str(out)],
+                                        "--kernel", kernel, "--calibration", "none", "--out", str(out)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         # Interrupt in the middle of a traced run: the capture's perf and the run's UST session record.
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
-            if (out / ".perf" / "kernel.perf.data").exists() and any(
-                    n.startswith("rpcs-capture-") for n in clttng.session_names()):
+            recording = (out / ".perf" / "kernel.perf.data").exists() if kernel == "perf" else bool(_ftrace_instances())
+            if recording and any(n.startswith("rpcs-capture-") for n in clttng.session_names()):
                 break
             time.sleep(0.2)
         assert proc.poll() is None, proc.communicate()

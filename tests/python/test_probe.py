@@ -102,6 +102,32 @@ def test_solve_finds_a_user_cost_per_payload_byte_when_it_predicts_better():
     assert "user: one cost per event" in probe.solve(two)[3]
 
 
+def test_a_point_whose_rounds_spread_widely_does_not_set_the_costs():
+    """One case's rounds caught a burst of host noise (its differences 25 % off, its rounds 20 % apart):
+    weighed by 1 / noise^2 (point_noise, from the rounds) it no longer pulls the costs every other
+    case is corrected with; without the rounds' noise, every point counts alike and it does."""
+    counts = {0: (33, 12, 12), 1392: (33, 18, 14), 4016: (49, 36, 29), 6000: (49, 42, 32),
+              8032: (55, 48, 38), 16064: (71, 90, 64), 24096: (75, 126, 82)}
+    per = _per((143.0, 330.0, 330.0), counts)
+    calm = [60_000, 60_100, 59_900, 60_050, 59_950]
+    for s, p in per.items():
+        p["noise_ns"] = probe.point_noise(60_000, {"untraced": calm, "ust": calm, "traced": calm})
+    per[8032]["d_kernel_ns"] *= 1.25
+    per[8032]["d_user_ns"] *= 1.25
+    burst = [60_000, 72_000, 61_000, 84_000, 60_500]
+    per[8032]["noise_ns"] = probe.point_noise(60_000, {"untraced": calm, "ust": burst, "traced": burst})
+    assert per[8032]["noise_ns"]["d_kernel"] > 20 * per[0]["noise_ns"]["d_kernel"]
+    assert per[0]["noise_ns"]["d_kernel"] == pytest.approx(probe.NOISE_FLOOR * 60_000)
+    target = per.pop(4016)
+    cu, cn, co, _, _ = probe.solve(per, target)
+    got = 36 * cn + 29 * co
+    assert got == pytest.approx(65 * 330.0, rel=0.01) and cu == pytest.approx(143.0, rel=0.01)
+    for p in per.values():
+        del p["noise_ns"]
+    cu, cn, co, _, _ = probe.solve(per, target)
+    assert abs(36 * cn + 29 * co - 65 * 330.0) > 0.02 * 65 * 330.0
+
+
 def test_a_median_round_on_too_few_rounds_is_unsettled():
     from rpcscope.collectors.capture import unsettled
     assert not unsettled([25097, 25147, 25007, 25117, 24727])        # every round within 2 %

@@ -476,6 +476,11 @@ UNIT_FORMS = (("constant", (0,)), ("linear", (0, 1)), ("per packet", (0, 2)), ("
 # A form with more parameters is kept only if it predicts a left-out size better by this much (% of
 # that size's RTT): with five or six sizes to fit, an extra parameter can otherwise follow the noise.
 UNIT_FORM_MARGIN_PCT = 0.02
+# A form whose fit over all the sizes costs less per byte or per extra IP packet than this (us) is not
+# a candidate: more bytes cannot take less work, so a falling slope is the host's speed drifting
+# between the sizes' captures (a null call's stub entry "getting cheaper" at 24 KB). Seen on a noisy
+# host: nearly every TCP step fitted with a slope of about -0.016 ns/B, together -20 us at 24 KB.
+UNIT_SLOPE_FLOOR = -1e-9
 
 
 def fit_unit(pts, weights=None):
@@ -486,19 +491,22 @@ def fit_unit(pts, weights=None):
     With three sizes or more the form (UNIT_FORMS: linear in bytes, a cost per extra IP packet
     instead, or both; a constant where the bytes per occurrence do not vary) is the one that best
     predicts each size from the others (leave one out), the simplest among those within
-    UNIT_FORM_MARGIN_PCT; a form that some left-out fit cannot determine is not a candidate. With
-    fewer sizes: linear in bytes, or a constant where the bytes do not vary. info: sizes, points,
-    kind (the form), rms_residual_us, and loo_rms (% of the RTT when weighted, else us) per
-    candidate form."""
+    UNIT_FORM_MARGIN_PCT; a form that some left-out fit cannot determine is not a candidate, nor one
+    whose fit over all the sizes has a cost per byte or per packet below zero (UNIT_SLOPE_FLOOR).
+    With fewer sizes: linear in bytes (unless its slope falls), or a constant where the bytes do not
+    vary. info: sizes, points, kind (the form), falling (the forms refused for a negative slope),
+    rms_residual_us, and loo_rms (% of the RTT when weighted, else us) per candidate form."""
     info = {"sizes": [p[0] for p in pts], "points": len(pts)}
     if not pts:
         info["kind"] = "none"
         return 0.0, 0.0, 0.0, info
     rows = [((weights or {}).get(s, 1.0), (n, n * b, x), y) for s, n, b, x, y in pts]
-    linear_ok = _wls(rows, dict(UNIT_FORMS)["linear"]) is not None
+    linear_ok = _slopes_ok(_wls(rows, dict(UNIT_FORMS)["linear"]), dict(UNIT_FORMS)["linear"])
+    info["falling"] = [name for name, cols in UNIT_FORMS
+                       if _wls(rows, cols) is not None and not _slopes_ok(_wls(rows, cols), cols)]
     loo = {}
     for name, cols in (UNIT_FORMS if len(pts) >= 3 else ()):
-        if name == "constant" and linear_ok:
+        if name == "constant" and linear_ok or name in info["falling"]:
             continue
         errs = []
         for i, (w, x, y) in enumerate(rows):
@@ -524,6 +532,12 @@ def fit_unit(pts, weights=None):
     res = [y - sum(k * v for k, v in zip(coef, x)) for _, x, y in rows]
     info["rms_residual_us"] = math.sqrt(sum(r * r for r in res) / len(res))
     return coef[0], coef[1], coef[2], info
+
+
+def _slopes_ok(coef, cols):
+    """Whether a fit (coefficients for cols, None if it could not be made) exists and costs no less per
+    byte or per extra IP packet (columns 1 and 2) than UNIT_SLOPE_FLOOR."""
+    return coef is not None and all(v >= UNIT_SLOPE_FLOOR for v, c in zip(coef, cols) if c)
 
 
 def _wls(rows, cols):

@@ -115,6 +115,28 @@ def test_a_size_whose_traced_rounds_spread_widely_does_not_bend_the_fit():
     assert weighed.params["size_noise_pct"][4016] == 15.0
 
 
+def test_a_falling_slope_is_refused_as_the_hosts_drift():
+    """The larger sizes were captured while the host ran faster (every step 1 % cheaper per size
+    step): a step whose work does not depend on the bytes must not fit a negative cost per byte, nor
+    one that does a slope below its true one pushed under zero; their form falls back to one whose
+    costs do not fall, and the refused forms are named."""
+    sizes = [0, 1392, 4016, 8032, 16064, 24096]
+    costs = _costs(sizes)
+    for k, s in enumerate(sizes):
+        for e in costs.sizes[s].values():
+            e["median_ns"] *= 1 - 0.01 * k
+    m = M.fit(costs)
+    for t in m.terms:
+        assert t.b_us_per_byte >= M.UNIT_SLOPE_FLOOR and t.c_us_per_extra_ip_packet >= M.UNIT_SLOPE_FLOOR, t
+    c1 = next(t for t in m.terms if t.step == "C1")
+    assert c1.fit["kind"] == "constant" and "linear" in c1.fit["falling"], c1.fit
+    c5 = next(t for t in m.terms if t.step == "C5")       # a real slope survives the drift
+    assert c5.fit["kind"].startswith("linear") and c5.b_us_per_byte > 0, c5.fit
+    # Without the rule the same data fits C1 falling (the test would otherwise prove nothing).
+    pts = [(s, 1, s, 0, costs.sizes[s]["C1"]["median_ns"] / 1000) for s in sizes]
+    assert M._wls([(1.0, (n, n * b, x), y) for _, n, b, x, y in pts], (0, 1))[1] < 0
+
+
 def test_fit_finds_a_cost_per_extra_ip_packet_and_predicts_across_the_mtu():
     """A step that costs 2 us for every IP packet beyond the first of a fragment (IP fragmentation and
     reassembly), as C8'' does on the veth testbed: a line in bytes cannot follow its jump between 0

@@ -24,12 +24,28 @@ def test_bench_counts_every_event_and_leaves_the_run_alone(tmp_path, capsys):
     whole = rows["analyze (cached), each case in one window"]
     assert whole["events"] == total and whole["beyond_tables_mib"] is not None
     assert all(r["events_per_s"] > 0 for r in res["measurements"])
+    anchor = rows["babeltrace2 -o dummy (anchor)"]        # babeltrace2's own reader over the same traces
+    assert anchor["events"] == total and anchor["processes"] == len(bench.load_run(run).trace_dirs())
+    assert res["anchor_events_per_s"] == anchor["events_per_s"] and anchor["of_anchor"] == 1.0
+    assert rows["decode (first)"]["of_anchor"] == round(rows["decode (first)"]["events_per_s"] / anchor["events_per_s"], 3)
     assert not (run / "analysis").exists()          # its own cache and outputs were not touched
     assert cli_main(["analyze-bench", str(run), "--no-analyze", "--json"]) == 0
     j = json.loads(capsys.readouterr().out)
-    assert j["goal_events_per_s"] == 1_000_000 and len(j["measurements"]) == 4
+    assert j["goal_events_per_s"] == 1_000_000 and len(j["measurements"]) == 5
 
 
 def test_bench_on_a_directory_without_a_run_says_so(tmp_path, capsys):
     assert cli_main(["analyze-bench", str(tmp_path)]) == 2
     assert "manifest" in capsys.readouterr().err
+
+
+def test_anchor_says_which_trace_babeltrace2_could_not_read(tmp_path):
+    bad = tmp_path / "kernel"
+    bad.mkdir()
+    (bad / "metadata").write_text("/* CTF 1.8 */ not metadata\n")
+    try:
+        bench._anchor([bad])
+    except bench.UserError as e:
+        assert str(bad) in str(e) and "babeltrace2 could not read" in str(e)
+    else:
+        raise AssertionError("a trace babeltrace2 cannot read was timed as if read")

@@ -123,6 +123,13 @@ def model_section(d: RunData):
             "the spread of the case's untraced rounds' p50s (manifest.json cases[].repeats) as % of its p50, how "
             "far the measured figure itself moves between identical runs",
             "held out (predicted, not fitted): " + ", ".join(map(str, m.get("holdout", []))) if m.get("holdout") else ""))
+        from rpcscope.analysis.model import Model, goal_verdict
+        errors = Model.from_json(m).error_rows()
+        for e in errors:
+            e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"], {}))
+        verdict = goal_verdict({"model": {"errors": errors}})
+        if verdict:
+            s.items.append(f"Verdict: {verdict['text']}")
         for n in m.get("notes", []):
             s.items.append(f"Model note: {n}")
     try:

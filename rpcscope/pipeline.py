@@ -121,6 +121,8 @@ def cmd_run(args):
             for e in errors:
                 e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"]) or {})
             result["models"][t] = {"file": str(mfile), "errors": errors}
+        from .analysis.model import goal_verdict
+        result["verdict"] = goal_verdict(result["models"])
         st.run("report", ["report", str(out)])
     finally:
         if started_testbed and not args.keep_testbed:
@@ -154,6 +156,8 @@ def cmd_run(args):
                 "met": "" if e["goal_met"] is None else ("yes" if e["goal_met"] else "NO")}
                for e in m["errors"]], ["size", "calculated_us", "measured_us", "%error", "noise_%", "fit", "goal",
                                        "met"])
+    if result.get("verdict"):
+        print("\n" + result["verdict"]["text"])
     print(f"\nreport: {result['report']}")
     print(f"        {out / 'report' / 'report.md'}")
     if started_testbed and not args.keep_testbed:

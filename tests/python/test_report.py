@@ -48,6 +48,7 @@ def test_report_writes_md_html_and_svgs(run, capsys):
               "RTT vs request size", "Latency distributions", "source:", "% error"):
         assert s in html and (s in md or s == "catalog flags, not measured")
     assert 'class="step overlapped"' in html and 'class="step rtp"' in html
+    assert "Verdict: model goals met at " in md and "Verdict: model goals met at " in html
     assert "1388/1389" in html        # maxarg: body 1392/1396 = first extra IP packet
 
 

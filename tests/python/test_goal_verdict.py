@@ -1,0 +1,29 @@
+"""`rpcscope run`'s (and the report's) verdict on the model's goals: it says when the run's own measurement moved more
+than the goals it is judged by (no testbed needed: the verdict reads the model's error rows)."""
+from rpcscope.analysis.model import goal_verdict
+
+
+def _err(size, met, noise, goal=2.0):
+    return {"size": size, "goal_met": met, "goal_pct": goal, "measured_noise_pct": noise}
+
+
+def test_a_quiet_run_is_judged_on_its_goals():
+    v = goal_verdict({"udp": {"errors": [_err(0, True, 0.4), _err(1392, False, 1.1), _err(1393, True, 0.8, 5.0)]},
+                      "tcp": {"errors": [_err(0, True, 0.6)]}})
+    assert (v["met"], v["sizes"], v["judgeable"], v["median_noise_pct"]) == (3, 4, 4, 0.6)
+    assert "too noisy" not in v["text"] and v["text"].startswith("model goals met at 3 of 4 sizes")
+
+
+def test_a_noisy_run_says_it_cannot_judge_the_model():
+    v = goal_verdict({"udp": {"errors": [_err(0, False, 22.2), _err(1392, False, 27.3),
+                                         _err(1393, True, 4.0, 5.0), _err(8032, True, 1.5)]}})
+    assert v["judgeable"] == 2 and v["median_noise_pct"] == 4.0
+    assert "too noisy" not in v["text"]              # half of its sizes are still judgeable
+    v = goal_verdict({"udp": {"errors": [_err(0, False, 22.2), _err(1392, False, 27.3), _err(8032, True, 1.5)]}})
+    assert v["judgeable"] == 1 and "too noisy for this run to judge the model" in v["text"]
+
+
+def test_no_rows_or_no_noise():
+    assert goal_verdict({}) is None
+    v = goal_verdict({"udp": {"errors": [_err(0, True, None)]}})
+    assert v["median_noise_pct"] is None and v["text"] == "model goals met at 1 of 1 sizes."

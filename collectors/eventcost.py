@@ -35,11 +35,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 from rpcscope.output import UserError, emit_json, table
 
-from . import perf
+from . import ftrace, perf
 
 COMM = "rpcs-evcost"
 EVENTS = ("syscalls:sys_enter_getppid", "syscalls:sys_exit_getppid")
@@ -161,22 +160,8 @@ class FtraceInstance:
         return _ns_per_call(out), self.counts(), 0
 
     def close(self):
-        if not self.path.exists():
-            return
-        for e in EVENTS:
-            d = self.path / "events" / e.replace(":", "/")
-            try:
-                (d / "enable").write_text("0")
-            except OSError:
-                pass
-        for _ in range(50):                                       # busy while a reader still holds it
-            try:
-                self.path.rmdir()
-                return
-            except OSError:
-                time.sleep(0.1)
-        raise UserError(f"event-cost: could not remove the tracefs instance {self.path}; remove it with "
-                        f"`rmdir {self.path}`")
+        ftrace.remove_instance(self.path, [self.path / "events" / e.replace(":", "/") for e in EVENTS],
+                               who="event-cost")
 
 
 def measure(calls=200_000, rounds=5, cpu=1, progress=None):

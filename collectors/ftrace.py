@@ -51,6 +51,25 @@ def _write(path, text):
         raise UserError(f"ftrace: writing {text.strip()[:80]!r} to {path} failed: {e.strerror}") from None
 
 
+def remove_instance(path, event_dirs, who="ftrace"):
+    """Disable the instance's events (event_dirs: their directories) and remove it, retrying while a
+    reader still holds it busy; a UserError naming the instance if it stays."""
+    if not path.exists():
+        return
+    for d in event_dirs:
+        try:
+            (d / "enable").write_text("0")
+        except OSError:
+            pass
+    for _ in range(50):
+        try:
+            path.rmdir()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise UserError(f"{who}: could not remove the tracefs instance {path}; remove it with `rmdir {path}`")
+
+
 class FtraceRecorder:
     """A tracefs instance with the capture's events enabled and filtered; see the module docstring."""
 
@@ -133,18 +152,7 @@ class FtraceRecorder:
             _write(self.path / "tracing_on", "0")
         except UserError:
             pass
-        for ev in self.events:
-            try:
-                (self._event_dir(ev) / "enable").write_text("0")
-            except OSError:
-                pass
-        for _ in range(50):                                   # busy while a reader still holds it
-            try:
-                self.path.rmdir()
-                return
-            except OSError:
-                time.sleep(0.1)
-        raise UserError(f"ftrace: could not remove the tracefs instance {self.path}; remove it with `rmdir {self.path}`")
+        remove_instance(self.path, [self._event_dir(ev) for ev in self.events])
 
     kill = stop
 

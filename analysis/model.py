@@ -500,10 +500,10 @@ UNIT_FORMS = (("constant", (0,)), ("linear", (0, 1)), ("per packet", (0, 2)), ("
 # A form with more parameters is kept only if it predicts a left-out size better by this much (% of
 # that size's RTT): with five or six sizes to fit, an extra parameter can otherwise follow the noise.
 UNIT_FORM_MARGIN_PCT = 0.02
-# A form whose fit over all the sizes costs less per byte or per extra IP packet than this (us) is not
-# a candidate: more bytes cannot take less work, so a falling slope is the host's speed drifting
-# between the sizes' captures (a null call's stub entry "getting cheaper" at 24 KB). Seen on a noisy
-# host: nearly every TCP step fitted with a slope of about -0.016 ns/B, together -20 us at 24 KB.
+# A form whose fit over all the sizes costs less per byte or per extra IP packet than this (us per
+# byte, us per packet) is not a candidate: more bytes cannot take less work, so a falling slope is the
+# host's speed drifting between the sizes' captures (a null call's stub entry "getting cheaper" at
+# 24 KB). Seen on a noisy host: nearly every TCP step fitted about -0.016 ns/B, together -20 us at 24 KB.
 UNIT_SLOPE_FLOOR = -1e-9
 
 
@@ -525,9 +525,10 @@ def fit_unit(pts, weights=None):
         info["kind"] = "none"
         return 0.0, 0.0, 0.0, info
     rows = [((weights or {}).get(s, 1.0), (n, n * b, x), y) for s, n, b, x, y in pts]
-    linear_ok = _slopes_ok(_wls(rows, dict(UNIT_FORMS)["linear"]), dict(UNIT_FORMS)["linear"])
+    whole = {name: _wls(rows, cols) for name, cols in UNIT_FORMS}      # each form fitted over every size
+    linear_ok = _slopes_ok(whole["linear"], dict(UNIT_FORMS)["linear"])
     info["falling"] = [name for name, cols in UNIT_FORMS
-                       if _wls(rows, cols) is not None and not _slopes_ok(_wls(rows, cols), cols)]
+                       if whole[name] is not None and not _slopes_ok(whole[name], cols)]
     loo = {}
     for name, cols in (UNIT_FORMS if len(pts) >= 3 else ()):
         if name == "constant" and linear_ok or name in info["falling"]:

@@ -223,24 +223,27 @@ def goal_verdict(models):
     """The model's goals over every size of every transport, and whether this run can judge them:
     a size whose Measured moves between identical untraced rounds by more than its goal (noise, half
     the rounds' spread) cannot show the model within that goal except by chance. {"met", "sizes",
-    "judgeable" (sizes whose noise is within their goal), "median_noise_pct", "text"}."""
+    "judgeable" (sizes whose noise is within their goal), "met_judgeable" (of those, the ones that met
+    it: the figure a noisy run can still give), "median_noise_pct", "text"}."""
     errs = [e for m in models.values() for e in m["errors"] if e.get("goal_met") is not None]
     if not errs:
         return None
     met = sum(bool(e["goal_met"]) for e in errs)
     noise = sorted(e["measured_noise_pct"] for e in errs if e.get("measured_noise_pct") is not None)
-    judgeable = sum(1 for e in errs if e.get("measured_noise_pct") is not None
-                    and e["measured_noise_pct"] <= e["goal_pct"])
+    quiet = [e for e in errs if e.get("measured_noise_pct") is not None and e["measured_noise_pct"] <= e["goal_pct"]]
+    judgeable, met_quiet = len(quiet), sum(bool(e["goal_met"]) for e in quiet)
     med = noise[(len(noise) - 1) // 2] if noise else None
     text = f"model goals met at {met} of {len(errs)} sizes"
     if med is not None:
         text += (f"; Measured itself moved by a median {med:.1f} % between identical untraced rounds, and "
-                 f"{judgeable} of {len(errs)} sizes moved by less than their goal")
+                 f"{judgeable} of {len(errs)} sizes moved by less than their goal"
+                 + (f", of which {met_quiet} met it" if judgeable else ""))
         if judgeable < len(errs) / 2:
             text += (". The host was too noisy for this run to judge the model: a goal of 2 % cannot be "
                      "told from a measurement that moves more; run again when the host is quiet "
                      "(the noise_% columns say which sizes)")
-    return {"met": met, "sizes": len(errs), "judgeable": judgeable, "median_noise_pct": med, "text": text + "."}
+    return {"met": met, "sizes": len(errs), "judgeable": judgeable, "met_judgeable": met_quiet,
+            "median_noise_pct": med, "text": text + "."}
 
 
 def unit_formula(a_us, b_us_per_byte=0.0, c_us_per_extra_ip_packet=0.0):

@@ -10,7 +10,8 @@ def _err(size, met, noise, goal=2.0):
 def test_a_quiet_run_is_judged_on_its_goals():
     v = goal_verdict({"udp": {"errors": [_err(0, True, 0.4), _err(1392, False, 1.1), _err(1393, True, 0.8, 5.0)]},
                       "tcp": {"errors": [_err(0, True, 0.6)]}})
-    assert (v["met"], v["sizes"], v["judgeable"], v["median_noise_pct"]) == (3, 4, 4, 0.6)
+    assert (v["met"], v["sizes"], v["judgeable"], v["met_judgeable"], v["median_noise_pct"]) == (3, 4, 4, 3, 0.6)
+    assert "4 of 4 sizes moved by less than their goal, of which 3 met it" in v["text"]
     assert "too noisy" not in v["text"] and v["text"].startswith("model goals met at 3 of 4 sizes")
 
 
@@ -20,7 +21,7 @@ def test_a_noisy_run_says_it_cannot_judge_the_model():
     assert v["judgeable"] == 2 and v["median_noise_pct"] == 4.0
     assert "too noisy" not in v["text"]              # half of its sizes are still judgeable
     v = goal_verdict({"udp": {"errors": [_err(0, False, 22.2), _err(1392, False, 27.3), _err(8032, True, 1.5)]}})
-    assert v["judgeable"] == 1 and "too noisy for this run to judge the model" in v["text"]
+    assert v["judgeable"] == 1 and v["met_judgeable"] == 1 and "too noisy for this run to judge the model" in v["text"]
 
 
 def test_no_rows_or_no_noise():

@@ -152,7 +152,8 @@ def preflight(p, testbed_state):
         for prog in ("rpc-server", "rpc-client"):
             if not (d / prog).exists():
                 raise UserError(f"{d / prog} is missing; build it with `{hint}`")
-    if choose_kernel_collector(p["kernel"]) == "perf":
+    kernel = choose_kernel_collector(p["kernel"])
+    if kernel == "perf":
         require_tool("perf", "install linux-perf (make bootstrap does), or use --kernel none")
         if not (perf.TRACEFS / "events").is_dir():
             raise UserError(f"tracefs is not mounted at {perf.TRACEFS}; mount it with "
@@ -162,9 +163,8 @@ def preflight(p, testbed_state):
         if probe.returncode != 0:
             raise UserError(f"perf may not record tracepoints here ({probe.stderr.strip()[-200:]}); run as root "
                             f"with kernel.perf_event_paranoid <= 1, or use --kernel none")
-    if choose_kernel_collector(p["kernel"]) == "ftrace" and not ftrace.available():
-        raise UserError(f"--kernel ftrace: {perf.TRACEFS}/instances is not there; mount tracefs with "
-                        f"`mount -t tracefs nodev {perf.TRACEFS}` (make bootstrap does), or use --kernel perf")
+    if kernel == "ftrace":
+        ftrace.require()
     if p["kernel"] == "lttng" and not _lttng_modules_loaded():
         raise UserError("--kernel lttng: LTTng's kernel tracer (lttng-modules) is not loaded on this machine "
                         "(modprobe lttng-tracer; install lttng-modules-dkms); use --kernel perf or auto")
@@ -526,30 +526,27 @@ class Capture:
         return hook
 
     def kernel_start(self, out_dir, pids):
-        """Start the kernel collector writing into out_dir (perf: out_dir/kernel.perf.data; LTTng:
-        out_dir/kernel)."""
-        if self.kernel == "perf":
-            # One perf for the traced runs of a case, enabled around each (PerfRecorder), ended by
-            # kernel_release before the next untraced run.
+        """Start the kernel collector writing into out_dir (perf: out_dir/kernel.perf.data; ftrace:
+        out_dir/kernel.ftrace, at kernel_stop; LTTng: out_dir/kernel)."""
+        if self.kernel in ("perf", "ftrace"):
+            # One recorder for the traced runs of a case (a perf, or a tracefs instance), enabled around
+            # each, ended by kernel_release before the next untraced run (a perf's tracepoints cost the
+            # calls even while disabled; an instance's ring is the case's).
             evs = perf.event_set(self.p["executors"], bool(self.tb["link"].get("rate_bit")),
                                  available={e for e in perf.event_set(1, True) if perf.tracepoint_available(e)})
-            if self.case_perf is None:
-                work = self.out / ".perf"
-                self.case_perf = perf.PerfRecorder(work, work / "kernel.perf.data", evs, self.devices(),
-                                                   persistent=True)
-                self.case_perf.start()
-            self.case_perf.enable()
-            self._perf_out = out_dir
-            return evs
-        if self.kernel == "ftrace":
-            # One tracefs instance for the traced runs of a case, enabled around each, removed by
-            # kernel_release: its events cost nothing while disabled, but the ring is the case's.
-            evs = perf.event_set(self.p["executors"], bool(self.tb["link"].get("rate_bit")),
-                                 available={e for e in perf.event_set(1, True) if perf.tracepoint_available(e)})
-            if self.case_ftrace is None:
-                self.case_ftrace = ftrace.FtraceRecorder(evs, self.devices())
-                self.case_ftrace.start()
-            self.case_ftrace.enable()
+            if self.kernel == "perf":
+                if self.case_perf is None:
+                    work = self.out / ".perf"
+                    self.case_perf = perf.PerfRecorder(work, work / "kernel.perf.data", evs, self.devices(),
+                                                       persistent=True)
+                    self.case_perf.start()
+                rec = self.case_perf
+            else:
+                if self.case_ftrace is None:
+                    self.case_ftrace = ftrace.FtraceRecorder(evs, self.devices())
+                    self.case_ftrace.start()
+                rec = self.case_ftrace
+            rec.enable()
             self._perf_out = out_dir
             return evs
         if self.kernel == "lttng":
@@ -600,30 +597,26 @@ class Capture:
         """Convert into out_dir/kernel, align clocks, count; returns (events, lost, per-event counts).
         stopped: kernel_stop()'s result."""
         kdir = out_dir / "kernel"
-        if self.kernel == "perf":
-            rec = stopped["perf"]
-            st = perf.stats(rec.data)
-            perf.convert_to_ctf(rec.data, kdir)
+        if self.kernel in ("perf", "ftrace"):
+            if self.kernel == "perf":
+                raw = stopped["perf"].data                   # kernel.perf.data
+                st = perf.stats(raw)
+                samples, lost = st["samples"], st["lost"]
+                perf.convert_to_ctf(raw, kdir)
+            else:
+                raw = stopped["ftrace"]                      # the ring's dump, a directory
+                shutil.rmtree(kdir, ignore_errors=True)
+                samples, lost = ftrace.convert_to_ctf(raw, kdir)
             clock = perf.ust_clock(ust_dir)
             if clock:
                 perf.align_clock(kdir, clock)
-            if not self.p["keep_perf_data"]:
-                rec.data.unlink(missing_ok=True)
-            elif rec.data.parent != out_dir:
-                rec.data.replace(out_dir / rec.data.name)
-            events, _, _ = bt_count(kdir)
-            return events, st["lost"], st["samples"]
-        if self.kernel == "ftrace":
-            raw = stopped["ftrace"]
-            shutil.rmtree(kdir, ignore_errors=True)
-            samples, lost = ftrace.convert_to_ctf(raw, kdir)
-            clock = perf.ust_clock(ust_dir)
-            if clock:
-                perf.align_clock(kdir, clock)
-            if not self.p["keep_perf_data"]:
+            if self.p["keep_perf_data"]:
+                if raw.parent != out_dir:
+                    raw.replace(out_dir / raw.name)
+            elif raw.is_dir():
                 shutil.rmtree(raw, ignore_errors=True)
-            elif raw.parent != out_dir:
-                raw.replace(out_dir / raw.name)
+            else:
+                raw.unlink(missing_ok=True)
             events, _, _ = bt_count(kdir)
             return events, lost, samples
         if self.kernel == "lttng":

@@ -118,50 +118,24 @@ def _perf_count(calls, cpu, timeout):
     return _ns_per_call(p.stdout), counted, 0
 
 
-class FtraceInstance:
-    """A tracefs instance of our own with EVENTS enabled and filtered; removed on close."""
+class FtraceInstance(ftrace.FtraceRecorder):
+    """The collector's tracefs instance (ftrace.FtraceRecorder, trace_clock mono) with EVENTS filtered
+    on the child's name, started at once; removed on close."""
 
     def __init__(self, buffer_kb=FTRACE_BUFFER_KB):
-        root = perf.TRACEFS / "instances"
-        if not root.is_dir():
-            raise UserError(f"event-cost: {root} is not there; mount tracefs with "
-                            f"`mount -t tracefs nodev {perf.TRACEFS}` (make bootstrap does)")
-        self.path = root / f"rpcscope-evcost-{os.getpid()}"
-        self.path.mkdir()
-        try:
-            (self.path / "tracing_on").write_text("0")
-            (self.path / "trace_clock").write_text("mono")
-            (self.path / "buffer_size_kb").write_text(str(buffer_kb))
-            for e in EVENTS:
-                d = self.path / "events" / e.replace(":", "/")
-                (d / "filter").write_text(_filter())
-                (d / "enable").write_text("1")
-        except BaseException:
-            self.close()
-            raise
-
-    def counts(self):
-        """Events written since the last clear: entries plus overruns over the CPUs."""
-        n = 0
-        for st in (self.path / "per_cpu").glob("cpu*/stats"):
-            for line in st.read_text().splitlines():
-                k, _, v = line.partition(":")
-                if k.strip() in ("entries", "overrun"):
-                    n += int(v.split()[0])
-        return n
+        super().__init__(EVENTS, (), procnames=(COMM,), buffer_kb=buffer_kb,
+                         name=f"rpcscope-evcost-{os.getpid()}", record_tgid=False)
+        self.start()
 
     def run(self, calls, cpu, timeout):
-        (self.path / "trace").write_text("")                     # clears the buffer
-        (self.path / "tracing_on").write_text("1")
+        self.enable()                                             # clears the buffer
         try:
             out = _run_child(_child_argv(calls, cpu), timeout)
         finally:
-            (self.path / "tracing_on").write_text("0")
-        return _ns_per_call(out), self.counts(), 0
+            self.disable()
+        return _ns_per_call(out), self.written(), 0
 
-    def close(self):
-        ftrace.remove_instance(self.path, [self.path / "events" / e.replace(":", "/") for e in EVENTS],
-                               who="event-cost")
+    close = ftrace.FtraceRecorder.stop
 
 
 def measure(calls=200_000, rounds=5, cpu=1, progress=None):

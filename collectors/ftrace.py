@@ -51,40 +51,27 @@ def _write(path, text):
         raise UserError(f"ftrace: writing {text.strip()[:80]!r} to {path} failed: {e.strerror}") from None
 
 
-def remove_instance(path, event_dirs, who="ftrace"):
-    """Disable the instance's events (event_dirs: their directories) and remove it, retrying while a
-    reader still holds it busy; a UserError naming the instance if it stays."""
-    if not path.exists():
-        return
-    for d in event_dirs:
-        try:
-            (d / "enable").write_text("0")
-        except OSError:
-            pass
-    for _ in range(50):
-        try:
-            path.rmdir()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise UserError(f"{who}: could not remove the tracefs instance {path}; remove it with `rmdir {path}`")
+def require():
+    """A UserError saying how to get tracefs instances, where there are none."""
+    if not available():
+        raise UserError(f"ftrace: {TRACEFS}/instances is not there; mount tracefs with "
+                        f"`mount -t tracefs nodev {TRACEFS}` (make bootstrap does), or use --kernel perf")
 
 
 class FtraceRecorder:
     """A tracefs instance with the capture's events enabled and filtered; see the module docstring."""
 
-    def __init__(self, events, devices, procnames=perf.PROCNAMES, buffer_kb=BUFFER_KB, name=None):
+    def __init__(self, events, devices, procnames=perf.PROCNAMES, buffer_kb=BUFFER_KB, name=None, record_tgid=True):
         self.events = list(events)
         self.devices = devices
         self.procnames = procnames
         self.buffer_kb = buffer_kb
+        self.record_tgid = record_tgid       # thread-group ids for the CTF's perf_pid (dump's tgids.json)
         self.name = name or f"rpcscope-{os.getpid()}-{int(time.monotonic() * 1000) % 1_000_000}"
         self.path = TRACEFS / "instances" / self.name
 
     def start(self):
-        if not available():
-            raise UserError(f"ftrace: {TRACEFS}/instances is not there; mount tracefs with "
-                            f"`mount -t tracefs nodev {TRACEFS}` (make bootstrap does), or use --kernel perf")
+        require()
         try:
             self.path.mkdir()
         except OSError as e:
@@ -93,7 +80,7 @@ class FtraceRecorder:
             _write(self.path / "tracing_on", "0")
             _write(self.path / "trace_clock", "mono")
             _write(self.path / "buffer_size_kb", str(self.buffer_kb))
-            if (self.path / "options" / "record-tgid").exists():
+            if self.record_tgid and (self.path / "options" / "record-tgid").exists():
                 _write(self.path / "options" / "record-tgid", "1")
             for ev in self.events:
                 d = self._event_dir(ev)
@@ -152,7 +139,18 @@ class FtraceRecorder:
             _write(self.path / "tracing_on", "0")
         except UserError:
             pass
-        remove_instance(self.path, [self._event_dir(ev) for ev in self.events])
+        for ev in self.events:
+            try:
+                (self._event_dir(ev) / "enable").write_text("0")
+            except OSError:
+                pass
+        for _ in range(50):                                   # busy while a reader still holds it
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise UserError(f"ftrace: could not remove the tracefs instance {self.path}; remove it with `rmdir {self.path}`")
 
     kill = stop
 

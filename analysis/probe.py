@@ -277,24 +277,22 @@ def _wrms(errors, w):
     return 100 * float(np.sqrt(np.sum(w * e * e) / np.sum(w))) if len(e) else 0.0
 
 
-def _separate(A, dk, w=None):
+def _separate(A, dk, w):
     """Least-squares (c_net, c_other) for kernel differences dk of points with (net, other) events A,
     weighted by w; None when the two are not separable or a cost comes out non-positive."""
-    w = np.ones(len(A)) if w is None else w
     if len(A) < 2 or abs(np.linalg.det(A.T @ (A * w[:, None]))) <= 1e-9:
         return None
     sol = _wlstsq(A, dk, w)
     return (float(sol[0]), float(sol[1])) if sol.min() > 0 else None
 
 
-def _pooled(A, dk, w=None):
+def _pooled(A, dk, w):
     """One weighted least-squares cost for every kernel event."""
-    w = np.ones(len(A)) if w is None else w
     nk = A.sum(axis=1)
     return float((w * dk) @ nk / ((w * nk) @ nk)) if nk @ nk else None
 
 
-def _per_call(A, dk, w=None):
+def _per_call(A, dk, w):
     """Least-squares (a, b) of d_kernel = a + b x kernel events: a kernel-tracing cost per call that
     no recorded event carries (every syscall of a traced task takes the slow path while syscall
     tracepoints exist; filters reject other tasks' and devices' events after they fire) and one per
@@ -304,18 +302,18 @@ def _per_call(A, dk, w=None):
     if len(np.unique(nk)) < 3:
         return None
     X = np.stack([np.ones(len(nk)), nk], axis=1)
-    a, b = _wlstsq(X, dk, np.ones(len(nk)) if w is None else w)
+    a, b = _wlstsq(X, dk, w)
     return (float(a), float(b)) if a > 0 and b > 0 else None
 
 
-def _user_per_byte(nu, size, du, w=None):
+def _user_per_byte(nu, size, du, w):
     """Least-squares (c, e) of d_user = c x user events + e x payload bytes: a user event costs more the
     more data the call moves (the tracer's ring-buffer writes displace the payload from the caches:
     over TCP every size has 33 user events on its path, yet d_user grew from 6.9 us at 0 bytes to 8.0 us
     at 24096 here). None unless the points hold three distinct sizes, and c and e are positive."""
     if len(np.unique(size)) < 3:
         return None
-    c, e = _wlstsq(np.stack([nu, size], axis=1), du, np.ones(len(nu)) if w is None else w)
+    c, e = _wlstsq(np.stack([nu, size], axis=1), du, w)
     return (float(c), float(e)) if c > 0 and e > 0 else None
 
 

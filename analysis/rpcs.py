@@ -1068,8 +1068,8 @@ def _sleeps(ctx, qr, th, lo, hi, unmarked, unmarked_reason, none_reason, absent=
     """_wake for queries in RPC order; an RPC stops at its first failure (a query `unmarked` fails with
     unmarked_reason). A query whose reason is in `absent` is a wait that did not happen (w.absent): no
     occurrence and no failure. An RPC whose every query is absent, or (none_absent) that has no query,
-    waited nowhere: w.no_wait, without a failure when absent is given (the message was always there
-    already); otherwise it fails with that query's reason, or none_reason. Returns (w, per-RPC reason,
+    waited nowhere: w.no_wait, without a failure (the message was always there already); with no
+    `absent` reasons no RPC is, and one without a query fails with none_reason. Returns (w, per-RPC reason,
     mask of the queries before their RPC's failure); w.resume and w.softirq are the occurrences of
     the good queries."""
     K = ctx.K
@@ -1081,11 +1081,8 @@ def _sleeps(ctx, qr, th, lo, hi, unmarked, unmarked_reason, none_reason, absent=
     fail, before = _first_fail(qr, counted, ctx.n)
     first = _first_per(qr, ctx.n)
     none_good = np.bincount(qr[~w.absent], minlength=ctx.n)[:ctx.n] == 0
-    w.no_wait = none_good & _is_none(fail) & ((first >= 0) | none_absent)
-    if not absent:
-        only_absent = w.no_wait & (first >= 0)
-        fail[only_absent] = w.reason[first[only_absent]]
-        w.no_wait[:] = False
+    # Without `absent` reasons no query is absent: an RPC without one fails with none_reason.
+    w.no_wait = none_good & _is_none(fail) & ((first >= 0) | none_absent) if absent else np.zeros(ctx.n, bool)
     fail[(first < 0) & ~w.no_wait] = none_reason
     for t, k in collections.Counter(th[w.inferred & before].tolist()).items():
         K.inferred[t] += k

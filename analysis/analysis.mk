@@ -1,4 +1,5 @@
-# The analysis's native trace extractor (analysis/, issue 5): C over libbabeltrace2.
+# The analysis's native trace extractor (analysis/, issue 5): rpcscope's own CTF reader (ctfread),
+# libbabeltrace2 for what it refuses.
 #
 #   make analysis      build/analysis/ctfcols (rpcscope.analysis.traceread uses it when present)
 
@@ -9,6 +10,6 @@ ANALYSIS_CFLAGS := -O2 -g -Wall -Wextra -Werror -std=gnu11
 all: analysis
 analysis: $(ANALYSIS_OUT)/ctfcols
 
-$(ANALYSIS_OUT)/ctfcols: analysis/ctfcols.c
+$(ANALYSIS_OUT)/ctfcols: analysis/ctfcols.c analysis/ctfread.c analysis/ctfread.h
 	@mkdir -p $(@D)
-	$(CC) $(ANALYSIS_CFLAGS) -o $@ $< -lbabeltrace2
+	$(CC) $(ANALYSIS_CFLAGS) -o $@ analysis/ctfcols.c analysis/ctfread.c -lbabeltrace2

@@ -105,6 +105,7 @@ def _child(mode, run_path, cache, target=None):
     extra["children_peak_rss_mib"] = round(child_kb / 1024, 1) if child_kb else None
     print(json.dumps({**extra, "wall_s": wall, "events": traceread.READ_STATS["events"],
                       "decoded_events": traceread.READ_STATS["decoded_events"],
+                      "readers": traceread.READ_STATS["readers"],
                       "peak_rss_mib": round(self_kb / 1024, 1),
                       "extractor_peak_rss_mib": round(extractor_kb / 1024, 1) if extractor_kb else None}))
 
@@ -182,7 +183,7 @@ def bench(run_path, do_analyze=True, progress=None):
                 if r:
                     rows.append({**r, "measurement": "babeltrace2 -o dummy (anchor)", "events": None,
                                  "decoded_events": None, "peak_rss_mib": None, "extractor_peak_rss_mib": None,
-                                 "trace_mib": None})
+                                 "trace_mib": None, "readers": {"babeltrace2": r["processes"]}})
                 continue
             cache = tmp / mode.split("-")[0]
             if what == "first" or mode == "trace":
@@ -239,11 +240,14 @@ def cmd_bench(args):
             "peak_rss_MiB": r["peak_rss_mib"] or "",
             "tables_MiB": r.get("tables_mib", ""), "beyond_tables_MiB": r.get("beyond_tables_mib", ""),
             "extractor_MiB": r["extractor_peak_rss_mib"] or "", "largest_child_MiB": r.get("children_peak_rss_mib") or "",
-            "trace_MiB": r["trace_mib"] or ""}
+            "trace_MiB": r["trace_mib"] or "",
+            "decoded_by": ", ".join(f"{k} {v}" for k, v in sorted(r.get("readers", {}).items())) or "cache"}
            for r in res["measurements"]],
           ["measurement", "events", "reads", "wall_s", "events/s", "of_anchor", "peak_rss_MiB", "tables_MiB",
-           "beyond_tables_MiB", "extractor_MiB", "largest_child_MiB", "trace_MiB"])
+           "beyond_tables_MiB", "extractor_MiB", "largest_child_MiB", "trace_MiB", "decoded_by"])
     print("events: the run's events (each once); reads: events returned by the trace reader, re-reads included")
+    print("decoded_by: how many traces each reader decoded (ctfread: ctfcols's own CTF reader; libbabeltrace2: "
+          "ctfcols where ctfread refused a trace; bt2-python: the Python salvage of a damaged trace; cache: none)")
     print("tables: the per-RPC tables analyze keeps; beyond_tables: peak RSS minus the interpreter with its "
           "modules and minus the tables (the analysis's working set: one window of calls at a time, "
           f"about {rpcs.WINDOW_EVENTS:,} events; 'one window' rebuilds each case whole, for comparison)")

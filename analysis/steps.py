@@ -190,7 +190,7 @@ def _in_workers(run, cases, workers, progress, kernel):
     n, done = len(cases), 0
     first = sorted(set(ks) | walk, key=lambda k: -run.cases[k].trace_bytes())
     ops = {"rebuild": _w_rebuild, "set_probe": _w_set_probe, "tables": _w_tables, "read_stats": _w_read_stats}
-    stats_at_fork = dict(traceread.READ_STATS)
+    stats_at_fork = {**traceread.READ_STATS, "readers": dict(traceread.READ_STATS["readers"])}
     with CaseWorkers(run, workers, ops) as pool:
         points = {}
         for k, pt in pool.map("rebuild", first, (kernel, walk)):
@@ -236,6 +236,7 @@ def _w_read_stats(run, k, at_fork):
     st = dict(traceread.READ_STATS)
     for key in ("events", "decoded_events"):
         st[key] -= at_fork[key]
+    st["readers"] = {name: n - at_fork["readers"].get(name, 0) for name, n in st["readers"].items()}
     return st
 
 

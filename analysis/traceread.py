@@ -40,6 +40,7 @@ import json
 import os
 import pathlib
 import shutil
+import subprocess
 import tempfile
 import threading
 from array import array
@@ -343,10 +344,13 @@ def _decode(path, b, src, problems, stream_files=None):
     c = b.c
     err = None
     E, DE, DP = bt2._EventMessageConst, bt2._DiscardedEventsMessageConst, bt2._DiscardedPacketsMessageConst
+    dirs = [str(d) for d in _stream_files(path)]
+    aborted = _aborts_libbabeltrace2(dirs)
+    if aborted:
+        return 0, None, aborted
     try:
         # An explicit source.ctf.fs per trace directory: bt2 2.0's auto-discovery
         # aborts the process on unparsable metadata instead of raising.
-        dirs = [str(d) for d in _stream_files(path)]
         fs = bt2.find_plugin("ctf").source_component_classes["fs"]
         it = bt2.TraceCollectionMessageIterator([bt2.ComponentSpec(fs, {"inputs": dirs})])
         for msg in it:
@@ -387,6 +391,29 @@ def _decode(path, b, src, problems, stream_files=None):
     return n, clock, err
 
 
+def _aborts_libbabeltrace2(dirs):
+    """libbabeltrace2 2.0 stops some damaged packets with a failed assertion (SIGABRT: a packet
+    size whose top bit is set, for one) instead of an error, which would end this process with
+    it. So babeltrace2's command line reads the trace first, in a child of its own, through the
+    same source.ctf.fs: what it died of, or None (it read the trace, or failed with an error that
+    bt2 raises here too, or is not installed)."""
+    exe = shutil.which("babeltrace2")
+    if not exe or not dirs:
+        return None
+    inputs = "inputs=[" + ",".join(json.dumps(d) for d in dirs) + "]"
+    try:
+        r = subprocess.run([exe, "-c", "source.ctf.fs", "-p", inputs, "-o", "dummy"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, timeout=1800)
+    except subprocess.TimeoutExpired:
+        return f"libbabeltrace2 did not finish reading {', '.join(dirs)} in 30 minutes"
+    if r.returncode >= 0:
+        return None
+    last = [ln.strip() for ln in r.stderr.decode(errors="replace").splitlines() if ln.strip()]
+    why = next((ln for ln in reversed(last) if "Assertion" in ln or "assert" in ln), last[-1] if last else "")
+    return (f"libbabeltrace2 crashed (signal {-r.returncode}) reading {', '.join(dirs)}: the trace is damaged "
+            f"in a way it does not report as an error ({why[-240:]})")
+
+
 def _error_text(e):
     """bt2's error, deepest cause first, without the addresses of its components."""
     try:
@@ -410,8 +437,9 @@ def _stream_files(trace_dir):
 
 def _salvage(trace_dir, b, src, problems):
     """After a decoding error: read each stream file on its own (metadata beside it),
-    keeping every stream that decodes and the good packets of the one that does not."""
-    bad = []
+    keeping every stream that decodes and the good packets of the one that does not.
+    Returns the streams that did not decode whole, and the clock of the first that did."""
+    bad, first_clock = [], None
     with tempfile.TemporaryDirectory(prefix="rpcscope-salvage-") as tmp:
         for k, (tdir, files) in enumerate(_stream_files(trace_dir).items()):
             for f in files:
@@ -421,6 +449,7 @@ def _salvage(trace_dir, b, src, problems):
                 os.symlink(f, d / f.name)
                 before = len(b.c["ts"])
                 n, clock, err = _decode(d, b, src, problems)
+                first_clock = first_clock or clock
                 what = "corrupt"
                 if err and len(b.c["ts"]) == before:
                     # ctf.fs indexes every packet before it decodes any: a stream cut
@@ -432,7 +461,7 @@ def _salvage(trace_dir, b, src, problems):
                     bad.append({"stream": str(f), "events_kept": len(b.c["ts"]) - before, "error": err,
                                 "what": what})
                 shutil.rmtree(d)
-    return bad
+    return bad, first_clock
 
 
 _MAGIC = (b"\xc1\x1f\xfc\xc1", b"\xc1\xfc\x1f\xc1")   # CTF packet magic, little and big endian
@@ -550,8 +579,11 @@ def _read_native(path, src, cache_dir, key):
             cols = {k: np.asarray(v)[order] for k, v in cols.items()}
         if not _chunks_all(tmp / "tid.bin", np.int32, lambda a, prev: bool(np.all(a >= 0))):
             _fill_tids(cols)
+        # reader: which decoder read it (ctfcols's own CTF reader, or libbabeltrace2 where that one
+        # refused the trace, and why), so a figure's origin can be traced back to the code that made it.
         sources = [{"path": str(path), "clock": meta["clock"], "tracer": _tracer_of(names, meta["clock"]),
-                    "events": int(meta["events"]), "partial": False}]
+                    "events": int(meta["events"]), "partial": False, "reader": meta.get("reader"),
+                    "reader_refused": meta.get("ctfread_refused")}]
         ev = Events(cols, names, sources, problems, {int(k): v for k, v in meta["threads"].items()})
         if not key:
             return Events({k: np.array(v) for k, v in cols.items()}, names, sources, problems, ev.threads)
@@ -584,8 +616,9 @@ def _chunks_all(f, dtype, test, size=1 << 18):
 
 
 # Events returned by read_trace in this process, of them those decoded rather than mapped from the
-# cache, and the native extractor's largest own peak RSS (for `rpcscope analyze-bench`).
-READ_STATS = {"events": 0, "decoded_events": 0, "extractor_peak_rss_kib": 0}
+# cache, the native extractor's largest own peak RSS, and how many traces each reader decoded
+# (for `rpcscope analyze-bench`).
+READ_STATS = {"events": 0, "decoded_events": 0, "extractor_peak_rss_kib": 0, "readers": {}}
 
 
 def add_read_stats(other):
@@ -593,6 +626,8 @@ def add_read_stats(other):
     READ_STATS["events"] += other["events"]
     READ_STATS["decoded_events"] += other["decoded_events"]
     READ_STATS["extractor_peak_rss_kib"] = max(READ_STATS["extractor_peak_rss_kib"], other["extractor_peak_rss_kib"])
+    for name, n in other.get("readers", {}).items():
+        READ_STATS["readers"][name] = READ_STATS["readers"].get(name, 0) + n
 
 
 _STATS_LOCK = threading.Lock()          # Run.prefetch reads traces from several threads
@@ -603,6 +638,9 @@ def read_trace(path, cache_dir=None, src=0, backend="auto"):
     with _STATS_LOCK:
         READ_STATS["events"] += len(ev)
         READ_STATS["decoded_events"] += len(ev) if decoded else 0
+        if decoded:
+            reader = ev.sources[0].get("reader") or "none"
+            READ_STATS["readers"][reader] = READ_STATS["readers"].get(reader, 0) + 1
     return ev
 
 
@@ -615,8 +653,9 @@ def _read_trace(path, cache_dir, src, backend):
     .partial says whether events are missing beyond what the tracer counted.
     With cache_dir, the decoded columns are kept there (one directory of .npy
     files per trace, memory-mapped on the next read) and reused while the trace's
-    files are unchanged.  backend: "python" (bt2), "native" (build/analysis/ctfcols
-    over libbabeltrace2, when built) or "auto" (native when available)."""
+    files are unchanged.  backend: "python" (bt2), "native" (build/analysis/ctfcols:
+    its own CTF reader, libbabeltrace2 for traces that one refuses; when built) or
+    "auto" (native when available). Each source names the reader that decoded it."""
     path = pathlib.Path(path)
     if not path.exists() or not _stream_files(path):
         what = "missing" if not path.exists() else "corrupt"
@@ -706,26 +745,23 @@ def _read_python(path, src):
         # Start over stream by stream, so that one bad stream costs only its own tail.
         b = _Builder()
         problems = [p for p in problems if p["what"] not in ("discarded_events", "discarded_packets")]
-        bad = _salvage(path, b, src, problems)
+        bad, salvaged_clock = _salvage(path, b, src, problems)
         for x in bad:
             problems.append({"source": src, "what": x["what"], "stream": x["stream"],
                              "events_kept": x["events_kept"], "message": x["error"]})
         if not bad:
             problems.append({"source": src, "what": "corrupt", "message": err})
         partial = True
-        clock = clock or _first_clock(path)
+        clock = clock or salvaged_clock
     cols = b.columns()
     if len(cols["ts"]) and np.any(np.diff(cols["ts"]) < 0):
         order = np.argsort(cols["ts"], kind="stable")
         cols = {k: v[order] for k, v in cols.items()}
     _fill_tids(cols)
     tracer = _tracer_of(b.names, clock)
-    sources = [{"path": str(path), "clock": clock, "tracer": tracer, "events": len(cols["ts"]), "partial": partial}]
+    sources = [{"path": str(path), "clock": clock, "tracer": tracer, "events": len(cols["ts"]), "partial": partial,
+                "reader": "bt2-python"}]
     return Events(cols, b.names, sources, problems, b.threads)
-
-
-def _first_clock(path):
-    return None
 
 
 def _tracer_of(names, clock):

@@ -8,7 +8,7 @@
 #   make bench        benchmarks (not tests): null-RPC RTT against sockperf;
 #                     make bench-capture, make bench-analysis: capture and analysis cost
 #                     make bench-event-cost: one kernel event's cost, perf beside ftrace
-#   make fuzz-long    a long libFuzzer campaign (not part of make test)
+#   make fuzz-long    long libFuzzer campaigns: PDU parsing, the CTF reader (not part of make test)
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
@@ -105,6 +105,16 @@ $(ASAN_DIR)/%: tests/c/%.c tests/c/check.h $(RPC_SRCS) $(RPC_STUB_SRCS) $(RPC_HD
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) -DRPCS_TRACE_ENABLED=0 $(ASAN_FLAGS) -Itests/c -o $@ $< $(RPC_SRCS) $(RPC_STUB_SRCS) -pthread
 
+# rpcscope's own CTF reader (analysis/ctfread.c) on damaged traces; its seeds are made from the
+# test fixtures (tests/c/make_ctfread_seeds.py).
+$(FUZZ_DIR)/fuzz_ctfread: tests/c/fuzz_ctfread.c analysis/ctfread.c analysis/ctfread.h
+	@mkdir -p $(@D)
+	clang -Wall -Wextra -Werror -std=gnu11 -Ianalysis -O1 -g -fsanitize=fuzzer,address,undefined -o $@ tests/c/fuzz_ctfread.c analysis/ctfread.c
+
+$(FUZZ_DIR)/ctfread_seeds/.made: tests/c/make_ctfread_seeds.py tests/python/fixtures/make_ctf.py $(VENV_STAMP)
+	$(PY) tests/c/make_ctfread_seeds.py $(@D)
+	@touch $@
+
 $(FUZZ_DIR)/fuzz_pdu: tests/c/fuzz_pdu.c $(RPC_SRCS) $(RPC_STUB_SRCS) $(RPC_HDRS)
 	@mkdir -p $(@D)
 	clang $(BASE_CFLAGS) -DRPCS_TRACE_ENABLED=0 -O1 -g -fsanitize=fuzzer,address,undefined -o $@ tests/c/fuzz_pdu.c $(RPC_SRCS) $(RPC_STUB_SRCS) -pthread
@@ -124,13 +134,17 @@ test-c: all
 test-asan: $(addprefix $(ASAN_DIR)/,$(C_TESTS))
 	@set -e; for t in $^; do echo "== $$t (ASan+UBSan)"; $$t; done
 
-test-fuzz: $(FUZZ_DIR)/fuzz_pdu
-	@mkdir -p $(FUZZ_DIR)/corpus
+test-fuzz: $(FUZZ_DIR)/fuzz_pdu $(FUZZ_DIR)/fuzz_ctfread $(FUZZ_DIR)/ctfread_seeds/.made
+	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/ctfread_corpus
 	@# Output goes to a log (libFuzzer is chatty); a crash fails the target and shows the log's tail.
 	@$(FUZZ_DIR)/fuzz_pdu -max_total_time=$(FUZZ_SECONDS) -max_len=70000 -rss_limit_mb=1024 \
 	    $(FUZZ_DIR)/corpus tests/c/fuzz_seeds > $(FUZZ_DIR)/fuzz.log 2>&1 \
 	    || { tail -n 40 $(FUZZ_DIR)/fuzz.log; echo "fuzz_pdu found a crash: see $(FUZZ_DIR)/fuzz.log and the crash-* file"; exit 1; }
 	@tail -n 1 $(FUZZ_DIR)/fuzz.log
+	@$(FUZZ_DIR)/fuzz_ctfread -max_total_time=$(FUZZ_SECONDS) -max_len=80000 -rss_limit_mb=1024 \
+	    -artifact_prefix=$(FUZZ_DIR)/ $(FUZZ_DIR)/ctfread_corpus $(FUZZ_DIR)/ctfread_seeds > $(FUZZ_DIR)/fuzz_ctfread.log 2>&1 \
+	    || { tail -n 40 $(FUZZ_DIR)/fuzz_ctfread.log; echo "fuzz_ctfread found a crash: see $(FUZZ_DIR)/fuzz_ctfread.log and the crash-* file"; exit 1; }
+	@tail -n 1 $(FUZZ_DIR)/fuzz_ctfread.log
 
 test-py: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all
@@ -181,9 +195,11 @@ bench-analysis: $(VENV_STAMP) all
 	@test -n "$(BENCH_RUN)" || { echo "bench-analysis: no run under runs/: make run first, or give BENCH_RUN=runs/NAME"; exit 2; }
 	$(VENV)/bin/rpcscope analyze-bench $(BENCH_RUN)
 
-fuzz-long: $(FUZZ_DIR)/fuzz_pdu
-	@mkdir -p $(FUZZ_DIR)/corpus
+fuzz-long: $(FUZZ_DIR)/fuzz_pdu $(FUZZ_DIR)/fuzz_ctfread $(FUZZ_DIR)/ctfread_seeds/.made
+	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/ctfread_corpus
 	$(FUZZ_DIR)/fuzz_pdu -max_total_time=$${FUZZ_LONG_SECONDS:-3600} -max_len=70000 $(FUZZ_DIR)/corpus tests/c/fuzz_seeds
+	$(FUZZ_DIR)/fuzz_ctfread -max_total_time=$${FUZZ_LONG_SECONDS:-3600} -max_len=80000 -artifact_prefix=$(FUZZ_DIR)/ \
+	    $(FUZZ_DIR)/ctfread_corpus $(FUZZ_DIR)/ctfread_seeds
 
 clean:
 	rm -rf build tracepoints/catalog_gen.py

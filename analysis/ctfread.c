@@ -1288,7 +1288,9 @@ static int decode_one(struct cursor *c, const struct member *m, const struct ctf
 			if (n > (c->end - c->pos) / 8)
 				return -1;
 			const char *b = (const char *)(c->base + c->pos / 8);
-			if (sv && sb && *sb_left > n) {
+			if (sv && sb && *sb_left <= n)
+				return -1;   /* text longer than the event's buffer: libbabeltrace2 reads it whole */
+			if (sv && sb) {
 				size_t k = strnlen(b, (size_t)n);
 				memcpy(*sb, b, k);
 				(*sb)[k] = 0;

@@ -189,6 +189,11 @@ class CaseRPCs:
     def __len__(self):
         return len(self.call_ids)
 
+    @property
+    def has_kernel(self):
+        """Whether the case was rebuilt with its kernel trace."""
+        return self._kernel
+
     def _calibration(self):
         return {r: self.case.calibration(r) for r in ("client", "server")}
 

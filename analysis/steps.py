@@ -108,7 +108,18 @@ def rtt_summary(rpcs):
             "corrected_vs_untraced_pct": pct(corrected),
             "client_steps_sum_median_us": float(np.median(tot)) / 1000 if len(tot) else None,
             "conditions": {k: sorted(v) for k, v in rpcs.conditions.items()},
-            "problems": rpcs.problems}
+            "problems": rpcs.problems,
+            "trace_readers": _readers(case, rpcs.has_kernel)}
+
+
+def _readers(case, kernel):
+    """Which reader decoded the case's traces ("ust: ctfread; kernel: ctfread"; traceread's sources): a
+    figure's origin down to the decoder, and a sign when a trace was damaged (libbabeltrace2 or the
+    Python salvage instead of ctfread)."""
+    kinds = ("ust", "kernel") if kernel else ("ust",)
+    return "; ".join(f"{kind}: " + ", ".join(sorted({src.get("reader") or "unknown" for st in case.stored(kind)
+                                                     for src in st.sources}))
+                     for kind in kinds)
 
 
 def analyze(run_path, progress=None, write=True, kernel=True, workers=None):

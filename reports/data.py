@@ -98,6 +98,12 @@ class RunData:
         add("kernel collector, clock", f"{m.get('kernel_collector')}, {m.get('clock')}, kernel clock aligned to UST: "
             f"{m.get('kernel_clock_aligned_to_ust')}", "manifest.json kernel_collector, clock, kernel_clock_aligned_to_ust")
         add("tool versions", ", ".join(f"{k} {v}" for k, v in (m.get("tools") or {}).items()), "manifest.json tools")
+        readers = {}
+        for r in self.rtt:
+            if r.get("trace_readers"):
+                readers[r["trace_readers"]] = readers.get(r["trace_readers"], 0) + 1
+        add("trace readers", "; ".join(f"{v} of {len(self.rtt)} cases: {k}" for k, v in readers.items()),
+            "analysis/steps.json rtt[].trace_readers (ctfread: rpcscope's own CTF reader, analysis/ctfread.c)")
         add("untraced build", p.get("untraced"), "manifest.json params.untraced")
         add("calibration", ", ".join(f"{h}: UST event {c.get('ust_event_ns')} ns, kernel event "
                                      f"{(c.get('kernel_event_ns') or {}).get('all')} ns"

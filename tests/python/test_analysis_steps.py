@@ -73,6 +73,10 @@ def test_files_and_structure(result):
         assert [r["step"] for r in rows if r["case"] == case.id] == ROW_ORDER
     j = json.loads((out / "steps.json").read_text())
     assert len(j["steps"]) == len(rows) and len(j["rtt"]) == len(run.cases)
+    # Which reader decoded each case's traces: rpcscope's own CTF reader where the extractor is built.
+    from rpcscope.analysis import native
+    want = "ust: ctfread; kernel: ctfread" if native.available() else "ust: bt2-python; kernel: bt2-python"
+    assert [r["trace_readers"] for r in j["rtt"]] == [want] * len(run.cases)
 
 
 def test_user_steps_complete_and_not_applicable_marked(result):

@@ -632,19 +632,19 @@ class Capture:
 
         Why rounds: on this VM one run's p50 moves by up to 25 % from the next identical one (its calls
         uniformly slower or faster), so a single run cannot stand for the configuration; the median run
-        of n can. Order: the untraced and user-only runs alternate, the first half of their rounds
-        before the traced runs and the second half after, so that their medians are centred on the
-        traced ones in time. Why the traced runs come as a block: perf's tracepoints cost the calls
-        even while its events are disabled (the null call's untraced p50 is 8 % higher with a
-        disabled perf attached, measured on this VM), so no perf may exist during the other runs, and
-        one perf per traced run would cost ~1.5 s each to tear down (kernel_release)."""
+        of n can. Order: each round runs every kind once (untraced, user-only, traced), so that every
+        kind is sampled at the same moments: this VM's speed also switches between levels for seconds
+        at a time (a TCP case's untraced rounds 25.4, 25.2, 25.3, 18.0, 18.1 us, session 13), and when
+        the traced runs came as one block between the halves of the others, a switch inside the case
+        put the traced median in one level and the untraced one in the other (corrected traced RTTs 28
+        and 40 % off). A perf's tracepoints cost the calls even while its events are disabled (the null
+        call's untraced p50 is 8 % higher with a disabled perf attached, measured on this VM), so the
+        kernel collector is ended before every run that is not traced (kernel_release) and started
+        again for the next traced one: about 1.5 s a round with perf, 0.2 s with ftrace."""
         frags = fragments(size, transport)
         runs = {k: [None] * n for k in kinds}
         others = [k for k in kinds if k != "traced"]
-        first = (n + 1) // 2
-        order = [(r, k) for r in range(first) for k in others] + \
-            [(r, "traced") for r in range(n) if "traced" in kinds] + \
-            [(r, k) for r in range(first, n) for k in others]
+        order = [(r, k) for r in range(n) for k in kinds]
 
         def one(r, kind, rounds):
             rdir = d / f"repeat-{r}"
@@ -667,14 +667,16 @@ class Capture:
 
         for r, kind in order:
             one(r, kind, n)
-        # Extra rounds of the untraced and user-only runs while the median of a kind stands on too few
-        # of its rounds (unsettled): a burst of host noise over a few rounds would otherwise be the median.
+        # Extra rounds, of every kind as the others (the same moments for each), while the median of the
+        # untraced or user-only runs stands on too few of their rounds (unsettled): a burst of host noise
+        # over a few rounds would otherwise be the median. (Extra rounds of those two alone, after the
+        # traced ones, had put their medians in a later speed level of the host than the traced one's.)
         r = n
         while r < n + MAX_EXTRA_ROUNDS and n > 1 and \
                 any(unsettled([x["res"]["rtt_ns"]["p50"] for x in runs[k]]) for k in others):
             if self.progress is not None:
-                self.progress.total += len(others)
-            for kind in others:
+                self.progress.total += len(kinds)
+            for kind in kinds:
                 one(r, kind, r + 1)
                 order.append((r, kind))
             r += 1

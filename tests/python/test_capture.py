@@ -222,18 +222,21 @@ def test_run_directory_is_complete(run):
         assert set(c["pids"]) == {"server", "client"}
         # Five interleaved rounds (the default --repeats); the median traced run's traces are kept.
         rep = c["repeats"]
-        assert m["params"]["repeats"] == rep["rounds"] == 5 and len(rep["traced_p50_ns"]) == 5
-        assert sorted(rep["traced_p50_ns"])[2] == c["traced"]["p50"] == rep["traced_p50_ns"][rep["kept_traced_round"]]
-        # The untraced and user-only runs (the in-situ probe calibration) have extra rounds only where
-        # the five left their median on too few of them.
+        # Extra rounds (of every kind) only where the five left the untraced or user-only median on
+        # too few of their rounds.
         from rpcscope.collectors.capture import MAX_EXTRA_ROUNDS, unsettled
         x = rep["extra_rounds"]
         assert 0 <= x <= MAX_EXTRA_ROUNDS, rep
+        t = rep["traced_p50_ns"]
+        assert m["params"]["repeats"] == rep["rounds"] == 5 and len(t) == 5 + x
+        assert sorted(t)[(len(t) - 1) // 2] == c["traced"]["p50"] == t[rep["kept_traced_round"]]
         for kind, got in (("untraced", c["untraced"]), ("ust", c["ust_only"])):
             p50s = rep[f"{kind}_p50_ns"]
             assert len(p50s) == 5 + x and got["p50"] == sorted(p50s)[(len(p50s) - 1) // 2], (kind, rep)
         if x:
             assert unsettled(rep["untraced_p50_ns"][:5]) or unsettled(rep["ust_p50_ns"][:5]), rep
+        # Each round runs every kind once, so that a change of the host's speed touches every kind alike.
+        assert rep["order"] == [f"{k}-{r}" for r in range(5 + x) for k in ("untraced", "ust", "traced")], rep
         assert not list(d.glob("repeat-*")) and not list(d.rglob("*.perf.data*")), c["id"]
     assert not (run / ".perf").exists()       # the capture's one perf leaves nothing behind
     assert m["calibration_in_situ"] == {"method": "per case", "complete": True}

@@ -245,9 +245,9 @@ def _costs(points, source, transport, target=None, forms=None):
     """The costs solved from points; target: the point of the case they will correct (its path events
     set its per-event kernel cost when a per-call kernel cost is part of the model); forms: the models
     of the kernel and user shares to solve (solve)."""
-    c_user, c_net, c_other, method, per_call = solve(points, target, forms)
+    c_user, c_net, c_other, method, per_call, used = solve_with_forms(points, target, forms)
     out = {"source": source, "transport": transport, "method": method, "points": points,
-           "kernel_form": _form_of(method, "kernel"), "user_form": _form_of(method, "user"),
+           "kernel_form": used["kernel"], "user_form": used["user"],
            "ust_event_ns": round(c_user, 1) if c_user is not None else None,
            "kernel_event_ns": {"net": round(c_net, 1), "other": round(c_other, 1)} if c_net is not None else None}
     if per_call is not None:
@@ -382,29 +382,25 @@ def solve(per, target=None, forms=None):
     solve_kernel (the two descriptions joined in method). forms: {"kernel": "pooled" | "apart" |
     "per call", "user": "event" | "byte"}, the models to solve where the points can (per_case_solve
     passes those chosen over every case of the transport); None: each chosen here."""
+    return solve_with_forms(per, target, forms)[:5]
+
+
+def solve_with_forms(per, target=None, forms=None):
+    """solve's answer and, last, the models it used: {"kernel": ..., "user": ...}."""
     forms = forms or {}
-    c_user, user_method, _ = _solve_user(per, target, forms.get("user"))
-    c_net, c_other, method, per_call = solve_kernel(per, target, forms.get("kernel"))
-    return c_user, c_net, c_other, f"{method}; {user_method}", per_call
-
-
-# The models' names, as the method descriptions begin (solve_kernel, _solve_user): probe.json keeps
-# which one each set of costs used.
-_FORM_WORDS = {"kernel": (("a kernel cost per call", "per call"), ("net and other kernel events solved separately",
-                                                                     "apart"), ("one kernel cost", "pooled")),
-               "user": (("user: a cost per event (", "byte"), ("user: one cost per event", "event"))}
-
-
-def _form_of(method, share):
-    return next((name for words, name in _FORM_WORDS[share] if words in method), None)
+    c_user, user_method, per_byte = _solve_user(per, target, forms.get("user"))
+    c_net, c_other, method, per_call, kernel_form = solve_kernel(per, target, forms.get("kernel"))
+    return c_user, c_net, c_other, f"{method}; {user_method}", per_call, \
+        {"kernel": kernel_form, "user": "event" if per_byte is None else "byte"}
 
 
 def solve_kernel(per, target=None, form=None):
-    """The kernel share's costs: (c_net, c_other, method, per_call) from {point: {"path_events_per_call":
+    """The kernel share's costs: (c_net, c_other, method, per_call, form) from {point: {"path_events_per_call":
     {"kernel_net", "kernel_other"}, "d_kernel_ns"}}; see the module docstring. per_call:
     (a, b) when the kernel share is a per-call cost a plus b per event, else None; the kernel costs
     returned are then the effective cost of one event of the target point ((a + b x k) / k, k its
-    kernel events; without a target, b).
+    kernel events; without a target, b). form ("pooled", "apart", "per call"): solve that model
+    where the points determine it; else (None, or not solvable here) the model is chosen here.
 
     Three models of the kernel share compete: one pooled cost per event; net and other events apart;
     the pooled cost plus a cost per call. With three points or more each predicts every point from
@@ -425,11 +421,11 @@ def solve_kernel(per, target=None, form=None):
         return _kernel_result(form, sep, pooled, call, target, n, "the model chosen over every case of the transport")
     if sep is None and call is None:
         return pooled, pooled, \
-            f"one kernel cost ({n} points): net and other had no positive separate solution", None
+            f"one kernel cost ({n} points): net and other had no positive separate solution", None, "pooled"
     if n < 3:
         if sep is None:
-            return pooled, pooled, f"one kernel cost ({n} points)", None
-        return sep[0], sep[1], f"{n} points: net and other kernel events solved separately", None
+            return pooled, pooled, f"one kernel cost ({n} points)", None, "pooled"
+        return sep[0], sep[1], f"{n} points: net and other kernel events solved separately", None, "apart"
     err = {"apart": [], "pooled": [], "per call": []}
     fragile = {"apart": sep is None, "per call": call is None}     # rests on one point (or not solvable)
     for i in range(n):
@@ -453,12 +449,12 @@ def solve_kernel(per, target=None, form=None):
 
 
 def _kernel_result(form, sep, pooled, call, target, n, why):
-    """solve_kernel's answer for the kernel model `form` ("apart", "per call" or "pooled")."""
+    """solve_kernel's answer for the kernel model `form` ("apart", "per call" or "pooled"), form last."""
     if form == "apart":
-        return sep[0], sep[1], f"{n} points: net and other kernel events solved separately ({why})", None
+        return sep[0], sep[1], f"{n} points: net and other kernel events solved separately ({why})", None, form
     if form == "per call":
         k = sum(target["path_events_per_call"][x] for x in ("kernel_net", "kernel_other")) if target else 0
         c = (call[0] + call[1] * k) / k if k else call[1]
         return c, c, (f"a kernel cost per call ({call[0]:.0f} ns) and per event ({call[1]:.1f} ns), "
-                      f"{n} points ({why})"), call
-    return pooled, pooled, f"one kernel cost ({n} points): {why}", None
+                      f"{n} points ({why})"), call, form
+    return pooled, pooled, f"one kernel cost ({n} points): {why}", None, "pooled"

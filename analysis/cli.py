@@ -50,6 +50,7 @@ def _fmt(v):
 
 
 def cmd_analyze(args):
+    from .clocksync import summary_line
     from .steps import analyze
     path = pathlib.Path(args.run)
     prog = None if args.quiet else _Progress()
@@ -96,6 +97,7 @@ def cmd_analyze(args):
     table(rt, ["case", "rpcs", "complete", "traced_p50", "corrected_p50", "untraced_p50", "traced_%", "corrected_%"])
     if not res["calibrated"]:
         print("no calibration in the manifest: corrected = raw (capture with --calibration quick|full)")
+    print("clock sync: " + summary_line(res.get("clock_sync")))
     missing = {}
     for d in res["steps"]:
         for why, n in (d["missing_reasons"] or {}).items():

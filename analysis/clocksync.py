@@ -229,3 +229,22 @@ def _first_by_key(ev, name):
     for t, c, f in zip(ts.tolist(), cid.tolist(), frag.tolist()):
         d.setdefault((c, f), t)
     return d
+
+
+def summary_line(cs):
+    """steps.json's clock_sync (steps.clock_sync_summary) as one sentence, for `rpcscope analyze` and the
+    report's run summary."""
+    if not cs or not cs.get("cases"):
+        return "no case to estimate it on"
+    if "offset_ns_range" not in cs:
+        return f"failed in every case ({cs['cases']})"
+    lo, hi = (x / 1000 for x in cs["offset_ns_range"])
+    alo, ahi = (x / 1000 for x in cs["accuracy_ns_range"])
+    dlo, dhi = cs["drift_ppm_range"]
+    line = (f"server vs client, {cs['method']}: offset {lo:+.1f} to {hi:+.1f} us, accuracy bound "
+            f"{alo:.1f}-{ahi:.1f} us, drift {dlo:+.1f} to {dhi:+.1f} ppm, quality {'/'.join(cs['quality'])}"
+            + (f", failed in {cs['failed']} of {cs['cases']} cases" if cs["failed"] else ""))
+    if cs["shared_kernel"]:
+        line += (f"; one kernel clock: zero within its bound in {cs['zero_within_bound']} of "
+                 f"{cs['cases'] - cs['failed']} cases")
+    return line

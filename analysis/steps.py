@@ -20,6 +20,7 @@ from rpcscope.tracepoints import STEPS
 
 from . import probe as probe_mod
 from . import traceread
+from .clocksync import estimate, match_user_packets
 from .probe import path_probe_ns
 from .rpcs import EXTRA_ROWS, MEASURED, MISSING, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
 from .run import Run, load_run, traced_noise_pct
@@ -109,7 +110,44 @@ def rtt_summary(rpcs):
             "client_steps_sum_median_us": float(np.median(tot)) / 1000 if len(tot) else None,
             "conditions": {k: sorted(v) for k, v in rpcs.conditions.items()},
             "problems": rpcs.problems,
-            "trace_readers": _readers(case, rpcs.has_kernel)}
+            "trace_readers": _readers(case, rpcs.has_kernel),
+            "clock_sync": clock_sync(case)}
+
+
+def clock_sync_summary(rtts, run):
+    """The run's clock-sync line: per case in rtt[].clock_sync; here what they add up to."""
+    fits = [d["clock_sync"] for d in rtts if d.get("clock_sync")]
+    ok = [f for f in fits if f["quality"] != "failed"]
+    out = {"method": "convex hull over the client's and the server's user send/receive marks, per case "
+                     "(analysis/clocksync.py)",
+           "shared_kernel": bool(run.manifest.get("testbed", {}).get("shared_kernel")), "cases": len(fits),
+           "failed": len(fits) - len(ok), "quality": sorted({f["quality"] for f in fits})}
+    if ok:
+        out.update(offset_ns_range=[min(f["offset_ns"] for f in ok), max(f["offset_ns"] for f in ok)],
+                   accuracy_ns_range=[min(f["accuracy_ns"] for f in ok), max(f["accuracy_ns"] for f in ok)],
+                   drift_ppm_range=[min(f["drift_ppm"] for f in ok), max(f["drift_ppm"] for f in ok)],
+                   zero_within_bound=sum(bool(f["zero_within_bound"]) for f in ok))
+    return out
+
+
+def clock_sync(case):
+    """The server's clock against the client's for a case (clocksync.py, the convex-hull method): its
+    user send and receive marks matched by call id, fragment and direction, the client's threads
+    against the server's. Reported, with its accuracy bound and quality; on the local testbed both
+    share one kernel clock, so the offset must come out as zero within the bound (`zero_within_bound`).
+    The user marks lie outside the send and receive syscalls, so the bound is loose (about 10-20 us
+    here) but honest."""
+    ust = case.span("ust", columns=["kind", "name", "tid", "pid", "call_id", "frag"])
+    roles = case.roles(ust) if len(ust) else {}
+    side = {r: ust.select(np.isin(ust.tid, [t for t, x in roles.items() if x == r])) for r in ("client", "server")}
+    pairs = match_user_packets(side["client"], side["server"])
+    fit = estimate(pairs["a_to_b"], pairs["b_to_a"])
+    shared = bool(case.run.manifest.get("testbed", {}).get("shared_kernel"))
+    d = {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in fit.as_dict().items()}
+    d["pairs"] = {k: int(len(v[0])) for k, v in pairs.items()}
+    d.update(reference="client", host=case.host_of("server"), shared_kernel=shared,
+             zero_within_bound=(abs(fit.offset_ns) <= fit.accuracy_ns) if fit.quality != "failed" else None)
+    return d
 
 
 def _readers(case, kernel):
@@ -146,6 +184,7 @@ def analyze(run_path, progress=None, write=True, kernel=True, workers=None):
               "placement": run.manifest.get("placement"), "wait": run.manifest.get("wait"),
               "server_executors": run.manifest.get("server_executors"),
               "skipped_cases": [c.id for c in run.cases if not c.complete],
+              "clock_sync": clock_sync_summary(rtts, run),
               "steps": steps, "rtt": rtts}
     if write:
         run.out_dir.mkdir(parents=True, exist_ok=True)
@@ -157,11 +196,15 @@ def analyze(run_path, progress=None, write=True, kernel=True, workers=None):
                             for k, v in d.items()})
         with open(run.out_dir / "rtt.csv", "w", newline="") as f:
             cols = [k for k in rtts[0] if k not in ("excluded", "conditions", "problems",
-                                                     "incomplete_by_first_missing_step")] if rtts else []
+                                                     "incomplete_by_first_missing_step", "clock_sync")] if rtts else []
+            cols += ["clock_quality", "clock_offset_ns", "clock_accuracy_ns"] if rtts else []
             w = csv.DictWriter(f, cols, extrasaction="ignore")
             w.writeheader()
             for d in rtts:
-                w.writerow({k: "" if d[k] is None else d[k] for k in cols})
+                cs = d["clock_sync"]
+                flat = dict(d, clock_quality=cs["quality"], clock_offset_ns=cs["offset_ns"],
+                            clock_accuracy_ns=cs["accuracy_ns"])
+                w.writerow({k: "" if flat[k] is None else flat[k] for k in cols})
         (run.out_dir / "steps.json").write_text(json.dumps(result, indent=1, default=str))
     result["_rpcs"] = per_rpc
     return result

@@ -127,8 +127,9 @@ class RunData:
                 "manifest.json calibration_in_situ.transports.*.sizes.*.p50_median_ns")
         cs = m.get("clock_sync") or (self.steps_json or {}).get("clock_sync")
         if cs:
-            src = "manifest.json clock_sync" if m.get("clock_sync") else "analysis/steps.json clock_sync"
-            add("clock sync", json.dumps(cs) if not isinstance(cs, str) else cs, src)
+            from rpcscope.analysis.clocksync import summary_line
+            src = "manifest.json clock_sync" if m.get("clock_sync") else "analysis/steps.json clock_sync, rtt[].clock_sync"
+            add("clock sync", cs if isinstance(cs, str) else summary_line(cs) if "cases" in cs else json.dumps(cs), src)
         elif tb.get("shared_kernel"):
             add("clock sync", "not needed: client and server share one kernel clock", "manifest.json testbed.shared_kernel")
         else:

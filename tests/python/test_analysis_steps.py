@@ -79,6 +79,21 @@ def test_files_and_structure(result):
     assert [r["trace_readers"] for r in j["rtt"]] == [want] * len(run.cases)
 
 
+def test_clock_sync_on_one_kernel_is_zero_within_its_bound(result):
+    """The local testbed's client and server share one kernel clock: matched by call id, fragment and
+    direction, their user marks must give an offset of zero within the estimate's accuracy bound."""
+    res, d = result
+    for r in res["rtt"]:
+        cs = r["clock_sync"]
+        assert cs["shared_kernel"] and cs["quality"] in ("accurate", "approximate"), (r["case"], cs)
+        assert cs["pairs"]["a_to_b"] >= r["rpcs"] and cs["pairs"]["b_to_a"] >= r["rpcs"], cs["pairs"]
+        assert abs(cs["offset_ns"]) <= cs["accuracy_ns"] and cs["zero_within_bound"], cs
+    summary = res["clock_sync"]
+    assert summary["cases"] == len(res["rtt"]) and summary["zero_within_bound"] == len(res["rtt"])
+    rows = list(csv.DictReader(open(d / "analysis" / "rtt.csv")))
+    assert all(r["clock_quality"] and float(r["clock_accuracy_ns"]) > 0 for r in rows)
+
+
 def test_user_steps_complete_and_not_applicable_marked(result):
     res, d = result
     run = load_run(d)

@@ -20,7 +20,7 @@ from rpcscope.tracepoints import STEPS
 
 from . import probe as probe_mod
 from . import traceread
-from .clocksync import estimate, match_user_packets
+from .clocksync import USER_PACKET_MARKS, estimate, match_user_packets
 from .probe import path_probe_ns
 from .rpcs import EXTRA_ROWS, MEASURED, MISSING, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
 from .run import Run, load_run, traced_noise_pct
@@ -137,7 +137,7 @@ def clock_sync(case):
     share one kernel clock, so the offset must come out as zero within the bound (`zero_within_bound`).
     The user marks lie outside the send and receive syscalls, so the bound is loose (about 10-20 us
     here) but honest."""
-    ust = case.span("ust", columns=["kind", "name", "tid", "pid", "call_id", "frag"])
+    ust = _user_marks(case, {m for pair in USER_PACKET_MARKS.values() for m in pair})
     roles = case.roles(ust) if len(ust) else {}
     side = {r: ust.select(np.isin(ust.tid, [t for t, x in roles.items() if x == r])) for r in ("client", "server")}
     pairs = match_user_packets(side["client"], side["server"])
@@ -148,6 +148,19 @@ def clock_sync(case):
     d.update(reference="client", host=case.host_of("server"), shared_kernel=shared,
              zero_within_bound=(abs(fit.offset_ns) <= fit.accuracy_ns) if fit.quality != "failed" else None)
     return d
+
+
+def _user_marks(case, names):
+    """The case's user events of the given names, every host merged, read from the cache a chunk at a
+    time: memory holds those marks, not the case's whole trace (as the reconstruction's windows do)."""
+    cols = ["kind", "name", "tid", "pid", "call_id", "frag"]
+    evs = []
+    for st in case.stored("ust"):
+        parts = [ch.select(np.isin(ch.name, [ch.name_id(n) for n in names])) for ch in st.chunks(columns=cols)]
+        parts = parts or [st.span(columns=cols)]          # an empty trace has no chunk
+        evs.append(traceread.Events({k: np.concatenate([x.cols[k] for x in parts]) for k in parts[0].cols},
+                                    st.names, st.sources, st.problems, st.threads))
+    return evs[0] if len(evs) == 1 else traceread.merge(evs)
 
 
 def _readers(case, kernel):

@@ -184,6 +184,14 @@ static void json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+static void json_str_or_null(FILE *f, const char *s)
+{
+	if (s)
+		json_str(f, s);
+	else
+		fputs("null", f);
+}
+
 static void add_problem(const char *what, int64_t count, int have_range, uint64_t b, uint64_t e)
 {
 	char buf[256];
@@ -657,10 +665,7 @@ static void json_clock(FILE *m, const char *name, const uint8_t *u, uint64_t fre
 		       uint64_t off_c)
 {
 	fputs("{\"name\": ", m);
-	if (name)
-		json_str(m, name);
-	else
-		fputs("null", m);
+	json_str_or_null(m, name);
 	if (u)
 		fprintf(m, ", \"uuid\": \"%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x\"", u[0],
 			u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
@@ -821,10 +826,7 @@ int main(int argc, char **argv)
 	fprintf(m, "}, \"problems\": [%s], \"reader\": ", problems ? problems : "");
 	json_str(m, refused[0] ? "libbabeltrace2" : "ctfread");
 	fputs(", \"ctfread_refused\": ", m);
-	if (refused[0])
-		json_str(m, refused);
-	else
-		fputs("null", m);
+	json_str_or_null(m, refused[0] ? refused : NULL);
 	fputs(", \"clock\": ", m);
 	if (st.have_clock) {
 		const struct ctfread_clock *c = &st.clock_copy;
@@ -834,10 +836,7 @@ int main(int argc, char **argv)
 		fputs("null", m);
 	}
 	fputs(", \"error\": ", m);
-	if (err[0])
-		json_str(m, err);
-	else
-		fputs("null", m);
+	json_str_or_null(m, err[0] ? err : NULL);
 	fputs("}\n", m);
 	fclose(m);
 	ctfread_close(own);

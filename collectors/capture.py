@@ -361,7 +361,7 @@ class Capture:
         self.ust_dirs = {}             # UST session -> its output directory
         self.last_order = []           # the runs of the last case in the order they ran ("kind-round")
         self.perf = None
-        self.case_perf = None          # a case's perf (kernel_start), from its first traced run to its last
+        self.case_perf = None          # the traced runs' perf (kernel_start) until kernel_release ends it
         self.case_ftrace = None        # or its ftrace instance (--kernel ftrace), alike
         self.calib_ftrace = None       # the loopback calibration's ftrace instance while it records
         self._perf_out = None          # where the running traced run's kernel.perf.data goes
@@ -529,9 +529,10 @@ class Capture:
         """Start the kernel collector writing into out_dir (perf: out_dir/kernel.perf.data; ftrace:
         out_dir/kernel.ftrace, at kernel_stop; LTTng: out_dir/kernel)."""
         if self.kernel in ("perf", "ftrace"):
-            # One recorder for the traced runs of a case (a perf, or a tracefs instance), enabled around
-            # each, ended by kernel_release before the next untraced run (a perf's tracepoints cost the
-            # calls even while disabled; an instance's ring is the case's).
+            # One recorder (a perf, or a tracefs instance) for traced runs that follow one another,
+            # enabled around each, ended by kernel_release before the next run that is not traced (a
+            # perf's tracepoints cost the calls even while disabled). In a case's rounds every traced
+            # run is followed by an untraced one, so each has a recorder of its own.
             evs = perf.event_set(self.p["executors"], bool(self.tb["link"].get("rate_bit")),
                                  available={e for e in perf.event_set(1, True) if perf.tracepoint_available(e)})
             if self.kernel == "perf":
@@ -563,8 +564,9 @@ class Capture:
         return []
 
     def kernel_release(self):
-        """End the case's perf once its traced runs are done (disabled since the last one, it holds
-        nothing to keep), waiting until it is gone: its tracepoints cost the calls until then."""
+        """End the traced runs' perf or tracefs instance before a run that is not traced (disabled since
+        the last traced run, it holds nothing to keep), waiting until it is gone: its tracepoints cost
+        the calls until then."""
         if self.case_perf:
             self.case_perf.kill()
             self.case_perf = None

@@ -2,7 +2,7 @@
 round-trip path, from the capture's in-situ calibration.
 
 Every case of the capture ran, in each of its interleaved rounds, untraced, with user events only
-and with user and kernel events (collectors/capture.py run_case), between the testbed's hosts with
+and with user and kernel events (collectors/capture.py sweeps), between the testbed's hosts with
 the run's placement, and kept the traces of its median traced run. Here the round-trip path of every
 call of those traces is walked (analysis/rtp.py) and the events on it counted per class: user,
 kernel network device (one per packet per device), other kernel (syscalls, scheduler, softirq).
@@ -16,8 +16,8 @@ user-only (medians of the rounds),
              = a + n_kernel x b                         (a cost per call and one per event)
 
 one set of costs per transport (TCP's calls slow down less under tracing than UDP's with about as
-many events). Each point weighs 1 / noise^2, its noise the spread of the case's own rounds
-(point_noise): a case whose rounds caught a burst of host noise must not set the costs the others are
+many events). Each point weighs 1 / noise^2, its noise the spread of the case's own rounds in the kept
+round's speed level (point_noise): a case whose rounds caught a burst of host noise must not set the costs the others are
 corrected with. A case is corrected with the costs solved from the other cases of its transport
 (leave one out), so its corrected RTT is a prediction; the model those costs take is the one chosen
 over every case of the transport (solve_cases). Of the three kernel models, solve() keeps the
@@ -40,7 +40,7 @@ import json
 
 import numpy as np
 
-PROBE_FORMAT = "rpcscope-probe/9"
+PROBE_FORMAT = "rpcscope-probe/10"
 
 
 def in_situ(run):
@@ -164,13 +164,15 @@ def point_noise(untraced, rounds):
 
 
 def _rounds(case):
-    r = case.meta.get("repeats") or {}
-    return {"untraced": r.get("untraced_p50_ns"), "ust": r.get("ust_p50_ns"), "traced": r.get("traced_p50_ns")}
+    """Each kind's rounds' p50s in the kept round's speed level: a switch of the host's level between
+    rounds is not noise of the kept round's differences (they come from one round, in one level)."""
+    from .run import level_rounds_p50s
+    return {k: level_rounds_p50s(case.meta, k) for k in ("untraced", "ust", "traced")}
 
 
 def _per_case(run):
     """Every case ran, in each round, untraced, with user events only and with user and kernel events
-    (collectors/capture.py run_case): its own p50 differences and the events on its path are one point.
+    (collectors/capture.py sweeps): its own p50 differences and the events on its path are one point.
     A case is corrected with the costs solved from the OTHER cases of its transport (leave one out), so
     that its corrected RTT is a prediction, not a fit to itself."""
     key = _per_case_key(run)

@@ -52,10 +52,20 @@ class RunError(Exception):
     """A directory that is not a run (no or unreadable manifest)."""
 
 
+def level_rounds_p50s(case_meta, kind):
+    """A case's rounds' p50s of one kind (manifest cases[].repeats), of the rounds that agree with the
+    kept one where the capture says which (its sweeps: the host's speed level the case's figures come
+    from; collectors/capture.py choose_sweep), else of every round (captures before session 14)."""
+    rep = case_meta.get("repeats") or {}
+    p50s = rep.get(f"{kind}_p50_ns") or []
+    agreeing = rep.get("agreeing_rounds")
+    return [p50s[r] for r in agreeing if r < len(p50s)] if agreeing else list(p50s)
+
+
 def _rounds_noise_pct(case_meta, kind):
-    """Half the spread of a case's rounds' p50s of one kind (manifest cases[].repeats) as % of its
-    untraced p50; None with fewer than two rounds."""
-    p50s = (case_meta.get("repeats") or {}).get(f"{kind}_p50_ns") or []
+    """Half the spread of a case's rounds' p50s of one kind, in the kept round's speed level
+    (level_rounds_p50s), as % of its untraced p50; None with fewer than two rounds."""
+    p50s = level_rounds_p50s(case_meta, kind)
     u = (case_meta.get("untraced") or {}).get("p50")
     return 100 * (max(p50s) - min(p50s)) / 2 / u if len(p50s) > 1 and u else None
 

@@ -102,8 +102,8 @@ def rtt_summary(rpcs):
             "complete_rpcs": int(ok.sum()), "incomplete_by_first_missing_step": dict(why.most_common()),
             "traced_rtt_median_us": traced, "corrected_rtt_median_us": corrected, "corrected_by": corrected_by,
             "traced_rtt_p50_client_us": ((case.meta.get("traced") or {}).get("p50") or 0) / 1000 or None,
-            # How far one traced run moves from the next (half the spread of the rounds, % of the untraced
-            # p50): the model weighs each size's step costs by it (analysis/model.py fit).
+            # How far one traced run moves from the next (half the spread of the rounds in the kept round's
+            # speed level, % of the untraced p50): the model weighs each size's step costs by it (analysis/model.py fit).
             "traced_noise_pct": traced_noise_pct(case.meta),
             "untraced_p50_us": untraced, "traced_vs_untraced_pct": pct(traced),
             "corrected_vs_untraced_pct": pct(corrected),

@@ -1,14 +1,17 @@
 """`rpcscope capture` on the local testbed: user and kernel traces of chosen payload sizes.
 
-For each (transport, size) case, in one run:
+For each (transport, size) case, in every round (Capture.sweeps: round r of
+every size of a transport before round r + 1 of any):
   1. untraced: the TRACE=0 build's server and client (or the traced build with
      no session recording, --untraced stopped), warm-up then the measured calls;
-  2. traced: an LTTng-UST session recording the rpc provider of exactly the
-     case's two processes (lttng track --vpid), and the kernel collector (perf
-     record -a -k mono with per-event filters, or LTTng's kernel tracer), the
-     same warm-up and calls; discarded events and lost packets read back;
-  3. the kernel trace converted to CTF, its clock class aligned with the UST
-     trace's, events and bytes counted, the manifest rewritten.
+  2. user events only (the in-situ probe calibration), then traced: an
+     LTTng-UST session recording the rpc provider of exactly the case's two
+     processes (lttng track --vpid), and for the traced run the kernel collector
+     (ftrace, perf record -a -k mono with per-event filters, or LTTng's kernel
+     tracer), the same warm-up and calls; discarded events and lost packets read back.
+Then from the kept round (choose_sweep), per case: the traced run's kernel trace
+converted to CTF, its clock class aligned with the UST trace's, events and bytes
+counted, the other rounds' traces deleted, the manifest rewritten.
 
 The two namespace hosts share one kernel and one filesystem: one lttng-sessiond
 and one kernel collector serve both (the manifest says so). Processes started
@@ -18,6 +21,7 @@ pid and stopped by pid when the run ends, however it ends.
 import contextlib
 import datetime
 import json
+import math
 import os
 import pathlib
 import platform
@@ -168,6 +172,34 @@ def preflight(p, testbed_state):
     if p["kernel"] == "lttng" and not _lttng_modules_loaded():
         raise UserError("--kernel lttng: LTTng's kernel tracer (lttng-modules) is not loaded on this machine "
                         "(modprobe lttng-tracer; install lttng-modules-dkms); use --kernel perf or auto")
+
+
+# Bytes on disk per call and per packet of a traced run's user and kernel traces, an upper bound of
+# what was measured here (a 7-fragment UDP call: 19 KB of CTF; a null call: 3.8 KB).
+TRACE_BYTES_PER_PACKET_CALL = 4000
+
+
+def disk_needed(p):
+    """Bytes a capture holds at its peak: every round's traced run of every size of a transport (kept
+    until the round to keep is chosen, at most repeats + MAX_EXTRA_ROUNDS), plus the kept traces of the
+    transports before it."""
+    def one(transport, size):
+        return (p["calls"] + p["warmup"]) * (fragments(size, transport) + 1) * TRACE_BYTES_PER_PACKET_CALL
+    rounds = p.get("repeats", 1) + (MAX_EXTRA_ROUNDS if p.get("repeats", 1) > 1 else 0)
+    per_transport = {t: sum(one(t, s) for s in p["sizes"]) for t in p["transports"]}
+    return max(rounds * v for v in per_transport.values()) + sum(per_transport.values())
+
+
+def check_disk(p, out):
+    """Refuse, before anything starts, a capture whose traces would not fit on out's file system."""
+    where = pathlib.Path(out).absolute()
+    while not where.exists():
+        where = where.parent
+    need, free = disk_needed(p), shutil.disk_usage(where).free
+    if need > free:
+        raise UserError(f"this capture may hold up to {need / 1e9:.1f} GB of traces at once (every round of "
+                        f"every size of a transport, until the round to keep is chosen) and {where} has "
+                        f"{free / 1e9:.1f} GB free; free some space, or use fewer --calls, --repeats or --sizes")
 
 
 def _lttng_modules_loaded():
@@ -359,7 +391,6 @@ class Capture:
         self.sessiond = Sessiond()
         self.sessions = []             # lttng sessions created and not yet destroyed
         self.ust_dirs = {}             # UST session -> its output directory
-        self.last_order = []           # the runs of the last case in the order they ran ("kind-round")
         self.perf = None
         self.case_perf = None          # the traced runs' perf (kernel_start) until kernel_release ends it
         self.case_ftrace = None        # or its ftrace instance (--kernel ftrace), alike
@@ -626,71 +657,82 @@ class Capture:
             return events, stopped.get("lost", 0), {}
         return 0, 0, {}
 
-    # ------------------------------------------------------------ repeats
-    def repeats(self, d, transport, size, calls, warmup, kinds, n, label):
+    # ------------------------------------------------------------ rounds, in sweeps over a transport's cases
+    def sweeps(self, transport, cases, kinds, n):
         """n rounds of runs of the given kinds ("untraced", "ust": user events only, "traced": user and
-        kernel events) into d/repeat-R/. Returns {kind: [run]}, a run being {"res", "pids", "got",
-        "dir"}.
+        kernel events) of every case of a transport into cases/ID/repeat-R/, in sweeps: round r of
+        every case (in size order) before round r + 1 of any. Returns ({case id: {kind: [run]}}, the
+        order the runs ran in per case, the kept round, the sweeps' record), a run being {"res", "pids",
+        "got", "dir", "ust"}.
 
         Why rounds: on this VM one run's p50 moves by up to 25 % from the next identical one (its calls
-        uniformly slower or faster), so a single run cannot stand for the configuration; the median run
-        of n can. Order: each round runs every kind once (untraced, user-only, traced), so that every
-        kind is sampled at the same moments: this VM's speed also switches between levels for seconds
-        at a time (a TCP case's untraced rounds 25.4, 25.2, 25.3, 18.0, 18.1 us, session 13), and when
-        the traced runs came as one block between the halves of the others, a switch inside the case
-        put the traced median in one level and the untraced one in the other (corrected traced RTTs 28
-        and 40 % off). A perf's tracepoints cost the calls even while its events are disabled (the null
-        call's untraced p50 is 8 % higher with a disabled perf attached, measured on this VM), so the
-        kernel collector is ended before every run that is not traced (kernel_release) and started
-        again for the next traced one: about 1.5 s a round with perf, 0.2 s with ftrace."""
-        frags = fragments(size, transport)
-        runs = {k: [None] * n for k in kinds}
-        others = [k for k in kinds if k != "traced"]
-        order = [(r, k) for r in range(n) for k in kinds]
+        uniformly slower or faster), so a single run cannot stand for the configuration. Why each round
+        runs every kind once (untraced, user-only, traced): this VM's speed switches between levels
+        ~20-30 % apart that hold for seconds to minutes (a TCP case's untraced rounds 25.4, 25.2, 25.3,
+        18.0, 18.1 us, session 13); a level touches the round trip, not a CPU-bound loop (session 14:
+        a fixed Python loop took 0.19 s in either level while the null call went from 22.0 to 26.5 us).
+        Why sweeps: the model fits each step's unit cost over the sizes of a transport, so every size
+        must be measured in the same level. When each case ran its rounds before the next case, a
+        switch between cases put sizes in different levels and no unit costs fitted both (UDP 1392 at
+        -25 % while its neighbours were within 1.4 %, runs/run-20261125-133149). A sweep of a
+        transport's sizes takes ~15-25 s, so most sweeps lie in one level; the kept round is the one
+        most other rounds agree with (choose_sweep), and up to MAX_EXTRA_ROUNDS more sweeps are made
+        while fewer than SWEEP_SETTLE_ROUNDS agree. A perf's tracepoints cost the
+        calls even while its events are disabled (the null call's untraced p50 is 8 % higher with a
+        disabled perf attached, measured on this VM), so the kernel collector is ended before every
+        run that is not traced (kernel_release) and started again for the next traced one: about
+        1.5 s a round with perf, 0.2 s with ftrace."""
+        calls, warmup = self.p["calls"], self.p["warmup"]
+        runs = {c["id"]: {k: [] for k in kinds} for c in cases}
+        order = {c["id"]: [] for c in cases}
 
-        def one(r, kind, rounds):
-            rdir = d / f"repeat-{r}"
+        def one(case, r, kind, rounds):
+            cdir = self.out / case["dir"]
+            rdir = cdir / f"repeat-{r}"
             rdir.mkdir(parents=True, exist_ok=True)
             if kind != "traced":
                 self.kernel_release()
-            self.step(f"{label}: {kind}, round {r + 1}/{rounds}")
+            self.step(f"{case['id']}: {kind}, round {r + 1}/{rounds}")
             got, hook, ust = {}, None, rdir / f"ust-{kind}"
             if kind != "untraced":
-                hook = self.trace_hook(ust, calls + warmup, frags, got,
+                hook = self.trace_hook(ust, calls + warmup, fragments(case["size"], transport), got,
                                        kernel_dir=rdir if kind == "traced" else None)
-            res, pids = self.run_pair(transport, size, calls, warmup, kind != "untraced" or
+            res, pids = self.run_pair(transport, case["size"], calls, warmup, kind != "untraced" or
                                       self.p["untraced"] == "stopped", rdir, f"{kind}-{r}", hook)
-            run = {"res": res, "pids": pids, "got": got, "dir": rdir, "ust": ust}
-            if r < len(runs[kind]):
-                runs[kind][r] = run
-            else:
-                runs[kind].append(run)
+            if kind == "ust":
+                shutil.rmtree(ust, ignore_errors=True)   # only its p50 is used: no disk held for it
+            runs[case["id"]][kind].append({"res": res, "pids": pids, "got": got, "dir": rdir, "ust": ust})
+            order[case["id"]].append(f"{kind}-{r}")
             self.advance()
 
-        for r, kind in order:
-            one(r, kind, n)
-        # Extra rounds, of every kind as the others (the same moments for each), while the median of the
-        # untraced or user-only runs stands on too few of their rounds (unsettled): a burst of host noise
-        # over a few rounds would otherwise be the median. (Extra rounds of those two alone, after the
-        # traced ones, had put their medians in a later speed level of the host than the traced one's.)
-        r = n
-        while r < n + MAX_EXTRA_ROUNDS and n > 1 and \
-                any(unsettled([x["res"]["rtt_ns"]["p50"] for x in runs[k]]) for k in others):
-            if self.progress is not None:
-                self.progress.total += len(kinds)
-            for kind in kinds:
-                one(r, kind, r + 1)
-                order.append((r, kind))
-            r += 1
-        self.kernel_release()
-        self.last_order = [f"{k}-{r}" for r, k in order]
-        return runs
+        def sweep(r, rounds):
+            t0 = time.monotonic()
+            for case in cases:
+                for kind in kinds:
+                    one(case, r, kind, rounds)
+            seconds.append(round(time.monotonic() - t0, 1))
 
-    def keep_median(self, runs, d):
-        """Of runs of one kind, the one whose client p50 is the median (the lower middle one of an even
-        number); its traces move to d/ust (and d/kernel, converted). Returns (index, run, kernel counts)."""
-        i = median_run(runs)
-        run = runs[i]
+        seconds = []
+        for r in range(n):
+            sweep(r, n)
+        kept, agreeing, dist = choose_sweep(_p50s(runs))
+        r = n
+        while r < n + MAX_EXTRA_ROUNDS and n > 1 and not sweeps_settled(agreeing, r):
+            if self.progress is not None:
+                self.progress.total += len(kinds) * len(cases)
+            sweep(r, r + 1)
+            r += 1
+            kept, agreeing, dist = choose_sweep(_p50s(runs))
+        self.kernel_release()
+        record = {"rounds": n, "extra_rounds": r - n, "kept_round": kept, "agreeing_rounds": agreeing,
+                  "settled": sweeps_settled(agreeing, r), "agree_pct": SWEEP_AGREE_PCT,
+                  "distance_pct": [[round(x, 2) for x in row] for row in dist], "seconds": seconds,
+                  "cases": [c["id"] for c in cases]}
+        return runs, order, kept, record
+
+    def keep_run(self, run, d):
+        """The kept traced run's traces move to d/ust (and d/kernel, converted). Returns its kernel
+        counts (events, lost, per-event counts)."""
         ust = d / "ust"
         shutil.rmtree(ust, ignore_errors=True)
         if run["ust"].is_dir():
@@ -701,7 +743,7 @@ class Capture:
                 shutil.rmtree(d / "kernel", ignore_errors=True)
                 (run["dir"] / "kernel").replace(d / "kernel")
             kernel = self.kernel_finish(d, ust, run["got"]["kernel"])
-        return i, run, kernel
+        return kernel
 
     def discard(self, d):
         """Delete the rounds' leftovers under d (traces not kept, perf data, logs of good runs)."""
@@ -784,41 +826,53 @@ class Capture:
         shutil.rmtree(cdir, ignore_errors=True)
         return out
 
-    # ------------------------------------------------------------ one case
-    def run_case(self, transport, size):
+    # ------------------------------------------------------------ the cases of a transport
+    def new_case(self, transport, size):
         cid = case_id(transport, self.p["proc"], size)
         cdir = self.out / "cases" / cid
         cdir.mkdir(parents=True)
-        calls, warmup = self.p["calls"], self.p["warmup"]
-        case = {"id": cid, "transport": transport, "proc": self.p["proc"], "size": size, "calls": calls,
-                "warmup": warmup, "dir": f"cases/{cid}", "complete": False}
+        case = {"id": cid, "transport": transport, "proc": self.p["proc"], "size": size, "calls": self.p["calls"],
+                "warmup": self.p["warmup"], "dir": f"cases/{cid}", "complete": False}
         self.manifest["cases"].append(case)
+        return case
 
-        # Untraced and traced runs, interleaved in rounds; the median run of each kind stands for it.
-        # With the in-situ probe calibration, each round also runs with user events only, so that the
-        # user and the kernel events' share of the probe effect are measured where and when the case
-        # runs (analysis/probe.py solves them over the cases of a transport).
+    def run_transport(self, transport):
+        """Every size of one transport: the rounds in sweeps (sweeps()), then each case from the kept
+        round: its untraced, user-only and traced runs (the traced one's traces kept, converted and
+        counted), the other rounds' traces deleted. Calls after_case for each case once it is complete."""
+        cases = [self.new_case(transport, size) for size in self.p["sizes"]]
+        self.write_manifest()
         n = self.p.get("repeats", 1)
         kinds = case_kinds(self.p, self.kernel)
-        runs = self.repeats(cdir, transport, size, calls, warmup, kinds, n, cid)
+        runs, order, kept, record = self.sweeps(transport, cases, kinds, n)
+        self.manifest.setdefault("sweeps", {})[transport] = record
+        for case in cases:
+            self.finish_case(case, runs[case["id"]], order[case["id"]], kept, record)
+            if self.after_case:
+                self.after_case(self, case)
+
+    def finish_case(self, case, runs, order, kept, record):
+        cid, cdir = case["id"], self.out / case["dir"]
+        calls, warmup = case["calls"], case["warmup"]
         traced_build = self.p["untraced"] == "stopped"
-        res_u = runs["untraced"][median_run(runs["untraced"])]["res"]
+        res_u = runs["untraced"][kept]["res"]
         (cdir / "client-untraced.json").write_text(json.dumps(res_u, indent=2) + "\n")
         case["untraced"] = _rtt(res_u)
         case["untraced_build"] = "trace (no session recording)" if traced_build else "notrace (TRACE=0)"
         self.step(f"{cid}: convert and count")
-        kept_i, kept, (n_k, k_lost, per_event) = self.keep_median(runs["traced"], cdir)
+        kept_run = runs["traced"][kept]
+        n_k, k_lost, per_event = self.keep_run(kept_run, cdir)
         self.discard(cdir)
-        res_t, pids, got = kept["res"], kept["pids"], kept["got"]
+        res_t, pids, got = kept_run["res"], kept_run["pids"], kept_run["got"]
         ust_dir = cdir / "ust"
         (cdir / "client-traced.json").write_text(json.dumps(res_t, indent=2) + "\n")
         case["pids"] = pids
         case["traced"] = _rtt(res_t)
-        case["repeats"] = {"rounds": n, "extra_rounds": len(runs["untraced"]) - n, "kept_traced_round": kept_i,
-                           "order": self.last_order,
+        case["repeats"] = {"rounds": record["rounds"], "extra_rounds": record["extra_rounds"], "kept_round": kept,
+                           "agreeing_rounds": record["agreeing_rounds"], "order": order,
                            **{f"{k}_p50_ns": [r["res"]["rtt_ns"]["p50"] for r in v] for k, v in runs.items()}}
         if "ust" in runs:
-            case["ust_only"] = _rtt(runs["ust"][median_run(runs["ust"])]["res"])
+            case["ust_only"] = _rtt(runs["ust"][kept]["res"])
         n_ust, d_ust, dp_ust = bt_count(ust_dir)
         total = calls + warmup
         losses = {"ust_discarded": got["ust"]["discarded_events"] + d_ust,
@@ -891,15 +945,12 @@ class Capture:
                 self.manifest["calibration"] = self.calibrate()
                 self.write_manifest()
             if "ust" in case_kinds(self.p, self.kernel):
-                # In situ: every case's rounds add a user-events-only run (run_case); the analysis
+                # In situ: every case's rounds add a user-events-only run (sweeps); the analysis
                 # solves the p50 differences of the cases for the cost of each event class.
                 self.manifest["calibration_in_situ"] = {"method": "per case", "complete": True}
                 self.write_manifest()
             for transport in self.p["transports"]:
-                for size in self.p["sizes"]:
-                    case = self.run_case(transport, size)
-                    if self.after_case:
-                        self.after_case(self, case)
+                self.run_transport(transport)
             self.manifest["complete"] = True
         except KeyboardInterrupt:
             self.manifest["interrupted"] = True
@@ -939,6 +990,9 @@ class Capture:
         self.sessiond.restore()
         for f in self.out.rglob("perf-*.fifo"):
             f.unlink(missing_ok=True)
+        for case in (self.manifest or {}).get("cases", []):
+            if not case.get("complete"):           # interrupted before its round was kept: nothing to keep
+                self.discard(self.out / case["dir"])
 
 
 def case_kinds(p, kernel):
@@ -948,27 +1002,45 @@ def case_kinds(p, kernel):
     return ("untraced", "ust", "traced") if in_situ else ("untraced", "traced")
 
 
-# A kind's median round must have most of its rounds within this much of it (unsettled), else up to
-# MAX_EXTRA_ROUNDS more rounds of the untraced and user-only runs are made. On this VM one round's p50
-# is usually within 1 % of the others'; a burst of host noise moved three of five by 12-26 %.
-SETTLE_PCT = 2.0
+# Two rounds agree when their runs' p50s differ by at most this much (root mean square of the % differences
+# over every case and kind). One run's p50 is usually within 1-2 % of the next identical one's; a switch
+# of the host's speed level moves every run 20-30 %, a burst in one run of a 24-run sweep moves it ~5 %.
+SWEEP_AGREE_PCT = 3.0
+# The sweeps are settled when this many rounds (or every round, with fewer) agree with the kept one,
+# itself included; else up to MAX_EXTRA_ROUNDS more sweeps are made.
+SWEEP_SETTLE_ROUNDS = 3
 MAX_EXTRA_ROUNDS = 4
 
 
-def unsettled(p50s, pct=SETTLE_PCT):
-    """Whether fewer than a strict majority of the rounds' p50s lie within pct % of their median (the
-    lower middle one, as median_run takes)."""
-    if len(p50s) < 3:
-        return False
-    m = sorted(p50s)[(len(p50s) - 1) // 2]
-    near = sum(abs(x - m) <= m * pct / 100 for x in p50s)
-    return near < len(p50s) // 2 + 1
+def _p50s(runs):
+    """{(case id, kind): [p50 ns of each round]} of sweeps()' runs."""
+    return {(cid, k): [r["res"]["rtt_ns"]["p50"] for r in rs] for cid, kinds in runs.items() for k, rs in kinds.items()}
 
 
-def median_run(runs):
-    """Index of the run whose client p50 is the median (the lower middle one of an even number)."""
-    order = sorted(range(len(runs)), key=lambda i: runs[i]["res"]["rtt_ns"]["p50"])
-    return order[(len(order) - 1) // 2]
+def sweep_distances(p50s):
+    """Matrix of the root mean square % difference between two rounds' runs (100 ln of the ratio of
+    their p50s, over every case and kind). p50s: {(case, kind): [p50 per round]}, every list as long."""
+    rounds = min(len(v) for v in p50s.values())
+    logs = [[math.log(v[r]) for v in p50s.values()] for r in range(rounds)]
+    return [[100 * math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b)) / len(a)) for b in logs] for a in logs]
+
+
+def choose_sweep(p50s):
+    """(the kept round, the rounds that agree with it, the distance matrix). Kept: the round with the
+    most others within SWEEP_AGREE_PCT of it (the host's prevailing speed level, every size in it, no
+    burst), the one closest to those (the smallest mean distance), the earliest of equals. A round
+    whose sizes straddle a switch of level agrees with none; per-case medians would not see that (with
+    the level changing inside a sweep, half the cases' medians lie in each level, and the straddling
+    round is closest to them all)."""
+    dist = sweep_distances(p50s)
+    rounds = range(len(dist))
+    agree = [[q for q in rounds if dist[r][q] <= SWEEP_AGREE_PCT] for r in rounds]
+    kept = min(rounds, key=lambda r: (-len(agree[r]), round(sum(dist[r][q] for q in agree[r]) / len(agree[r]), 6), r))
+    return kept, agree[kept], dist
+
+
+def sweeps_settled(agreeing, rounds):
+    return len(agreeing) >= min(SWEEP_SETTLE_ROUNDS, rounds)
 
 
 def _raise_interrupt(signum, frame):

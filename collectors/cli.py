@@ -109,6 +109,7 @@ def do_capture(p, out, quiet=False, inventory=None, after_case=None, extra_steps
                 bar.close()
     st = testbed.load_state()
     cap.preflight(p, st)
+    cap.check_disk(p, out)
     out = cap.prepare_out(out, p["replace"])
     p["out"] = str(out)
     kinds = len(cap.case_kinds(p, cap.choose_kernel_collector(p["kernel"])))

@@ -120,8 +120,9 @@ def model_section(d: RunData):
             "analysis/model.json terms[].a_us, b_us_per_byte, c_us_per_extra_ip_packet, per_size.{count,bytes,"
             "extra_ip_packets} (us = count × (a + b × bytes) + extra IP packets × c); "
             "calculated_us, measured_us; % error = (measured − calculated) × 100 / measured; measured noise: half "
-            "the spread of the case's untraced rounds' p50s (manifest.json cases[].repeats) as % of its p50, how "
-            "far the measured figure itself moves between identical runs",
+            "the spread of the case's untraced rounds' p50s in the kept round's speed level (manifest.json "
+            "cases[].repeats: agreeing_rounds) as % of its p50, how far the measured figure itself moves between "
+            "identical runs",
             "held out (predicted, not fitted): " + ", ".join(map(str, m.get("holdout", []))) if m.get("holdout") else ""))
         from rpcscope.analysis.model import Model, goal_verdict
         errors = Model.from_json(m).error_rows()

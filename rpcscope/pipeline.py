@@ -141,13 +141,14 @@ def cmd_run(args):
           f"({', '.join('%s %.0fs' % (x['stage'], x['seconds']) for x in st.timings)})")
     if result.get("corrected_vs_untraced"):
         print("\nProbe effect removed (issue 5: corrected traced p50 within 5 % of the untraced p50). noise: half the "
-              "spread of the case's traced rounds' p50s, as % of the untraced p50 (how far one traced run moves)")
+              "spread of the case's traced rounds' p50s in the kept round's speed level, as % of the untraced p50 "
+              "(how far one traced run moves)")
         table(result["corrected_vs_untraced"], ["case", "traced_p50_us", "corrected_p50_us", "untraced_p50_us",
                                                 "corrected_%", "noise_%", "within_5%"])
     for t, m in result["models"].items():
         print(f"\n% error, {t.upper()} ({args.proc}; Measured = untraced p50, Calculated = the model from "
               f"probe-corrected step costs on the measured round-trip path; noise: half the spread of the "
-              f"untraced rounds' p50s, how far Measured itself moves; {m['file']})")
+              f"untraced rounds' p50s in the kept round's speed level, how far Measured itself moves; {m['file']})")
         table([{"size": e["size"], "calculated_us": round(e["calculated_us"], 2),
                 "measured_us": round(e["measured_us"], 2) if e["measured_us"] else None,
                 "%error": round(e["percent_error"], 2) if e["percent_error"] is not None else None,
@@ -167,7 +168,7 @@ def cmd_run(args):
 
 def corrected_vs_untraced(out):
     """Per case: traced, probe-corrected and untraced p50 RTT (analysis/rtp.json), and the noise of one
-    traced run (half the spread of the capture's traced rounds, manifest.json cases[].repeats)."""
+    traced run (half the spread of the traced rounds that agree with the kept one, manifest.json cases[].repeats)."""
     from .analysis.run import traced_noise_pct
     try:
         rtp = json.loads((out / "analysis" / "rtp.json").read_text())

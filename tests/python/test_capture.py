@@ -220,21 +220,25 @@ def test_run_directory_is_complete(run):
         assert c["events"]["ust"] > 0 and c["events"]["kernel"] > 0
         assert c["trace_bytes"]["ust"] > 0 and c["trace_bytes"]["kernel"] > 0
         assert set(c["pids"]) == {"server", "client"}
-        # Five interleaved rounds (the default --repeats); the median traced run's traces are kept.
-        rep = c["repeats"]
-        # Extra rounds (of every kind) only where the five left the untraced or user-only median on
-        # too few of their rounds.
-        from rpcscope.collectors.capture import MAX_EXTRA_ROUNDS, unsettled
-        x = rep["extra_rounds"]
-        assert 0 <= x <= MAX_EXTRA_ROUNDS, rep
-        t = rep["traced_p50_ns"]
-        assert m["params"]["repeats"] == rep["rounds"] == 5 and len(t) == 5 + x
-        assert sorted(t)[(len(t) - 1) // 2] == c["traced"]["p50"] == t[rep["kept_traced_round"]]
-        for kind, got in (("untraced", c["untraced"]), ("ust", c["ust_only"])):
-            p50s = rep[f"{kind}_p50_ns"]
-            assert len(p50s) == 5 + x and got["p50"] == sorted(p50s)[(len(p50s) - 1) // 2], (kind, rep)
+        # Five rounds (the default --repeats) in sweeps over each transport's sizes; every kind of the
+        # kept round stands for the case, and that round's traced run keeps its traces.
+        rep, sw = c["repeats"], m["sweeps"][c["transport"]]
+        from rpcscope.collectors.capture import MAX_EXTRA_ROUNDS, SWEEP_AGREE_PCT, choose_sweep, sweeps_settled
+        x, kept = rep["extra_rounds"], rep["kept_round"]
+        assert 0 <= x <= MAX_EXTRA_ROUNDS and x == sw["extra_rounds"] and kept == sw["kept_round"], (rep, sw)
+        assert m["params"]["repeats"] == rep["rounds"] == 5
+        for kind, got in (("untraced", c["untraced"]), ("ust", c["ust_only"]), ("traced", c["traced"])):
+            assert len(rep[f"{kind}_p50_ns"]) == 5 + x and got["p50"] == rep[f"{kind}_p50_ns"][kept], (kind, rep)
+        assert kept in sw["agreeing_rounds"] and all(sw["distance_pct"][kept][q] <= SWEEP_AGREE_PCT
+                                                     for q in sw["agreeing_rounds"])
+        # Extra sweeps only while too few rounds agreed.
+        assert sw["settled"] == sweeps_settled(sw["agreeing_rounds"], 5 + x)
         if x:
-            assert unsettled(rep["untraced_p50_ns"][:5]) or unsettled(rep["ust_p50_ns"][:5]), rep
+            first = {(e["id"], k): e["repeats"][f"{k}_p50_ns"][:5] for e in m["cases"]
+                     if e["transport"] == c["transport"] for k in ("untraced", "ust", "traced")}
+            assert not sweeps_settled(choose_sweep(first)[1], 5), sw
+        assert len(sw["seconds"]) == 5 + x and sw["cases"] == [i for i in (e["id"] for e in m["cases"])
+                                                               if i.startswith(c["transport"] + "-")]
         # Each round runs every kind once, so that a change of the host's speed touches every kind alike.
         assert rep["order"] == [f"{k}-{r}" for r in range(5 + x) for k in ("untraced", "ust", "traced")], rep
         assert not list(d.glob("repeat-*")) and not list(d.rglob("*.perf.data*")), c["id"]
@@ -359,6 +363,7 @@ def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path, kernel):
     assert m["interrupted"] and not m["complete"]
     assert leftovers(out) == []
     assert not list(out.rglob("*.perf.data*")) and not (out / ".perf").exists()   # no perf data kept
+    assert not list(out.rglob("repeat-*"))     # nor an incomplete case's rounds
 
 
 def _ftrace_instances():

@@ -28,3 +28,16 @@ def test_no_rows_or_no_noise():
     assert goal_verdict({}) is None
     v = goal_verdict({"udp": {"errors": [_err(0, True, None)]}})
     assert v["median_noise_pct"] is None and v["text"] == "model goals met at 1 of 1 sizes."
+
+
+def test_noise_is_measured_in_the_kept_rounds_speed_level():
+    """A capture's sweeps (collectors/capture.py) name the rounds that agree with the kept one: the
+    noise of a figure is their spread, not the host's switch between levels in the other rounds."""
+    from rpcscope.analysis.run import level_rounds_p50s, traced_noise_pct, untraced_noise_pct
+    meta = {"untraced": {"p50": 20_000},
+            "repeats": {"untraced_p50_ns": [26_600, 20_000, 20_200, 26_800, 19_800],
+                        "traced_p50_ns": [42_200, 36_000, 36_400, 42_100, 36_200], "agreeing_rounds": [1, 2, 4]}}
+    assert level_rounds_p50s(meta, "untraced") == [20_000, 20_200, 19_800]
+    assert untraced_noise_pct(meta) == 1.0 and traced_noise_pct(meta) == 1.0
+    del meta["repeats"]["agreeing_rounds"]              # a capture before session 14: every round
+    assert untraced_noise_pct(meta) == 17.5

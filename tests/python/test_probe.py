@@ -1,5 +1,5 @@
-"""analysis/probe.py's solve (the in-situ probe costs), collectors/idle.py (the idle policy) and when a
-capture's rounds leave a median unsettled (collectors/capture.py)."""
+"""analysis/probe.py's solve (the in-situ probe costs), collectors/idle.py (the idle policy), which
+round of a capture's sweeps is kept and the disk a capture needs (collectors/capture.py)."""
 import os
 
 import numpy as np
@@ -128,14 +128,59 @@ def test_a_point_whose_rounds_spread_widely_does_not_set_the_costs():
     assert abs(36 * cn + 29 * co - 65 * 330.0) > 0.02 * 65 * 330.0
 
 
-def test_a_median_round_on_too_few_rounds_is_unsettled():
-    from rpcscope.collectors.capture import unsettled
-    assert not unsettled([25097, 25147, 25007, 25117, 24727])        # every round within 2 %
-    assert not unsettled([25000, 25100, 25200, 30000, 31000])        # two disturbed: the median holds
-    assert unsettled([25077, 24656, 30186, 31639, 27972])            # session 9: three disturbed
-    assert unsettled([24656, 25000, 25077, 27972, 30186, 31639])     # one more calm round: not yet
-    assert not unsettled([24656, 25000, 25077, 25100, 27972, 30186, 31639])
-    assert not unsettled([10, 20])                                   # too few rounds to tell
+def _sweeps(rounds):
+    """{(case, kind): [p50 per round]} from rows of (case, kind, p50s)."""
+    return {(c, k): list(v) for c, k, v in rounds}
+
+
+def test_the_kept_sweep_is_the_one_in_the_prevailing_speed_level():
+    from rpcscope.collectors.capture import choose_sweep, sweeps_settled
+    # Shaped on runs/run-20261125-133149 (us): the host was in its faster level in round 0 only, and
+    # round 4 had a burst in 1392's traced run.
+    p50s = _sweeps([("udp-0", "untraced", [16.4, 21.5, 21.4, 21.2, 21.2]),
+                    ("udp-0", "traced", [40.8, 46.5, 46.2, 46.2, 46.0]),
+                    ("udp-1392", "untraced", [17.0, 21.1, 21.2, 21.0, 21.5]),
+                    ("udp-1392", "traced", [41.0, 51.7, 51.5, 50.4, 58.6])])
+    kept, agreeing, dist = choose_sweep(p50s)
+    assert agreeing == [1, 2, 3] and kept == 2, (kept, agreeing, dist)   # 2 lies between 1 and 3
+    assert dist[0][1] > 15 and dist[4][1] > 3 and dist[1][2] < 1.5
+    assert sweeps_settled(agreeing, 5)
+
+
+def test_a_sweep_across_a_switch_of_level_is_not_kept():
+    from rpcscope.collectors.capture import choose_sweep, sweeps_settled
+    # The level changed inside round 2: its first case is fast, its second slow; rounds 0-1 slow, 3-4
+    # fast. Round 2 lies nearest the per-case medians (17.7 and 27.4) but agrees with no other round.
+    p50s = _sweeps([("tcp-0", "untraced", [22.4, 22.6, 17.6, 17.5, 17.7]),
+                    ("tcp-8032", "untraced", [27.4, 27.3, 27.5, 18.5, 18.6])])
+    kept, agreeing, _ = choose_sweep(p50s)
+    assert kept == 0 and agreeing == [0, 1]            # two of each level: the earlier pair
+    assert not sweeps_settled(agreeing, 5)              # so another sweep is made
+    p50s = _sweeps([("tcp-0", "untraced", [22.4, 22.6, 17.6, 17.5, 17.7, 17.6]),
+                    ("tcp-8032", "untraced", [27.4, 27.3, 27.5, 18.5, 18.6, 18.4])])
+    kept, agreeing, _ = choose_sweep(p50s)
+    assert kept in (3, 4, 5) and agreeing == [3, 4, 5] and sweeps_settled(agreeing, 6)
+
+
+def test_equal_sweeps_keep_the_earliest():
+    from rpcscope.collectors.capture import choose_sweep, sweeps_settled
+    assert choose_sweep(_sweeps([("a", "untraced", [10, 10, 10])]))[:2] == (0, [0, 1, 2])
+    # Every round agrees with every other; rounds 1 and 3 are equally central: the earlier is kept.
+    assert choose_sweep(_sweeps([("a", "untraced", [10.2, 10, 9.9, 10.1])]))[0] == 1
+    assert sweeps_settled([0], 1) and not sweeps_settled([0], 2)
+
+
+def test_a_capture_that_cannot_fit_on_disk_is_refused_before_it_starts(tmp_path):
+    from rpcscope.collectors.capture import MAX_EXTRA_ROUNDS, check_disk, disk_needed
+    p = {"calls": 2000, "warmup": 200, "repeats": 5, "sizes": [0, 24096], "transports": ["udp", "tcp"]}
+    # UDP 24096 is 7 fragments: (1 + 1) + (7 + 1) packets a call per round, 9 rounds at most, + the kept ones.
+    udp, tcp = 2200 * 10 * 4000, 2200 * 4 * 4000
+    assert disk_needed(p) == (5 + MAX_EXTRA_ROUNDS) * udp + udp + tcp
+    check_disk(p, tmp_path / "run")
+    p["calls"] = 10_000_000
+    with pytest.raises(UserError, match="GB free"):
+        check_disk(p, tmp_path / "a" / "b")
+    assert not (tmp_path / "a").exists()
 
 
 def test_idle_policy_records_and_rejects():

@@ -1043,6 +1043,19 @@ def sweeps_settled(agreeing, rounds):
     return len(agreeing) >= min(SWEEP_SETTLE_ROUNDS, rounds)
 
 
+def sweeps_summary(sweeps):
+    """The capture's rounds per transport and the round every figure of its cases comes from."""
+    if not sweeps:
+        return None
+    return "; ".join(
+        f"{t}: {v['rounds'] + v['extra_rounds']} sweeps of every size ({v['extra_rounds']} extra), round "
+        f"{v['kept_round']} kept, {len(v['agreeing_rounds'])} rounds agree within {v['agree_pct']:g} % "
+        f"({', '.join(map(str, v['agreeing_rounds']))})" + ("" if v.get("settled") else ", NOT settled: fewer "
+                                                              "than three rounds agreed, the host's speed level "
+                                                              "kept changing")
+        for t, v in sweeps.items())
+
+
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 

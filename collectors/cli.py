@@ -160,6 +160,8 @@ def cmd_capture(args):
           f"placement {manifest['placement']} (CPUs: {cpus}), wait {manifest['wait']}, "
           f"idle {manifest.get('idle', {}).get('policy', 'os')}")
     table(rows_of(manifest), COLUMNS)
+    if manifest.get("sweeps"):
+        print(f"rounds: {cap.sweeps_summary(manifest['sweeps'])}")
     for host, cal in manifest.get("calibration", {}).items():
         k = cal.get("kernel_event_ns", {})
         kk = ", ".join(f"{n.split(':')[-1]} {v}" for n, v in k.items() if v is not None)
@@ -183,9 +185,9 @@ def cmd_bench(args):
     out = pathlib.Path(args.out) if args.out else ROOT / "runs" / "capture-bench"
     p["replace"] = True
     # Plain rpc-client runs per case (untraced build, same placement and waiting, nothing around
-    # them), several rounds right after the case, so that the host's slow drift (a few % over
-    # minutes on this VM) touches both alike: their spread is the noise the capture's untraced run
-    # is judged against.
+    # them), several rounds once the case's transport has its rounds, so that the host's slow drift
+    # (a few % over minutes on this VM) touches both about alike: their spread is the noise the
+    # capture's untraced run is judged against.
     plain = {}
     pdir = out / "plain"
 

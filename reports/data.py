@@ -105,6 +105,9 @@ class RunData:
         add("trace readers", "; ".join(f"{v} of {len(self.rtt)} cases: {k}" for k, v in readers.items()),
             "analysis/steps.json rtt[].trace_readers (ctfread: rpcscope's own CTF reader, analysis/ctfread.c)")
         add("untraced build", p.get("untraced"), "manifest.json params.untraced")
+        from rpcscope.collectors.capture import sweeps_summary
+        add("rounds, kept round", sweeps_summary(m.get("sweeps")),
+            "manifest.json sweeps (collectors/capture.py choose_sweep); every round's p50s: cases[].repeats")
         add("calibration", ", ".join(f"{h}: UST event {c.get('ust_event_ns')} ns, kernel event "
                                      f"{(c.get('kernel_event_ns') or {}).get('all')} ns"
                                      for h, c in (m.get("calibration") or {}).items()) or "none (corrected = raw)",
@@ -213,3 +216,4 @@ def per_rpc_rtts(path):
         m = row.status == MEASURED
         out[cid] = (np.asarray(row.dur)[m] / 1000.0).tolist()
     return out, "traces via rpcscope.analysis (RTT row: c1_begin..c21_end, per RPC)"
+

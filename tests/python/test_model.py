@@ -198,6 +198,28 @@ def test_final_window_overlap_rules_and_the_path_rule_that_picks_them():
     assert M.path_rule("C7", dict(zip(sizes, (1, 1, 2, 3, 5, 7))), totals, p) == "request_frags"
 
 
+def test_a_gap_that_grows_by_windows_is_counted_by_windows():
+    """A gap of the round-trip path (time between two marks that is no step) counted once per call
+    by its bytes, or once per window, whichever predicts a left-out size better (model.gap_rule). The
+    client's gap over UDP grows by windows: 1.2 us with one window, 2.7 with two, 3.8 with three
+    (runs/run-20261125-143946), which no line through the bytes follows."""
+    p = {"proc": "maxarg", "transport": "udp", "path_rules": True}
+    sizes = [0, 1392, 1393, 4016, 6000, 8032, 16064, 24096]
+    fit_sizes = [0, 1392, 4016, 8032, 16064, 24096]
+    per_window = {s: 1.25 * M.occurrences("request_windows", s, p)[0] for s in sizes}
+    per_byte = {s: 1.0 + 0.0001 * s for s in sizes}
+    for truth, want in ((per_window, "request_windows"), (per_byte, M.GAP_RULE)):
+        costs = M.Costs({s: {"client (no step)": {"median_ns": truth[s] * 1000}} for s in sizes},
+                        {s: 20_000.0 + s for s in sizes}, p, "synthetic")
+        weights = {s: 1e6 / costs.measured_ns[s] ** 2 for s in fit_sizes}
+        assert M.gap_rule("client (no step)", costs, sizes, fit_sizes, p, weights) == want
+    costs.params = dict(p, term_rules={"client (no step)": M.GAP_RULE})
+    costs.sizes = {s: {"client (no step)": {"median_ns": per_window[s] * 1000}} for s in sizes}
+    m = M.fit(costs, holdout=[1393, 6000], steps=["client (no step)"])
+    assert m.terms[0].rule == "request_windows"
+    assert all(m.terms[0].contribution(s) == pytest.approx(per_window[s]) for s in sizes)
+
+
 def test_predict_new_sizes_and_json_round_trip(tmp_path):
     m = M.fit(_costs([0, 1392, 4016, 8032]), predict=[12048])
     assert 12048 in m.sizes and m.measured_us.get(12048) is None

@@ -282,3 +282,15 @@ def test_each_case_is_solved_in_the_model_chosen_over_its_whole_transport():
         assert (c["kernel_form"], c["user_form"]) == (out["transports"]["udp"]["kernel_form"],
                                                       out["transports"]["udp"]["user_form"]), cid
         assert cid not in c["solved_from"]
+
+
+def test_the_sweeps_summary_names_the_kept_round_and_an_unsettled_transport():
+    from rpcscope.collectors.capture import sweeps_summary
+    sw = {"udp": {"rounds": 5, "extra_rounds": 2, "kept_round": 4, "agreeing_rounds": [4, 5, 6], "settled": True,
+                  "agree_pct": 3.0},
+          "tcp": {"rounds": 5, "extra_rounds": 4, "kept_round": 1, "agreeing_rounds": [1, 2], "settled": False,
+                  "agree_pct": 3.0}}
+    text = sweeps_summary(sw)
+    assert text.startswith("udp: 7 sweeps of every size (2 extra), round 4 kept, 3 rounds agree within 3 % (4, 5, 6); ")
+    assert "tcp: 9 sweeps" in text and "NOT settled" in text and text.count("NOT settled") == 1
+    assert sweeps_summary(None) is None

@@ -219,12 +219,13 @@ class Term:
         return unit_formula(self.a_us, self.b_us_per_byte, self.c_us_per_extra_ip_packet)
 
 
-def goal_verdict(models):
+def goal_verdict(models, unsettled=()):
     """The model's goals over every size of every transport, and whether this run can judge them:
     a size whose Measured moves between identical untraced rounds by more than its goal (noise, half
-    the rounds' spread) cannot show the model within that goal except by chance. {"met", "sizes",
-    "judgeable" (sizes whose noise is within their goal), "met_judgeable" (of those, the ones that met
-    it: the figure a noisy run can still give), "median_noise_pct", "text"}."""
+    the rounds' spread) cannot show the model within that goal except by chance; nor can a transport
+    whose capture never settled (unsettled: the host's speed level changed inside every sweep). {"met", "sizes", "judgeable" (sizes whose noise is within
+    their goal), "met_judgeable" (of those, the ones that met it: the figure a noisy run can still
+    give), "median_noise_pct", "unsettled", "text"}."""
     errs = [e for m in models.values() for e in m["errors"] if e.get("goal_met") is not None]
     if not errs:
         return None
@@ -242,8 +243,12 @@ def goal_verdict(models):
             text += (". The host was too noisy for this run to judge the model: a goal of 2 % cannot be "
                      "told from a measurement that moves more; run again when the host is quiet "
                      "(the noise_% columns say which sizes)")
+    if unsettled:
+        text += (f". {', '.join(t.upper() for t in unsettled)}: the capture never settled (the host's speed "
+                 f"level changed inside every sweep of the sizes), so its sizes may stand in different levels (the "
+                 f"report's run summary says which round each came from); run again when the host is quiet")
     return {"met": met, "sizes": len(errs), "judgeable": judgeable, "met_judgeable": met_quiet,
-            "median_noise_pct": med, "text": text + "."}
+            "median_noise_pct": med, "unsettled": list(unsettled), "text": text + "."}
 
 
 def unit_formula(a_us, b_us_per_byte=0.0, c_us_per_extra_ip_packet=0.0):

@@ -724,11 +724,17 @@ class Capture:
             r += 1
             kept, agreeing, dist = choose_sweep(_p50s(runs))
         self.kernel_release()
+        settled = sweeps_settled(agreeing, r)
+        p50s = _p50s(runs)
+        by_case = {c["id"]: (kept, agreeing) if settled else fastest_round({k: v for k, v in p50s.items() if k[0] == c["id"]})
+                   for c in cases}
         record = {"rounds": n, "extra_rounds": r - n, "kept_round": kept, "agreeing_rounds": agreeing,
-                  "settled": sweeps_settled(agreeing, r), "agree_pct": SWEEP_AGREE_PCT,
+                  "settled": settled, "agree_pct": SWEEP_AGREE_PCT,
+                  "kept": "the sweep most rounds agree with" if settled else "each size's fastest whole round",
+                  "kept_by_case": {cid: k for cid, (k, _) in by_case.items()},
                   "distance_pct": [[round(x, 2) for x in row] for row in dist], "seconds": seconds,
                   "cases": [c["id"] for c in cases]}
-        return runs, order, kept, record
+        return runs, order, by_case, record
 
     def keep_run(self, run, d):
         """The kept traced run's traces move to d/ust (and d/kernel, converted). Returns its kernel
@@ -844,14 +850,16 @@ class Capture:
         self.write_manifest()
         n = self.p.get("repeats", 1)
         kinds = case_kinds(self.p, self.kernel)
-        runs, order, kept, record = self.sweeps(transport, cases, kinds, n)
+        runs, order, by_case, record = self.sweeps(transport, cases, kinds, n)
         self.manifest.setdefault("sweeps", {})[transport] = record
         for case in cases:
-            self.finish_case(case, runs[case["id"]], order[case["id"]], kept, record)
+            self.finish_case(case, runs[case["id"]], order[case["id"]], *by_case[case["id"]], record)
             if self.after_case:
                 self.after_case(self, case)
 
-    def finish_case(self, case, runs, order, kept, record):
+    def finish_case(self, case, runs, order, kept, agreeing, record):
+        """The case from its kept round (agreeing: the rounds in that round's level), traces of the
+        others deleted."""
         cid, cdir = case["id"], self.out / case["dir"]
         calls, warmup = case["calls"], case["warmup"]
         traced_build = self.p["untraced"] == "stopped"
@@ -869,7 +877,7 @@ class Capture:
         case["pids"] = pids
         case["traced"] = _rtt(res_t)
         case["repeats"] = {"rounds": record["rounds"], "extra_rounds": record["extra_rounds"], "kept_round": kept,
-                           "agreeing_rounds": record["agreeing_rounds"], "order": order,
+                           "agreeing_rounds": agreeing, "order": order,
                            **{f"{k}_p50_ns": [r["res"]["rtt_ns"]["p50"] for r in v] for k, v in runs.items()}}
         if "ust" in runs:
             case["ust_only"] = _rtt(runs["ust"][kept]["res"])
@@ -1039,6 +1047,20 @@ def choose_sweep(p50s):
     return kept, agree[kept], dist
 
 
+def fastest_round(p50s):
+    """(round, the rounds that agree with it) of one case when no sweep settled: the round whose runs
+    are together the fastest (least sum of ln p50 over the kinds), i.e. every kind in the host's
+    faster level at once. Why: with the level changing inside every sweep (session 14: every few
+    seconds, runs/run-20261125-150026), the kept sweep's sizes straddled levels and the model missed
+    by 5-17 %; a level is the host's, so each size's fastest whole round puts every size in the same
+    one (the slower level's rounds spread more: sizes disagree about which of them is "the" slow
+    level). p50s: {(case, kind): [p50 per round]} of one case."""
+    rounds = min(len(v) for v in p50s.values())
+    r = min(range(rounds), key=lambda q: (sum(math.log(v[q]) for v in p50s.values()), q))
+    dist = sweep_distances(p50s)
+    return r, [q for q in range(rounds) if dist[r][q] <= SWEEP_AGREE_PCT]
+
+
 def sweeps_settled(agreeing, rounds):
     return len(agreeing) >= min(SWEEP_SETTLE_ROUNDS, rounds)
 
@@ -1050,10 +1072,18 @@ def sweeps_summary(sweeps):
     return "; ".join(
         f"{t}: {v['rounds'] + v['extra_rounds']} sweeps of every size ({v['extra_rounds']} extra), round "
         f"{v['kept_round']} kept, {len(v['agreeing_rounds'])} rounds agree within {v['agree_pct']:g} % "
-        f"({', '.join(map(str, v['agreeing_rounds']))})" + ("" if v.get("settled") else ", NOT settled: fewer "
-                                                              "than three rounds agreed, the host's speed level "
-                                                              "kept changing")
+        f"({', '.join(map(str, v['agreeing_rounds']))})" + _unsettled_note(v)
         for t, v in sweeps.items())
+
+
+def _unsettled_note(sweep):
+    if sweep.get("settled"):
+        return ""
+    note = ", NOT settled: fewer than three rounds agreed, the host's speed level kept changing"
+    if sweep.get("kept_by_case"):
+        note += ("; each size's fastest whole round kept instead (rounds " +
+                 ", ".join(f"{c.split('-')[-1]}: {k}" for c, k in sweep["kept_by_case"].items()) + ")")
+    return note
 
 
 def _raise_interrupt(signum, frame):

@@ -128,7 +128,9 @@ def model_section(d: RunData):
         errors = Model.from_json(m).error_rows()
         for e in errors:
             e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"], {}))
-        verdict = goal_verdict({"model": {"errors": errors}})
+        sweep = (d.manifest.get("sweeps") or {}).get(params.get("transport")) or {}
+        verdict = goal_verdict({"model": {"errors": errors}},
+                               [params.get("transport")] if sweep.get("settled") is False else [])
         if verdict:
             s.items.append(f"Verdict: {verdict['text']}")
         for n in m.get("notes", []):

@@ -122,7 +122,9 @@ def cmd_run(args):
                 e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"]) or {})
             result["models"][t] = {"file": str(mfile), "errors": errors}
         from .analysis.model import goal_verdict
-        result["verdict"] = goal_verdict(result["models"])
+        sweeps = json.loads((out / "manifest.json").read_text()).get("sweeps") or {}
+        result["verdict"] = goal_verdict(result["models"], [t for t in transports
+                                                            if (sweeps.get(t) or {}).get("settled") is False])
         st.run("report", ["report", str(out)])
     finally:
         if started_testbed and not args.keep_testbed:

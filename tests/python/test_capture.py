@@ -225,12 +225,14 @@ def test_run_directory_is_complete(run):
         rep, sw = c["repeats"], m["sweeps"][c["transport"]]
         from rpcscope.collectors.capture import MAX_EXTRA_ROUNDS, SWEEP_AGREE_PCT, choose_sweep, sweeps_settled
         x, kept = rep["extra_rounds"], rep["kept_round"]
-        assert 0 <= x <= MAX_EXTRA_ROUNDS and x == sw["extra_rounds"] and kept == sw["kept_round"], (rep, sw)
+        assert 0 <= x <= MAX_EXTRA_ROUNDS and x == sw["extra_rounds"] and kept == sw["kept_by_case"][c["id"]], (rep, sw)
+        if sw["settled"]:                        # else each size's fastest whole round (fastest_round)
+            assert kept == sw["kept_round"] and rep["agreeing_rounds"] == sw["agreeing_rounds"], (rep, sw)
         assert m["params"]["repeats"] == rep["rounds"] == 5
         for kind, got in (("untraced", c["untraced"]), ("ust", c["ust_only"]), ("traced", c["traced"])):
             assert len(rep[f"{kind}_p50_ns"]) == 5 + x and got["p50"] == rep[f"{kind}_p50_ns"][kept], (kind, rep)
-        assert kept in sw["agreeing_rounds"] and all(sw["distance_pct"][kept][q] <= SWEEP_AGREE_PCT
-                                                     for q in sw["agreeing_rounds"])
+        assert sw["kept_round"] in sw["agreeing_rounds"] and kept in rep["agreeing_rounds"]
+        assert all(sw["distance_pct"][sw["kept_round"]][q] <= SWEEP_AGREE_PCT for q in sw["agreeing_rounds"])
         # Extra sweeps only while too few rounds agreed.
         assert sw["settled"] == sweeps_settled(sw["agreeing_rounds"], 5 + x)
         if x:

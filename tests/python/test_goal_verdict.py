@@ -41,3 +41,11 @@ def test_noise_is_measured_in_the_kept_rounds_speed_level():
     assert untraced_noise_pct(meta) == 1.0 and traced_noise_pct(meta) == 1.0
     del meta["repeats"]["agreeing_rounds"]              # a capture before session 14: every round
     assert untraced_noise_pct(meta) == 17.5
+
+
+def test_a_transport_whose_capture_never_settled_is_named():
+    v = goal_verdict({"udp": {"errors": [_err(0, False, 0.4), _err(1392, True, 0.3)]},
+                      "tcp": {"errors": [_err(0, True, 0.6)]}}, ["udp"])
+    assert v["unsettled"] == ["udp"] and v["met"] == 2
+    assert "UDP: the capture never settled" in v["text"] and v["text"].endswith("run again when the host is quiet.")
+    assert "never settled" not in goal_verdict({"tcp": {"errors": [_err(0, True, 0.6)]}})["text"]

@@ -162,6 +162,21 @@ def test_a_sweep_across_a_switch_of_level_is_not_kept():
     assert kept in (3, 4, 5) and agreeing == [3, 4, 5] and sweeps_settled(agreeing, 6)
 
 
+def test_with_no_settled_sweep_each_size_keeps_its_fastest_whole_round():
+    from rpcscope.collectors.capture import fastest_round
+    # runs/run-20261125-150026, UDP 1393 (us): the level changed every few seconds; only round 4 ran
+    # every kind in the faster level (round 8's traced run was in the slower one).
+    case = {("udp-1393", "untraced"): [26.5, 26.4, 26.6, 21.1, 21.1, 26.4, 26.7, 26.5, 21.1],
+            ("udp-1393", "ust"): [31.2, 31.1, 31.7, 31.6, 25.4, 31.2, 31.1, 31.2, 25.8],
+            ("udp-1393", "traced"): [42.2, 41.7, 36.4, 41.8, 36.5, 42.0, 41.9, 41.8, 41.6]}
+    assert fastest_round(case) == (4, [4])
+    # UDP 0 of the same capture: rounds 3, 4 and 8 all fast and within 3 % of each other.
+    case = {("udp-0", "untraced"): [21.8, 21.4, 21.3, 16.9, 16.7, 16.2, 21.4, 21.3, 16.3],
+            ("udp-0", "traced"): [34.9, 34.7, 34.7, 29.9, 30.6, 34.7, 34.9, 29.3, 30.2]}
+    kept, agreeing = fastest_round(case)
+    assert kept in (3, 4, 8) and agreeing == [3, 4, 8]
+
+
 def test_equal_sweeps_keep_the_earliest():
     from rpcscope.collectors.capture import choose_sweep, sweeps_settled
     assert choose_sweep(_sweeps([("a", "untraced", [10, 10, 10])]))[:2] == (0, [0, 1, 2])
@@ -289,8 +304,9 @@ def test_the_sweeps_summary_names_the_kept_round_and_an_unsettled_transport():
     sw = {"udp": {"rounds": 5, "extra_rounds": 2, "kept_round": 4, "agreeing_rounds": [4, 5, 6], "settled": True,
                   "agree_pct": 3.0},
           "tcp": {"rounds": 5, "extra_rounds": 4, "kept_round": 1, "agreeing_rounds": [1, 2], "settled": False,
-                  "agree_pct": 3.0}}
+                  "agree_pct": 3.0, "kept_by_case": {"tcp-maxarg-0": 6, "tcp-maxarg-4016": 3}}}
     text = sweeps_summary(sw)
     assert text.startswith("udp: 7 sweeps of every size (2 extra), round 4 kept, 3 rounds agree within 3 % (4, 5, 6); ")
     assert "tcp: 9 sweeps" in text and "NOT settled" in text and text.count("NOT settled") == 1
+    assert text.endswith("fastest whole round kept instead (rounds 0: 6, 4016: 3)")
     assert sweeps_summary(None) is None

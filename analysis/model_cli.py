@@ -95,6 +95,28 @@ def error_table(m, out=None):
     table(rows, ["size", "calculated_us", "measured_us", "%error", "fit", "goal", "met"], out=out)
 
 
+def _holdout_notes(path, holdout):
+    """A note when a held-out size corrected the other sizes' probe effect: a capture with an in-situ
+    calibration that was not told it (capture --holdout; rpcscope run tells it)."""
+    import json
+    from pathlib import Path
+    p = Path(path)
+    for cand in (p / "manifest.json", p.parent / "manifest.json", p.parent.parent / "manifest.json"):
+        if cand.is_file():
+            try:
+                man = json.loads(cand.read_text())
+            except (OSError, ValueError):
+                return []
+            if (man.get("calibration_in_situ") or {}).get("method") != "per case":
+                return []
+            told = set((man.get("params") or {}).get("holdout") or ())
+            used = [s for s in holdout if s not in told]
+            return [f"held-out size(s) {', '.join(map(str, used))}: the capture was not told (capture --holdout), "
+                    f"so the in-situ probe calibration used them to correct the other sizes; their prediction is "
+                    f"not wholly independent of their measurement"] if used else []
+    return []
+
+
 def cmd_model(args):
     if args.paper:
         if args.input or args.holdout or args.predict:
@@ -114,6 +136,8 @@ def cmd_model(args):
             m = M.fit(costs, holdout=_sizes(args.holdout), steps=steps, predict=_sizes(args.predict))
         except ValueError as e:
             raise UserError(str(e)) from None
+        if args.corrected:
+            m.notes += _holdout_notes(args.input, m.holdout)
     out = args.out
     if out is None and args.input and not args.paper:
         from pathlib import Path

@@ -184,14 +184,23 @@ def _per_case(run):
     return per_case_solve(run, key, {c.id: case_point(c) for c in _per_case_cases(run)})
 
 
+def _holdout_ids(run):
+    """The cases of the sizes the capture was told the model will predict (capture --holdout)."""
+    sizes = set(run.params.get("holdout") or ())
+    return sorted(c.id for c in run.cases if c.size in sizes)
+
+
 def _per_case_cases(run):
     return [c for c in run.cases if c.complete and c.meta.get("ust_only") and not c.meta.get("lossy")
             and c.has_kernel()]
 
 
 def _per_case_key(run):
-    return {c.id: [c.meta["untraced"]["p50"], c.meta["ust_only"]["p50"], c.meta["traced"]["p50"], c.meta.get("pids")]
-            for c in _per_case_cases(run)}
+    key = {c.id: [c.meta["untraced"]["p50"], c.meta["ust_only"]["p50"], c.meta["traced"]["p50"], c.meta.get("pids")]
+           for c in _per_case_cases(run)}
+    if key and _holdout_ids(run):
+        key["holdout"] = _holdout_ids(run)
+    return key
 
 
 def per_case_pending(run):
@@ -213,12 +222,14 @@ def case_point(case):
 
 def per_case_solve(run, key, points):
     """The per-case calibration from every case's point ({case id: point or None}); saved in probe.json."""
-    return _save(run, key, solve_cases(points))
+    return _save(run, key, solve_cases(points, _holdout_ids(run)))
 
 
-def solve_cases(points):
+def solve_cases(points, holdout=()):
     """{"transports": {transport: costs from every case}, "cases": {case id: costs from the other cases
-    of its transport}} for points {case id: point or None}. The models of the kernel and user shares
+    of its transport}} for points {case id: point or None}; the cases in holdout (the sizes the model
+    predicts: capture --holdout) are corrected like the others but never solve another's costs nor
+    choose the models, so that nothing measured at a held-out size goes into its prediction. The models of the kernel and user shares
     are the ones chosen over every case of the transport (each predicting every case from the others);
     a case's costs are then solved in those models from the other cases alone. Chosen anew for each
     case, the smallest case's (the null call's, the one with the fewest events) rested on points that
@@ -230,12 +241,14 @@ def solve_cases(points):
     out = {"transports": {}, "cases": {}}
     for transport in sorted({p["transport"] for p in points.values()}):
         pts = {cid: p for cid, p in points.items() if p["transport"] == transport}
+        solvers = {cid: p for cid, p in pts.items() if cid not in holdout}
         forms = None
-        if len(pts) >= 2:
-            every = out["transports"][transport] = _costs(pts, "in-situ, every case", transport)
+        if len(solvers) >= 2:
+            every = out["transports"][transport] = _costs(solvers, "in-situ, every case" + (
+                " but the held-out ones" if len(solvers) < len(pts) else ""), transport)
             forms = {"kernel": every["kernel_form"], "user": every["user_form"]}
         for cid in pts:
-            others = {k: v for k, v in pts.items() if k != cid}
+            others = {k: v for k, v in solvers.items() if k != cid}
             if len(others) >= 2:
                 out["cases"][cid] = dict(_costs(others, "in-situ, the other cases", transport, target=pts[cid],
                                                 forms=forms),

@@ -58,9 +58,9 @@ def add_common(ap, default_calls, default_sizes):
     ap.add_argument("--calibration", choices=("full", "quick", "none"), default="full",
                     help="per host: cost of a user event, and of each kernel event (full) or of all together (quick)")
     ap.add_argument("--repeats", type=int, default=cap.DEFAULT_REPEATS,
-                    help="local testbed: rounds of untraced, user-only and traced runs per size; the median run of each "
-                         f"is kept (default {cap.DEFAULT_REPEATS}; one run's p50 can differ from the next identical "
-                         "one's by 10-25%%)")
+                    help="local testbed: rounds of untraced, user-only and traced runs of every size, in sweeps over "
+                         "the sizes; the round most others agree with is kept for every size (default "
+                         f"{cap.DEFAULT_REPEATS}; one run's p50 can differ from the next identical one's by 10-25%%)")
     ap.add_argument("--calibration-calls", type=int, default=3000, help="calls per loopback calibration run (default 3000; the in-situ calibration uses --calls and --warmup)")
     ap.add_argument("--keep-perf-data", action="store_true", help="keep perf.data next to the kernel CTF")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
@@ -74,7 +74,11 @@ def params_from(args):
         "kernel": args.kernel, "placement": args.placement, "wait": args.wait, "idle": args.idle, "executors": args.executors,
         "untraced": args.untraced, "calibration": args.calibration, "calibration_calls": args.calibration_calls,
         "repeats": args.repeats, "keep_perf_data": args.keep_perf_data, "replace": args.replace,
+        "holdout": cap.parse_sizes(args.holdout) if getattr(args, "holdout", None) else [],
     }
+    stray = sorted(set(p["holdout"]) - set(p["sizes"]))
+    if stray:
+        raise UserError(f"--holdout {','.join(map(str, stray))}: not among --sizes; a held-out size is captured too")
     if args.executors < 0 or args.executors > 64:
         raise UserError(f"--executors {args.executors}: use 0 (inline) to 64")
     if not 1 <= args.repeats <= 15:
@@ -246,6 +250,9 @@ def register(subparsers):
         "capture", help="user and kernel traces of chosen payload sizes on the testbed, plus untraced timings",
         description=cap.__doc__.split("\n\n")[0], epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common(ap, 2000, "0,1392,4016,8032")
+    ap.add_argument("--holdout", default="", metavar="SIZES",
+                    help="sizes the model will predict: captured like the others, but the in-situ probe "
+                         "calibration corrects no other case with them (analysis/probe.py); e.g. 1393,6000")
     ap.add_argument("--out", required=True, metavar="runs/NAME", help="the run directory to create")
     ap.add_argument("--inventory", default=None, metavar="PATH",
                     help="real hosts: run ansible/capture.yml per case on this inventory (default: the local testbed)")

@@ -102,7 +102,7 @@ def cmd_run(args):
                "--transport", ",".join(transports), "--calls", str(args.calls), "--warmup", str(args.warmup),
                "--kernel", args.kernel, "--placement", args.placement, "--idle", args.idle,
                "--calibration", "quick", "--repeats", str(args.repeats), "--out", str(out)] + \
-            (["--replace"] if args.replace else [])
+            (["--holdout", ",".join(map(str, holdout))] if holdout else []) + (["--replace"] if args.replace else [])
         st.run("capture", cap)
         st.run("analyze", ["analyze", str(out)])
         st.run("round-trip path", ["rtp", str(out), "--quiet"])

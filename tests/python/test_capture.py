@@ -109,6 +109,7 @@ def test_bad_input_fails_before_anything_starts(tmp_path):
         (["--proc", "maxarg", "--sizes", "0,999999"], "at most 262136"),
         (["--sizes", "a,b"], "--sizes"),
         (["--transport", "sctp"], "--transport"),
+        (["--sizes", "0,4016", "--holdout", "6000"], "not among --sizes"),
     ]:
         p = rpcscope("capture", *args, "--out", str(out), check=False)
         assert p.returncode == 2, (args, p.stdout, p.stderr)

@@ -128,6 +128,23 @@ def test_a_point_whose_rounds_spread_widely_does_not_set_the_costs():
     assert abs(36 * cn + 29 * co - 65 * 330.0) > 0.02 * 65 * 330.0
 
 
+def test_held_out_cases_are_corrected_but_correct_no_other():
+    """capture --holdout: a size the model predicts is corrected from the other cases, and no case's
+    costs, nor the transport's models, are solved with it (fixture: the session-13 UDP points)."""
+    import json
+    import pathlib
+    pts = json.loads((pathlib.Path(__file__).parent / "fixtures" / "probe-points-udp-ftrace.json").read_text())["points"]
+    held = ["udp-maxarg-1393", "udp-maxarg-6000"]
+    out = probe.solve_cases(pts, held)
+    assert set(out["cases"]) == set(pts)
+    for cid, c in out["cases"].items():
+        assert cid not in c["solved_from"] and not set(held) & set(c["solved_from"]), cid
+    assert out["cases"]["udp-maxarg-1393"]["solved_from"] == sorted(set(pts) - set(held))
+    assert out["transports"]["udp"]["source"] == "in-situ, every case but the held-out ones"
+    assert set(out["transports"]["udp"]["points"]) == set(pts) - set(held)
+    assert probe.solve_cases(pts)["cases"]["udp-maxarg-0"] != out["cases"]["udp-maxarg-0"]
+
+
 def _sweeps(rounds):
     """{(case, kind): [p50 per round]} from rows of (case, kind, p50s)."""
     return {(c, k): list(v) for c, k, v in rounds}

@@ -220,12 +220,12 @@ class Term:
 
 
 def goal_verdict(models, unsettled=()):
-    """The model's goals over every size of every transport, and whether this run can judge them:
-    a size whose Measured moves between identical untraced rounds by more than its goal (noise, half
-    the rounds' spread) cannot show the model within that goal except by chance; nor can a transport
-    whose capture never settled (unsettled: the host's speed level changed inside every sweep). {"met", "sizes", "judgeable" (sizes whose noise is within
-    their goal), "met_judgeable" (of those, the ones that met it: the figure a noisy run can still
-    give), "median_noise_pct", "unsettled", "text"}."""
+    """The model's goals over every size of every transport, and whether this run can judge them: a size
+    whose Measured moves between identical untraced rounds by more than its goal (noise, half the
+    rounds' spread) cannot show the model within that goal except by chance; nor can a transport whose
+    capture never settled (unsettled: the host's speed level changed inside every sweep). {"met",
+    "sizes", "judgeable" (sizes whose noise is within their goal), "met_judgeable" (of those, the ones
+    that met it: the figure a noisy run can still give), "median_noise_pct", "unsettled", "text"}."""
     errs = [e for m in models.values() for e in m["errors"] if e.get("goal_met") is not None]
     if not errs:
         return None

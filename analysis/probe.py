@@ -226,17 +226,17 @@ def per_case_solve(run, key, points):
 
 
 def solve_cases(points, holdout=()):
-    """{"transports": {transport: costs from every case}, "cases": {case id: costs from the other cases
-    of its transport}} for points {case id: point or None}; the cases in holdout (the sizes the model
+    """{"transports": {transport: costs from every case}, "cases": {case id: costs from the other cases of
+    its transport}} for points {case id: point or None}; the cases in holdout (the sizes the model
     predicts: capture --holdout) are corrected like the others but never solve another's costs nor
-    choose the models, so that nothing measured at a held-out size goes into its prediction. The models of the kernel and user shares
-    are the ones chosen over every case of the transport (each predicting every case from the others);
-    a case's costs are then solved in those models from the other cases alone. Chosen anew for each
-    case, the smallest case's (the null call's, the one with the fewest events) rested on points that
-    all lie above it, where a cost per call cannot be told from a cost per event: its costs were
-    extrapolated with one cost per event, its kernel share under-charged by 15 %, and its corrected RTT
-    came out +8.0 and +7.5 % above the untraced one on two ftrace captures of session 13 (+3.2 and +5.9 %
-    with the transport's model; tests/python/test_probe.py)."""
+    choose the models, so that nothing measured at a held-out size goes into its prediction. The models
+    of the kernel and user shares are the ones chosen over every case of the transport (each predicting
+    every case from the others); a case's costs are then solved in those models from the other cases
+    alone. Chosen anew for each case, the smallest case's (the null call's, the one with the fewest
+    events) rested on points that all lie above it, where a cost per call cannot be told from a cost per
+    event: its costs were extrapolated with one cost per event, its kernel share under-charged by 15 %,
+    and its corrected RTT came out +8.0 and +7.5 % above the untraced one on two ftrace captures of
+    session 13 (+3.2 and +5.9 % with the transport's model; tests/python/test_probe.py)."""
     points = {cid: pt for cid, pt in points.items() if pt}
     out = {"transports": {}, "cases": {}}
     for transport in sorted({p["transport"] for p in points.values()}):

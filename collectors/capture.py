@@ -662,8 +662,8 @@ class Capture:
         """n rounds of runs of the given kinds ("untraced", "ust": user events only, "traced": user and
         kernel events) of every case of a transport into cases/ID/repeat-R/, in sweeps: round r of
         every case (in size order) before round r + 1 of any. Returns ({case id: {kind: [run]}}, the
-        order the runs ran in per case, the kept round, the sweeps' record), a run being {"res", "pids",
-        "got", "dir", "ust"}.
+        order the runs ran in per case, {case id: (its kept round, the rounds that agree with it)}, the
+        sweeps' record), a run being {"res", "pids", "got", "dir", "ust"}.
 
         Why rounds: on this VM one run's p50 moves by up to 25 % from the next identical one (its calls
         uniformly slower or faster), so a single run cannot stand for the configuration. Why each round
@@ -675,10 +675,10 @@ class Capture:
         must be measured in the same level. When each case ran its rounds before the next case, a
         switch between cases put sizes in different levels and no unit costs fitted both (UDP 1392 at
         -25 % while its neighbours were within 1.4 %, runs/run-20261125-133149). A sweep of a
-        transport's sizes takes ~15-25 s, so most sweeps lie in one level; the kept round is the one
+        transport's sizes takes ~10-15 s, so most sweeps lie in one level; the kept round is the one
         most other rounds agree with (choose_sweep), and up to MAX_EXTRA_ROUNDS more sweeps are made
-        while fewer than SWEEP_SETTLE_ROUNDS agree. A perf's tracepoints cost the
-        calls even while its events are disabled (the null call's untraced p50 is 8 % higher with a
+        while fewer than SWEEP_SETTLE_ROUNDS agree (if none settles, each size keeps its fastest
+        whole round: fastest_round). A perf's tracepoints cost the calls even while its events are disabled (the null call's untraced p50 is 8 % higher with a
         disabled perf attached, measured on this VM), so the kernel collector is ended before every
         run that is not traced (kernel_release) and started again for the next traced one: about
         1.5 s a round with perf, 0.2 s with ftrace."""
@@ -726,8 +726,8 @@ class Capture:
         self.kernel_release()
         settled = sweeps_settled(agreeing, r)
         p50s = _p50s(runs)
-        by_case = {c["id"]: (kept, agreeing) if settled else fastest_round({k: v for k, v in p50s.items() if k[0] == c["id"]})
-                   for c in cases}
+        by_case = {c["id"]: (kept, agreeing) if settled else
+                   fastest_round({k: v for k, v in p50s.items() if k[0] == c["id"]}) for c in cases}
         record = {"rounds": n, "extra_rounds": r - n, "kept_round": kept, "agreeing_rounds": agreeing,
                   "settled": settled, "agree_pct": SWEEP_AGREE_PCT,
                   "kept": "the sweep most rounds agree with" if settled else "each size's fastest whole round",

@@ -268,7 +268,7 @@ def test_per_case_costs_leave_the_case_out(tmp_path, monkeypatch):
         cases.append(types.SimpleNamespace(id=f"udp-maxarg-{size}", transport="udp", size=size, complete=True,
                                            meta=meta, has_kernel=lambda: True))
     run = types.SimpleNamespace(manifest={"calibration_in_situ": {"method": "per case", "complete": True}},
-                                cases=cases, out_dir=tmp_path / "analysis")
+                                cases=cases, out_dir=tmp_path / "analysis", params={})
     monkeypatch.setattr(probe, "_path_events",
                         lambda c: (64, np.array(counts[c.size], float), np.array([counts[c.size]] * 2, float)))
     got = probe.in_situ(run)

@@ -1,13 +1,13 @@
 """The probe effect where it is measured: the effective cost of one event of each class on the
 round-trip path, from the capture's in-situ calibration.
 
-Every case of the capture ran, in each of its interleaved rounds, untraced, with user events only
-and with user and kernel events (collectors/capture.py sweeps), between the testbed's hosts with
-the run's placement, and kept the traces of its median traced run. Here the round-trip path of every
+Every case of the capture ran, in each of its rounds, untraced, with user events only and with user
+and kernel events (collectors/capture.py sweeps), between the testbed's hosts with the run's
+placement, and kept the traces of its kept round's traced run. Here the round-trip path of every
 call of those traces is walked (analysis/rtp.py) and the events on it counted per class: user,
 kernel network device (one per packet per device), other kernel (syscalls, scheduler, softirq).
 Then, with the p50 differences of a case d_user = user-only - untraced and d_kernel = user+kernel -
-user-only (medians of the rounds),
+user-only (of the kept round),
 
     d_user   = n_user x c_user                          (least squares over the cases), or
              = n_user x c_user + size x c_byte          (a cost per payload byte too)
@@ -16,9 +16,9 @@ user-only (medians of the rounds),
              = a + n_kernel x b                         (a cost per call and one per event)
 
 one set of costs per transport (TCP's calls slow down less under tracing than UDP's with about as
-many events). Each point weighs 1 / noise^2, its noise the spread of the case's own rounds in the kept
-round's speed level (point_noise): a case whose rounds caught a burst of host noise must not set the costs the others are
-corrected with. A case is corrected with the costs solved from the other cases of its transport
+many events). Each point weighs 1 / noise^2, its noise the spread of the case's own rounds in the
+kept round's speed level (point_noise): a case whose rounds caught a burst of host noise must not
+set the costs the others are corrected with; nor may a held-out size (capture --holdout) set any. A case is corrected with the costs solved from the other cases of its transport
 (leave one out), so its corrected RTT is a prediction; the model those costs take is the one chosen
 over every case of the transport (solve_cases). Of the three kernel models, solve() keeps the
 one that best predicts each point from the others and that no single point carries (over TCP every

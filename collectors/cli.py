@@ -16,6 +16,7 @@ EPILOG = """examples:
   rpcscope capture --sizes 0,1392,4016,8032 --proc maxarg --transport udp --calls 2000 --warmup 200 \\
       --kernel auto --out runs/maxarg-udp
   rpcscope capture --sizes 0,4016 --proc echo --transport udp,tcp --placement same --wait recv --out runs/x
+  rpcscope capture --sizes 0,1392,1393,4016 --holdout 1393 --out runs/y   1393 corrects no other size
   rpcscope capture ... --out runs/x --replace          overwrite an earlier run of that name
   rpcscope capture ... --json                          print the manifest as JSON
 

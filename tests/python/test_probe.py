@@ -327,3 +327,21 @@ def test_the_sweeps_summary_names_the_kept_round_and_an_unsettled_transport():
     assert "tcp: 9 sweeps" in text and "NOT settled" in text and text.count("NOT settled") == 1
     assert text.endswith("fastest whole round kept instead (rounds 0: 6, 4016: 3)")
     assert sweeps_summary(None) is None
+
+
+def test_a_points_differences_are_the_medians_of_its_level(monkeypatch):
+    """case_point: the events on the path from the kept traced run, the p50 differences from the medians
+    of the rounds in the kept round's level when each kind has three; else the kept round's own."""
+    import types
+    monkeypatch.setattr(probe, "_path_events", lambda c: (64, np.array([33.0, 12.0, 12.0]), np.zeros((2, 3))))
+    rep = {"untraced_p50_ns": [26_600, 20_000, 20_400, 26_800, 20_200],
+           "ust_p50_ns": [31_000, 24_000, 24_800, 31_200, 24_600],
+           "traced_p50_ns": [42_000, 36_000, 37_000, 42_200, 36_400], "agreeing_rounds": [1, 2, 4], "kept_round": 1}
+    meta = {"untraced": {"p50": 20_000}, "ust_only": {"p50": 24_000}, "traced": {"p50": 36_000}, "repeats": rep}
+    case = types.SimpleNamespace(id="udp-maxarg-0", transport="udp", size=0, meta=meta)
+    pt = probe.case_point(case)
+    assert pt["p50_ns"] == {"untraced": 20_200, "ust": 24_600, "both": 36_400}
+    assert pt["d_user_ns"] == 4_400 and pt["d_kernel_ns"] == 11_800
+    rep["agreeing_rounds"] = [1, 2]                       # two rounds in the level: the kept round's own
+    pt = probe.case_point(case)
+    assert pt["d_user_ns"] == 4_000 and pt["d_kernel_ns"] == 12_000

@@ -245,6 +245,16 @@ def test_run_directory_is_complete(run):
         # Each round runs every kind once, so that a change of the host's speed touches every kind alike.
         assert rep["order"] == [f"{k}-{r}" for r in range(5 + x) for k in ("untraced", "ust", "traced")], rep
         assert not list(d.glob("repeat-*")) and not list(d.rglob("*.perf.data*")), c["id"]
+    # Sweeps: round r of every size of a transport ran before round r + 1 of any (the servers' logs are
+    # written as each run ends and kept with their times).
+    for t in m["params"]["transports"]:
+        ends = {}
+        for c in m["cases"]:
+            if c["transport"] == t:
+                for f in (run / c["dir"]).glob("server-*-*.log"):
+                    ends.setdefault(int(f.stem.rsplit("-", 1)[1]), []).append(f.stat().st_mtime)
+        assert sorted(ends) == list(range(len(ends))) and len(ends) >= 5, (t, sorted(ends))
+        assert all(max(ends[r]) <= min(ends[r + 1]) for r in range(len(ends) - 1)), t
     assert not (run / ".perf").exists()       # the capture's one perf leaves nothing behind
     assert m["calibration_in_situ"] == {"method": "per case", "complete": True}
 

@@ -198,8 +198,9 @@ def _per_case_cases(run):
 def _per_case_key(run):
     key = {c.id: [c.meta["untraced"]["p50"], c.meta["ust_only"]["p50"], c.meta["traced"]["p50"], c.meta.get("pids")]
            for c in _per_case_cases(run)}
-    if key and _holdout_ids(run):
-        key["holdout"] = _holdout_ids(run)
+    held = _holdout_ids(run)
+    if key and held:
+        key["holdout"] = held
     return key
 
 

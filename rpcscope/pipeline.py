@@ -107,6 +107,7 @@ def cmd_run(args):
         st.run("analyze", ["analyze", str(out)])
         st.run("round-trip path", ["rtp", str(out), "--quiet"])
         result["corrected_vs_untraced"] = corrected_vs_untraced(out)
+        manifest = json.loads((out / "manifest.json").read_text())     # the capture's; nothing after it writes it
         for i, t in enumerate(transports):
             mfile = out / "analysis" / ("model.json" if i == 0 else f"model-{t}.json")
             argv = ["model", str(out), "--transport", t, "--corrected", "--out", str(mfile)]
@@ -116,13 +117,12 @@ def cmd_run(args):
             from .analysis import model as M
             from .analysis.run import untraced_noise_pct
             errors = M.load_model(mfile).error_rows()
-            cases = {c["size"]: c for c in json.loads((out / "manifest.json").read_text())["cases"]
-                     if c["transport"] == t and c["proc"] == args.proc}
+            cases = {c["size"]: c for c in manifest["cases"] if c["transport"] == t and c["proc"] == args.proc}
             for e in errors:
                 e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"]) or {})
             result["models"][t] = {"file": str(mfile), "errors": errors}
         from .analysis.model import goal_verdict
-        sweeps = json.loads((out / "manifest.json").read_text()).get("sweeps") or {}
+        sweeps = manifest.get("sweeps") or {}
         result["verdict"] = goal_verdict(result["models"], [t for t in transports
                                                             if (sweeps.get(t) or {}).get("settled") is False])
         st.run("report", ["report", str(out)])

@@ -715,17 +715,18 @@ class Capture:
         seconds = []
         for r in range(n):
             sweep(r, n)
-        kept, agreeing, dist = choose_sweep(_p50s(runs))
+        p50s = _p50s(runs)
+        kept, agreeing, dist = choose_sweep(p50s)
         r = n
         while r < n + MAX_EXTRA_ROUNDS and n > 1 and not sweeps_settled(agreeing, r):
             if self.progress is not None:
                 self.progress.total += len(kinds) * len(cases)
             sweep(r, r + 1)
             r += 1
-            kept, agreeing, dist = choose_sweep(_p50s(runs))
+            p50s = _p50s(runs)
+            kept, agreeing, dist = choose_sweep(p50s)
         self.kernel_release()
         settled = sweeps_settled(agreeing, r)
-        p50s = _p50s(runs)
         by_case = {c["id"]: (kept, agreeing) if settled else
                    fastest_round({k: v for k, v in p50s.items() if k[0] == c["id"]}) for c in cases}
         record = {"rounds": n, "extra_rounds": r - n, "kept_round": kept, "agreeing_rounds": agreeing,
@@ -1076,10 +1077,17 @@ def sweeps_summary(sweeps):
         for t, v in sweeps.items())
 
 
+def unsettled_transports(manifest, transports):
+    """Of transports, those whose sweeps never settled (manifest sweeps.<t>.settled), for the model's
+    verdict (analysis/model.py goal_verdict)."""
+    sweeps = (manifest or {}).get("sweeps") or {}
+    return [t for t in transports if (sweeps.get(t) or {}).get("settled") is False]
+
+
 def _unsettled_note(sweep):
     if sweep.get("settled"):
         return ""
-    note = ", NOT settled: fewer than three rounds agreed, the host's speed level kept changing"
+    note = f", NOT settled: fewer than {SWEEP_SETTLE_ROUNDS} rounds agreed, the host's speed level kept changing"
     if sweep.get("kept_by_case"):
         note += ("; each size's fastest whole round kept instead (rounds " +
                  ", ".join(f"{c.split('-')[-1]}: {k}" for c, k in sweep["kept_by_case"].items()) + ")")

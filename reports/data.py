@@ -216,4 +216,3 @@ def per_rpc_rtts(path):
         m = row.status == MEASURED
         out[cid] = (np.asarray(row.dur)[m] / 1000.0).tolist()
     return out, "traces via rpcscope.analysis (RTT row: c1_begin..c21_end, per RPC)"
-

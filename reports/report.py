@@ -128,9 +128,8 @@ def model_section(d: RunData):
         errors = Model.from_json(m).error_rows()
         for e in errors:
             e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"], {}))
-        sweep = (d.manifest.get("sweeps") or {}).get(params.get("transport")) or {}
-        verdict = goal_verdict({"model": {"errors": errors}},
-                               [params.get("transport")] if sweep.get("settled") is False else [])
+        from rpcscope.collectors.capture import unsettled_transports
+        verdict = goal_verdict({"model": {"errors": errors}}, unsettled_transports(d.manifest, [params.get("transport")]))
         if verdict:
             s.items.append(f"Verdict: {verdict['text']}")
         for n in m.get("notes", []):

@@ -16,7 +16,7 @@ import time
 from contextlib import redirect_stdout
 
 from . import ROOT
-from .collectors.capture import DEFAULT_REPEATS
+from .collectors.capture import DEFAULT_REPEATS, unsettled_transports
 from .output import UserError, emit_json, table
 
 DCE_SIZES = (0, 1392, 4016, 8032, 16064, 24096)    # the DCE study's Table 2 and Figure 6 sizes
@@ -122,9 +122,7 @@ def cmd_run(args):
                 e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"]) or {})
             result["models"][t] = {"file": str(mfile), "errors": errors}
         from .analysis.model import goal_verdict
-        sweeps = manifest.get("sweeps") or {}
-        result["verdict"] = goal_verdict(result["models"], [t for t in transports
-                                                            if (sweeps.get(t) or {}).get("settled") is False])
+        result["verdict"] = goal_verdict(result["models"], unsettled_transports(manifest, transports))
         st.run("report", ["report", str(out)])
     finally:
         if started_testbed and not args.keep_testbed:

@@ -329,6 +329,15 @@ def test_the_sweeps_summary_names_the_kept_round_and_an_unsettled_transport():
     assert sweeps_summary(None) is None
 
 
+def test_unsettled_transports_are_those_whose_sweeps_never_settled():
+    from rpcscope.collectors.capture import unsettled_transports
+    man = {"sweeps": {"udp": {"settled": True}, "tcp": {"settled": False}}}
+    assert unsettled_transports(man, ["udp", "tcp"]) == ["tcp"]
+    assert unsettled_transports(man, ["udp"]) == []
+    assert unsettled_transports({}, ["udp", "tcp"]) == []          # a capture from before the sweeps
+    assert unsettled_transports(None, ["tcp"]) == []
+
+
 def test_a_points_differences_are_the_medians_of_its_level(monkeypatch):
     """case_point: the events on the path from the kept traced run, the p50 differences from the medians
     of the rounds in the kept round's level when each kind has three; else the kept round's own."""

@@ -11,7 +11,8 @@ EPILOG = """examples:
   rpcscope report runs/maxarg-udp --out /tmp/r --json
 
 The report reads runs/NAME/manifest.json and, when there, analysis/steps.json (rpcscope analyze),
-analysis/model.json (rpcscope model) and analysis/rtp.json (the measured round trip path; without it
+analysis/model.json and model-*.json (rpcscope model; `rpcscope run` writes one per transport, each
+its own table and verdict, then a verdict over them all) and analysis/rtp.json (the measured round trip path; without it
 the RTP diagrams use the catalog's rtp flags and say so). Every table and figure names its source
 file and columns. The same figures in Jupyter: reports/notebooks/rpcscope.ipynb (RPCSCOPE_RUN=runs/NAME).
 """
@@ -37,9 +38,10 @@ def cmd_report(args):
     for r in h["rtt"]:
         t, u = r["traced_p50_us"], r["untraced_p50_us"]
         print(f"  {r['case']}: traced p50 {t:.1f} us, untraced p50 {u:.1f} us" if t and u else f"  {r['case']}")
-    for z, e in (h.get("model_percent_error") or {}).items():
-        if e is not None:
-            print(f"  model at size {z}: {e:+.2f} % error")
+    for t, errs in (h.get("models_percent_error") or {"": h.get("model_percent_error") or {}}).items():
+        for z, e in errs.items():
+            if e is not None:
+                print(f"  model{f' ({t})' if t else ''} at size {z}: {e:+.2f} % error")
     for m in h["missing"]:
         print(f"missing: {m}")
     return 0

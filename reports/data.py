@@ -6,6 +6,8 @@
     d.steps            analysis/steps.json rows (or [] and d.missing says how to make them)
     d.rtt              analysis/steps.json "rtt" rows
     d.model            analysis/model.json (dict) or None
+    d.models           {transport: (file name, model dict)} of analysis/model.json and model-*.json
+                       (`rpcscope run` writes one per transport: model.json for the first)
     d.rtp              analysis/rtp.json (dict) or None
     d.latency(case)    per-case latency samples / percentiles for the distribution figures
 
@@ -41,6 +43,7 @@ class RunData:
     model: dict | None
     rtp: dict | None
     missing: list = field(default_factory=list)      # what is absent and how to make it
+    models: dict = field(default_factory=dict)       # transport -> (analysis/ file name, model dict)
     per_rpc: dict = field(default_factory=dict)      # case id -> [traced RTT us] (from traces)
     per_rpc_source: str = ""
 
@@ -197,10 +200,22 @@ def load(run, per_rpc=False):
     if rtp is None:
         missing.append("analysis/rtp.json: the measured round trip path is not there; the RTP diagrams use the "
                        "catalog's rtp flags")
-    d = RunData(path, manifest, sj, model, rtp, missing)
+    d = RunData(path, manifest, sj, model, rtp, missing, models=_models(a))
     if per_rpc:
         d.per_rpc, d.per_rpc_source = per_rpc_rtts(path)
     return d
+
+
+def _models(a):
+    """{transport: (file name, model)} of analysis/model.json and analysis/model-*.json, model.json first;
+    a model names its transport in params.transport (else the file name's suffix does)."""
+    out = {}
+    for f in [a / "model.json"] + sorted(a.glob("model-*.json")):
+        m = _read_json(f)
+        if m is not None:
+            t = (m.get("params") or {}).get("transport") or f.stem.partition("-")[2] or "model"
+            out.setdefault(t, (f.name, m))
+    return out
 
 
 def per_rpc_rtts(path):

@@ -82,58 +82,19 @@ def summary_section(d: RunData):
 
 def model_section(d: RunData):
     s = Section("Round-trip time model (Table-2 style)")
-    m = d.model
-    if not m:
+    models = d.models or ({"": ("model.json", d.model)} if d.model else {})
+    if not models:
         s.items.append(f"No analysis/model.json: run `rpcscope analyze {d.path}` then `rpcscope model {d.path}` to "
                        "fit unit costs and get calculated vs measured RTT per size.")
-    else:
-        sizes = [int(x) for x in m["sizes"]]
-        cols = ["device", "step", "unit_us"] + [c for z in sizes for c in (f"n@{z}", f"us@{z}")]
-        rows = []
-        from rpcscope.analysis.model import Term
-        for t in m["terms"]:
-            term = Term(t["device"], t["step"], t["term"], t["a_us"], t.get("b_us_per_byte", 0.0),
-                        per_size={int(z): v for z, v in t["per_size"].items()},
-                        c_us_per_extra_ip_packet=t.get("c_us_per_extra_ip_packet", 0.0))
-            r = {"device": t["device"], "step": term.label, "unit_us": term.formula()}
-            for z in sizes:
-                n = term.count(z)
-                r[f"n@{z}"] = n
-                r[f"us@{z}"] = f"{term.contribution(z):.2f}" if n else ""
-            rows.append(r)
-        calc, meas = m.get("calculated_us", {}), m.get("measured_us", {})
-        err = {}
-        for z in sizes:
-            c, me = calc.get(str(z)), meas.get(str(z))
-            err[z] = (me - c) * 100.0 / me if c is not None and me else None
-        for label, vals in (("sum (calculated)", calc), ("measured (untraced p50)", meas)):
-            rows.append({"device": label, **{f"us@{z}": _f(vals.get(str(z))) for z in sizes}})
-        rows.append({"device": "% error", **{f"us@{z}": _f(err[z]) for z in sizes}})
-        from rpcscope.analysis.run import untraced_noise_pct
-        params = m.get("params") or {}
-        cases = {int(c.get("size", -1)): c for c in d.cases
-                 if c.get("transport") == params.get("transport") and c.get("proc") == params.get("proc")}
-        rows.append({"device": "measured noise (± %)",
-                     **{f"us@{z}": _f(untraced_noise_pct(cases.get(z, {})), 1) for z in sizes}})
-        s.items.append(Table(
-            f"Calculated vs measured RTT per size (model: {m.get('source', '')})", cols, rows,
-            "analysis/model.json terms[].a_us, b_us_per_byte, c_us_per_extra_ip_packet, per_size.{count,bytes,"
-            "extra_ip_packets} (us = count × (a + b × bytes) + extra IP packets × c); "
-            "calculated_us, measured_us; % error = (measured − calculated) × 100 / measured; measured noise: half "
-            "the spread of the case's untraced rounds' p50s in the kept round's speed level (manifest.json "
-            "cases[].repeats: agreeing_rounds) as % of its p50, how far the measured figure itself moves between "
-            "identical runs",
-            "held out (predicted, not fitted): " + ", ".join(map(str, m.get("holdout", []))) if m.get("holdout") else ""))
-        from rpcscope.analysis.model import Model, goal_verdict
-        errors = Model.from_json(m).error_rows()
-        for e in errors:
-            e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"], {}))
+    verdicts = {}
+    for transport, (fname, m) in models.items():
+        verdicts[transport] = _model_items(s, d, transport, fname, m)
+    if len(verdicts) > 1:
+        from rpcscope.analysis.model import goal_verdict
         from rpcscope.collectors.capture import unsettled_transports
-        verdict = goal_verdict({"model": {"errors": errors}}, unsettled_transports(d.manifest, [params.get("transport")]))
-        if verdict:
-            s.items.append(f"Verdict: {verdict['text']}")
-        for n in m.get("notes", []):
-            s.items.append(f"Model note: {n}")
+        every = goal_verdict({t: {"errors": e} for t, e in verdicts.items()}, unsettled_transports(d.manifest, verdicts))
+        if every:
+            s.items.append(f"Verdict, every transport: {every['text']}")
     try:
         from rpcscope.analysis.model import paper_dce_summary, shared_dir
         rows = paper_dce_summary()
@@ -145,6 +106,60 @@ def model_section(d: RunData):
         s.items.append("The DCE study's Table 2 (shared/seeds/tables/dce_table2_summary.csv) is not available here "
                        "(set RPCSCOPE_SHARED).")
     return s
+
+
+def _model_items(s, d, transport, fname, m):
+    """One transport's model (analysis/FNAME) into section s: the Table-2-style table, its verdict and
+    notes. Returns its error rows (with their measured noise) for the verdict over every transport."""
+    sizes = [int(x) for x in m["sizes"]]
+    cols = ["device", "step", "unit_us"] + [c for z in sizes for c in (f"n@{z}", f"us@{z}")]
+    rows = []
+    from rpcscope.analysis.model import Term
+    for t in m["terms"]:
+        term = Term(t["device"], t["step"], t["term"], t["a_us"], t.get("b_us_per_byte", 0.0),
+                    per_size={int(z): v for z, v in t["per_size"].items()},
+                    c_us_per_extra_ip_packet=t.get("c_us_per_extra_ip_packet", 0.0))
+        r = {"device": t["device"], "step": term.label, "unit_us": term.formula()}
+        for z in sizes:
+            n = term.count(z)
+            r[f"n@{z}"] = n
+            r[f"us@{z}"] = f"{term.contribution(z):.2f}" if n else ""
+        rows.append(r)
+    calc, meas = m.get("calculated_us", {}), m.get("measured_us", {})
+    err = {}
+    for z in sizes:
+        c, me = calc.get(str(z)), meas.get(str(z))
+        err[z] = (me - c) * 100.0 / me if c is not None and me else None
+    for label, vals in (("sum (calculated)", calc), ("measured (untraced p50)", meas)):
+        rows.append({"device": label, **{f"us@{z}": _f(vals.get(str(z))) for z in sizes}})
+    rows.append({"device": "% error", **{f"us@{z}": _f(err[z]) for z in sizes}})
+    from rpcscope.analysis.run import untraced_noise_pct
+    params = m.get("params") or {}
+    cases = {int(c.get("size", -1)): c for c in d.cases
+             if c.get("transport") == params.get("transport") and c.get("proc") == params.get("proc")}
+    rows.append({"device": "measured noise (± %)",
+                 **{f"us@{z}": _f(untraced_noise_pct(cases.get(z, {})), 1) for z in sizes}})
+    s.items.append(Table(
+        f"Calculated vs measured RTT per size{', ' + transport.upper() if transport else ''} (model: "
+        f"{m.get('source', '')})", cols, rows,
+        f"analysis/{fname} terms[].a_us, b_us_per_byte, c_us_per_extra_ip_packet, per_size."
+        "{count,bytes,extra_ip_packets} (us = count × (a + b × bytes) + extra IP packets × c); "
+        "calculated_us, measured_us; % error = (measured − calculated) × 100 / measured; measured noise: half "
+        "the spread of the case's untraced rounds' p50s in the kept round's speed level (manifest.json "
+        "cases[].repeats: agreeing_rounds) as % of its p50, how far the measured figure itself moves between "
+        "identical runs",
+        "held out (predicted, not fitted): " + ", ".join(map(str, m.get("holdout", []))) if m.get("holdout") else ""))
+    from rpcscope.analysis.model import Model, goal_verdict
+    errors = Model.from_json(m).error_rows()
+    for e in errors:
+        e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"], {}))
+    from rpcscope.collectors.capture import unsettled_transports
+    verdict = goal_verdict({"model": {"errors": errors}}, unsettled_transports(d.manifest, [params.get("transport")]))
+    if verdict:
+        s.items.append(f"Verdict: {verdict['text']}")
+    for n in m.get("notes", []):
+        s.items.append(f"Model note: {n}")
+    return errors
 
 
 STEP_COLS = ["step", "name", "rtp", "status", "n", "median_us", "p10_us", "p90_us", "corrected_median_us",
@@ -464,6 +479,12 @@ def latency_section(d: RunData):
     return s
 
 
+def _percent_errors(m):
+    """{size: % error} of a model file's calculated_us and measured_us."""
+    meas = m.get("measured_us", {})
+    return {z: (meas[z] - c) * 100 / meas[z] if meas.get(z) else None for z, c in m.get("calculated_us", {}).items()}
+
+
 def build(d: RunData) -> Report:
     sections = [summary_section(d), model_section(d), steps_section(d), rtp_section(d), rtt_section(d),
                 latency_section(d)]
@@ -473,10 +494,9 @@ def build(d: RunData) -> Report:
         head["rtt"].append({"case": r["case"], "traced_p50_us": r["traced_rtt_median_us"],
                             "untraced_p50_us": r["untraced_p50_us"]})
     if d.model:
-        head["model_percent_error"] = {
-            z: ((d.model["measured_us"].get(z) - c) * 100 / d.model["measured_us"][z]
-                if d.model.get("measured_us", {}).get(z) else None)
-            for z, c in d.model.get("calculated_us", {}).items()}
+        head["model_percent_error"] = _percent_errors(d.model)
+    if d.models:
+        head["models_percent_error"] = {t: _percent_errors(m) for t, (_, m) in d.models.items()}
     return Report(str(d.path), sections, head)
 
 

@@ -52,6 +52,26 @@ def test_report_writes_md_html_and_svgs(run, capsys):
     assert "1388/1389" in html        # maxarg: body 1392/1396 = first extra IP packet
 
 
+def test_report_shows_every_transports_model(run, tmp_path, capsys):
+    """`rpcscope run` writes model.json for its first transport and model-T.json for the others: the report
+    has a Table-2-style table, a verdict and a source per model file, then a verdict over them all. The
+    second file here is the fixture's UDP model relabelled TCP (the fixture captured UDP only)."""
+    d = tmp_path / "run"
+    shutil.copytree(run, d)
+    m = json.loads((d / "analysis" / "model.json").read_text())
+    m["params"]["transport"] = "tcp"
+    (d / "analysis" / "model-tcp.json").write_text(json.dumps(m))
+    assert main(["report", str(d), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert list(out["summary"]["models_percent_error"]) == ["udp", "tcp"]
+    md = Path(out["markdown"]).read_text()
+    assert "Calculated vs measured RTT per size, UDP" in md and "Calculated vs measured RTT per size, TCP" in md
+    assert "source: analysis/model.json terms" in md and "source: analysis/model-tcp.json terms" in md
+    assert md.count("Verdict: model goals met at ") == 2
+    n = len(m["sizes"])
+    assert "Verdict, every transport: model goals met at " in md and f" of {2 * n} sizes" in md
+
+
 def test_report_without_analysis_says_how(tmp_path, capsys):
     d = tmp_path / "run"
     shutil.copytree(FIX, d)

@@ -136,6 +136,13 @@ class Graph:
         for c in np.unique(cpu[rx]):
             m = rx[cpu[rx] == c]
             self._rx[int(c)] = (ts[m], m)
+        # Transmits per CPU (a device's start of transmit or hand-off), with their skb: sent_in.
+        tx = np.nonzero(np.isin(kind, [KIND["net_start_xmit"], KIND["net_xmit"]]))[0]
+        self._skb, self._ts, self._cpu = _a(ev, "skb"), ts, cpu
+        self._tx = {}
+        for c in np.unique(cpu[tx]):
+            m = tx[cpu[tx] == c]
+            self._tx[int(c)] = (ts[m], self._skb[m])
 
     # ------------------------------------------------------------ state queries
     def current(self, cpu, t):
@@ -279,6 +286,17 @@ class Graph:
             return None
         k = int(x[0].searchsorted(hi, "right")) - 1
         return int(x[1][k]) if k >= 0 and x[0][k] >= lo else None
+
+    def sent_after(self, received, hi):
+        """The time of the first transmit of another skb on the CPU of a netif_receive_skb (global index
+        `received`) after it and up to hi, or None: a packet the receiving protocol sent in response
+        before the moment hi (over TCP, the ACK the server's receive sends before it wakes the reader)."""
+        x = self._tx.get(int(self._cpu[received]))
+        if x is None:
+            return None
+        a, b = int(x[0].searchsorted(self._ts[received], "right")), int(x[0].searchsorted(hi, "right"))
+        other = np.nonzero(x[1][a:b] != self._skb[received])[0]
+        return int(x[0][a + other[0]]) if len(other) else None
 
     def packet_origin(self, i):
         """The first net_dev_xmit of the skb a netif_receive_skb (global index i) carried:

@@ -294,9 +294,14 @@ class Model:
         for s in sizes:
             if s in self.sizes:
                 continue
+            fitted = [z for z in self.sizes if z not in self.holdout]
             for t in self.terms:
                 if t.rule is None:
                     raise ValueError(f"term {t.label} has no occurrence rule: this model cannot predict size {s}")
+                if t.rule == NEAREST_RULE:
+                    t.per_size[s] = {"count": t.per_size[nearest_fitted(s, fitted)]["count"], "bytes": 0.0,
+                                     "extra_ip_packets": 0}
+                    continue
                 n, b = occurrences(t.rule, s, self.params)
                 t.per_size[s] = {"count": n, "bytes": b, "extra_ip_packets": extra_ip_packets(t.rule, s, self.params)}
             self.sizes.append(s)
@@ -403,7 +408,8 @@ def fit(costs, holdout=(), steps=None, predict=()):
             totals = {s: costs.sizes[s][sid]["median_ns"] / 1000.0 for s in fit_sizes}
             rule = path_rule(sid, observed, totals, params, weights)
         if sid not in STEP_RULES and rule == GAP_RULE and params.get("path_rules"):
-            rule = gap_rule(sid, costs, sizes, fit_sizes, params, weights)
+            rule = NEAREST_RULE if _on_path_at_some(observed) else gap_rule(sid, costs, sizes, fit_sizes, params,
+                                                                             weights)
         per_size, pts = _term_points(sid, rule, costs, sizes, fit_sizes, params)
         a, bb, c, info = fit_unit(pts, weights)
         if not pts:
@@ -420,7 +426,11 @@ def _term_points(sid, rule, costs, sizes, fit_sizes, params):
     of a term counted by a rule (a measured count or bytes in the input wins over the rule's)."""
     per_size, pts = {}, []
     for s in sizes:
-        n, b = occurrences(rule, s, params)
+        if rule == NEAREST_RULE:
+            seen = (costs.sizes[nearest_fitted(s, fit_sizes)].get(sid) or {}).get("path_count") or 0.0
+            n, b = round(seen), 0.0
+        else:
+            n, b = occurrences(rule, s, params)
         m = costs.sizes[s].get(sid) or {}
         n = m.get("count", n)
         b = m.get("bytes", b)
@@ -430,6 +440,26 @@ def _term_points(sid, rule, costs, sizes, fit_sizes, params):
         if s in fit_sizes and n and med is not None:
             pts.append((s, n, b, x, med / 1000.0))   # the per-RPC total, us
     return per_size, pts
+
+
+# A gap of the round-trip path that the path visits at some fitted sizes and not at others follows no
+# packet or window count: over TCP the ACK the server's receive sends before it wakes the server (rtp.py
+# SENT_BEFORE_WAKEUP) is on the path at 1392 and 1393 bytes (the fast path of tcp_rcv_established) and
+# beside it from 4016 on (the slow path), which the kernel's memory accounting decides. Its count at any
+# size is the one the path had at the nearest fitted size (in request bytes; the smaller of two as near):
+# a held-out size takes its path's shape from its neighbour, never from its own traces.
+NEAREST_RULE = "nearest_fitted_size"
+
+
+def nearest_fitted(size, fit_sizes):
+    return min(fit_sizes, key=lambda f: (abs(f - size), f))
+
+
+def _on_path_at_some(observed):
+    """Whether a gap's typical path counts ({fitted size: count}) put it on the path at some fitted sizes
+    (at least half a visit per call) and not at others."""
+    seen = [v for v in observed.values() if v is not None]
+    return len(seen) == len(observed) and any(v >= 0.5 for v in seen) and any(v < 0.5 for v in seen)
 
 
 # The rules a gap of the round-trip path (time between two marks that is no catalog step) may follow:

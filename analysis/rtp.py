@@ -15,7 +15,8 @@ begin (c1_begin) over the execution graph (graph.py):
   from the sched_waking to the switch in is the wake-up latency (named C16/S2 when
   the reconstruction has that step there); the walk then jumps to the waker at
   the waking: in a NET_RX softirq, the softirq up to the waking (C15/S1, else
-  "softirq NET_RX"), then through the packet link (skbaddr) to the sender's
+  "softirq NET_RX"; a packet it sent before the waking, a TCP ACK, splits off
+  "<role> sends before the wake-up" from that send on), then through the packet link (skbaddr) to the sender's
   net_dev_xmit; on veth/loopback that sender is the thread the softirq
   interrupted, inside its own sendmsg'' (the walk continues on it at the softirq
   entry), on a real link the gap is "network"; in task context (a futex wake from
@@ -63,6 +64,8 @@ _CATALOG_RTP = {s["id"] for s in STEPS if s["rtp"]} | {"C8'", "S9'"}   # DCE: se
 # receive-interrupt and resume steps by the catalog's definition, also where the reconstruction
 # could not name them (a switch lost in the trace).
 _INFERRED = {"client": ("C15", "C16"), "server": ("S1", "S2")}
+# The segment of a receive softirq from a packet it sent (an ACK) to its waking of the reader.
+SENT_BEFORE_WAKEUP = "sends before the wake-up"
 
 DCE_NOTES = [
     "DCE (Figure 5, one-packet call over UDP/Ethernet): C9-C14 and S10-S14 overlap the path; "
@@ -72,6 +75,10 @@ DCE_NOTES = [
     "of C8''/S9'' before that softirq is on the path and there is no 'network' or controller segment.",
     "The wake-ups (S2, C16) are on the path; with client and server on different CPUs they include "
     "waking an idle CPU.",
+    "Over TCP a request of two or more segments is ACKed by the server's receive at once; where that "
+    "receive takes tcp_rcv_established's fast path the ACK goes out before the server is woken and is on "
+    f"the path ('server {SENT_BEFORE_WAKEUP}'), on the slow path it goes out after the wake-up, beside "
+    "the path.",
 ]
 
 
@@ -223,8 +230,13 @@ def walk(graph, labels, client_tid, begin, end, roles=None, role_cpu=None):
             if org and org["cpu"] == w["cpu"] and org["ts"] <= se:
                 victim = org["tid"]                     # veth/loopback: sent inside the victim's send
             pb, lab = labels.get(victim, empty).at(w["ts"])
+            # A packet the receive sent before it woke the reader (over TCP, an ACK: the fast path of
+            # tcp_rcv_established sends it first, the slow path after the wake-up) is its own segment.
+            sent = graph.sent_after(rx, w["ts"]) if rx is not None else None
+            if sent is not None:
+                add(f"{wrole or role(T)} {SENT_BEFORE_WAKEUP}", sent, w["ts"], victim, w["cpu"])
             add(lab if lab in _SOFTIRQ_STEPS else _INFERRED[wrole][0] if wrole in _INFERRED else "softirq NET_RX",
-                se, w["ts"], victim, w["cpu"])
+                se, sent if sent is not None else w["ts"], victim, w["cpu"])
             if org and org["cpu"] == w["cpu"] and org["ts"] <= se:
                 T, t = victim, se
             elif org and org["ts"] <= se:

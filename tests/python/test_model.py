@@ -6,6 +6,7 @@ import pytest
 
 from rpcscope.analysis import model as M
 from rpcscope.analysis import packets as P
+from rpcscope.analysis import rtp as rtp_mod
 from rpcscope.cli import main as cli_main
 
 HAVE_SHARED = (M.shared_dir() / "seeds" / "tables" / "dce_table2_null_1392_4016.csv").exists()
@@ -218,6 +219,28 @@ def test_a_gap_that_grows_by_windows_is_counted_by_windows():
     m = M.fit(costs, holdout=[1393, 6000], steps=["client (no step)"])
     assert m.terms[0].rule == "request_windows"
     assert all(m.terms[0].contribution(s) == pytest.approx(per_window[s]) for s in sizes)
+
+
+def test_a_gap_on_the_path_at_some_sizes_is_counted_as_at_the_nearest_fitted_size():
+    """A gap the path visits at some fitted sizes and not at others (over TCP the ACK the server's
+    receive sends before it wakes the server, at 1392 bytes only) follows no packet count: its count at
+    every size, held out and predicted ones too, is the path's at the nearest fitted size, never the
+    held-out size's own (here 1393 and 6000 say they were never visited: the model must not listen)."""
+    ack = "server " + rtp_mod.SENT_BEFORE_WAKEUP
+    p = {"proc": "maxarg", "transport": "tcp", "path_rules": True, "term_rules": {ack: M.GAP_RULE}}
+    sizes = [0, 1392, 1393, 4016, 6000, 8032, 16064, 24096]
+    seen = {s: 1.0 if s == 1392 else 0.0 for s in sizes}
+    costs = M.Costs({s: {ack: {"median_ns": 400.0 * seen[s], "path_count": seen[s]}} for s in sizes},
+                    {s: 17_000.0 + s / 10 for s in sizes}, p, "synthetic")
+    m = M.fit(costs, holdout=[1393, 6000], steps=[ack], predict=[1400, 3000])
+    t = m.terms[0]
+    assert t.rule == M.NEAREST_RULE
+    assert {s: t.per_size[s]["count"] for s in m.sizes} == {
+        0: 0, 1392: 1, 1393: 1, 1400: 1, 3000: 0, 4016: 0, 6000: 0, 8032: 0, 16064: 0, 24096: 0}
+    assert t.contribution(1393) == pytest.approx(0.4) and t.contribution(6000) == 0.0
+    # A gap on the path at every fitted size keeps the byte and window rules (gap_rule).
+    costs.sizes = {s: {ack: {"median_ns": 400.0, "path_count": 1.0}} for s in sizes}
+    assert M.fit(costs, holdout=[1393, 6000], steps=[ack]).terms[0].rule in M.GAP_RULE_CANDIDATES
 
 
 def test_predict_new_sizes_and_json_round_trip(tmp_path):

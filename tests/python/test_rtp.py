@@ -52,9 +52,10 @@ class Sim:
         self.labels[tid].append((t, t + dur, name, prio))
         self.clock[tid] = t + dur
 
-    def send(self, tid, split, nfrags=1, wakee=None, rx_step=None):
+    def send(self, tid, split, nfrags=1, wakee=None, rx_step=None, ack_at=None):
         """A send syscall: `split` ("C8"/"S9") labels; each IP fragment is an xmit followed by a NET_RX
-        softirq in the sender's context (veth); the last one wakes `wakee`. Returns the waking time."""
+        softirq in the sender's context (veth); the last one wakes `wakee`. ack_at: that softirq also
+        transmits a packet of its own (a TCP ACK) this long after its entry. Returns the waking time."""
         cpu, t = CPU[tid], self.clock[tid]
         dev, peer = (0, 1) if tid == CLIENT else (1, 0)
         self.step(tid, split + "'", 100, 2)
@@ -65,6 +66,8 @@ class Sim:
             self.ev(x, cpu, tid, "net_xmit", skb=self.skb, dev=dev)
             self.ev(x + 10, cpu, tid, "softirq_entry", vec=3)
             self.ev(x + 20, cpu, tid, "net_receive", skb=self.skb, dev=peer)
+            if k == nfrags - 1 and ack_at is not None:
+                self.ev(x + 10 + ack_at, cpu, tid, "net_xmit", skb=self.skb + 0x10, dev=peer)
             if k == nfrags - 1 and wakee is not None:
                 waking = x + 100
                 self.ev(waking, cpu, tid, "sched_waking", tid2=wakee, vec=CPU[wakee])
@@ -153,6 +156,36 @@ def test_single_packet_path_and_slack():
         assert sl[s][1] == end - server_idle
     assert "C1" not in sl and "S4" not in sl
     assert all(v[1] >= 0 for v in sl.values())
+
+
+@pytest.mark.parametrize("ack_at, split", [(30, True), (120, False)])
+def test_an_ack_sent_before_the_wake_up_is_its_own_segment(ack_at, split):
+    """Over TCP the server's receive ACKs a request of two or more segments at once: before it wakes the
+    server on tcp_rcv_established's fast path (on the path, its own segment, cut out of S1), after it on
+    the slow path (beside the path: S1 whole). The request's own hops (same skb) never split it."""
+    sim = Sim()
+    for st in ("C1", "C2", "C3", "C4", "C5", "C6", "C7"):
+        sim.step(CLIENT, st, 100)
+    x = sim.clock[CLIENT] + 100                       # the request's xmit (after C8')
+    w1 = sim.send(CLIENT, "C8", wakee=SERVER, rx_step="S1", ack_at=ack_at)
+    sim.sleep(CLIENT, "C14")
+    sim.resume(SERVER, w1, 500, "S2")
+    sim.step(SERVER, "S3", 100)
+    w2 = sim.send(SERVER, "S9", wakee=CLIENT, rx_step="C15")
+    sim.sleep(SERVER, "S14")
+    sim.resume(CLIENT, w2, 700, "C16")
+    sim.step(CLIENT, "C21", 100)
+    segs, probs, _ = sim.walk()
+    assert probs == []
+    _check_contiguous(segs, 0, sim.clock[CLIENT])
+    d = {n: (b, e) for n, b, e, _, _ in segs}
+    ack = "server " + rtp.SENT_BEFORE_WAKEUP
+    if split:
+        assert _names(segs)[_names(segs).index("S1"):][:3] == ["S1", ack, "S2"]
+        assert d["S1"] == (x + 10, x + 10 + ack_at) and d[ack] == (x + 10 + ack_at, w1)
+    else:
+        assert ack not in d and d["S1"] == (x + 10, w1)
+    assert "client " + rtp.SENT_BEFORE_WAKEUP not in d      # the reply's receive sent nothing
 
 
 def test_three_fragments_only_the_last_wakes_the_server():

@@ -156,6 +156,25 @@ def extra_ip_packets(rule, size, params):
             "call_bytes": req + rep}.get(rule, 0)
 
 
+# Over TCP the server's ACK of a request rides on the reply when the request is one segment: Linux acks
+# at once only when more than one full segment is unacknowledged (__tcp_ack_snd_check), else it delays
+# the ACK, and the reply carries it a few microseconds later. The client's TCP then takes that ACK
+# (tcp_ack: the request leaves the retransmit queue and is freed) in the receive that wakes the client
+# (C15), on the path. For a request of two segments or more the server's pure ACK goes out first and the
+# client takes it while it waits, beside the path. No traced event marks that work apart, so it is a
+# column of C15's unit cost (d per piggybacked ACK), fitted from the sizes that have it (MODEL.md).
+PIGGYBACKED_ACK_STEPS = ("C15",)
+
+
+def piggybacked_acks(step, size, params):
+    """ACKs of the request that a step takes with the reply on the path: 1 for the client's receive
+    (C15) over TCP when the request's record fits one segment, else 0."""
+    if params.get("transport") != "tcp" or step not in PIGGYBACKED_ACK_STEPS:
+        return 0
+    q, _ = _req_reply(size, params)
+    return 1 if P.tcp_segments(q.total, int(params.get("mtu", P.DEFAULT_MTU))) == 1 else 0
+
+
 def default_steps(available):
     """The catalog's round-trip-path steps, C8 and S9 replaced by C8' and S9' (the part before the
     device hand-off, DCE's sendmsg') when the data has them."""
@@ -194,9 +213,10 @@ class Term:
     a_us: float
     b_us_per_byte: float = 0.0
     rule: str | None = None
-    per_size: dict = field(default_factory=dict)   # size -> {"count": n, "bytes": mean bytes, "extra_ip_packets": k}
+    per_size: dict = field(default_factory=dict)   # size -> {"count", "bytes" (mean), "extra_ip_packets", "piggybacked_acks"}
     fit: dict = field(default_factory=dict)
     c_us_per_extra_ip_packet: float = 0.0
+    d_us_per_piggybacked_ack: float = 0.0
 
     def unit(self, nbytes):
         """The cost of one occurrence handling nbytes in a single IP packet per datagram."""
@@ -209,14 +229,28 @@ class Term:
         ps = self.per_size.get(size)
         if not ps or not ps["count"]:
             return 0.0
-        return ps["count"] * self.unit(ps.get("bytes", 0)) + ps.get("extra_ip_packets", 0) * self.c_us_per_extra_ip_packet
+        return (ps["count"] * self.unit(ps.get("bytes", 0)) + ps.get("extra_ip_packets", 0) * self.c_us_per_extra_ip_packet
+                + ps.get("piggybacked_acks", 0) * self.d_us_per_piggybacked_ack)
 
     @property
     def label(self):
         return self.term or self.step
 
     def formula(self):
-        return unit_formula(self.a_us, self.b_us_per_byte, self.c_us_per_extra_ip_packet)
+        return unit_formula(self.a_us, self.b_us_per_byte, self.c_us_per_extra_ip_packet, self.d_us_per_piggybacked_ack)
+
+    def to_json(self):
+        return {"device": self.device, "step": self.step, "term": self.term, "a_us": self.a_us,
+                "b_us_per_byte": self.b_us_per_byte, "c_us_per_extra_ip_packet": self.c_us_per_extra_ip_packet,
+                "d_us_per_piggybacked_ack": self.d_us_per_piggybacked_ack, "rule": self.rule,
+                "per_size": {str(s): v for s, v in self.per_size.items()}, "fit": self.fit}
+
+    @classmethod
+    def from_json(cls, t):
+        """A term of a model file (the coefficients a file of an older rpcscope lacks are 0)."""
+        return cls(t["device"], t["step"], t.get("term", ""), float(t["a_us"]), float(t.get("b_us_per_byte", 0)),
+                   t.get("rule"), {int(s): v for s, v in t["per_size"].items()}, t.get("fit", {}),
+                   float(t.get("c_us_per_extra_ip_packet", 0)), float(t.get("d_us_per_piggybacked_ack", 0)))
 
 
 def goal_verdict(models, unsettled=()):
@@ -251,13 +285,15 @@ def goal_verdict(models, unsettled=()):
             "median_noise_pct": med, "unsettled": list(unsettled), "text": text + "."}
 
 
-def unit_formula(a_us, b_us_per_byte=0.0, c_us_per_extra_ip_packet=0.0):
+def unit_formula(a_us, b_us_per_byte=0.0, c_us_per_extra_ip_packet=0.0, d_us_per_piggybacked_ack=0.0):
     """A unit cost as people read it: '0.735 + 0.1291 ns/B + 2.028 us/extra IP packet'."""
     out = f"{a_us:.3f}"
     if b_us_per_byte:
         out += f" {'-' if b_us_per_byte < 0 else '+'} {abs(b_us_per_byte) * 1000:.4f} ns/B"
     if c_us_per_extra_ip_packet:
         out += f" {'-' if c_us_per_extra_ip_packet < 0 else '+'} {abs(c_us_per_extra_ip_packet):.3f} us/extra IP packet"
+    if d_us_per_piggybacked_ack:
+        out += f" {'-' if d_us_per_piggybacked_ack < 0 else '+'} {abs(d_us_per_piggybacked_ack):.3f} us/piggybacked ACK"
     return out
 
 
@@ -300,10 +336,11 @@ class Model:
                     raise ValueError(f"term {t.label} has no occurrence rule: this model cannot predict size {s}")
                 if t.rule == NEAREST_RULE:
                     t.per_size[s] = {"count": t.per_size[nearest_fitted(s, fitted)]["count"], "bytes": 0.0,
-                                     "extra_ip_packets": 0}
+                                     "extra_ip_packets": 0, "piggybacked_acks": 0}
                     continue
                 n, b = occurrences(t.rule, s, self.params)
-                t.per_size[s] = {"count": n, "bytes": b, "extra_ip_packets": extra_ip_packets(t.rule, s, self.params)}
+                t.per_size[s] = {"count": n, "bytes": b, "extra_ip_packets": extra_ip_packets(t.rule, s, self.params),
+                                 "piggybacked_acks": piggybacked_acks(t.step, s, self.params)}
             self.sizes.append(s)
         self.sizes.sort()
         return self
@@ -319,21 +356,14 @@ class Model:
             "calculated_us": {str(s): self.calculated(s) for s in self.sizes},
             "reference": {k: {str(s): v for s, v in d.items()} for k, d in self.reference.items()},
             "notes": self.notes,
-            "terms": [{"device": t.device, "step": t.step, "term": t.term, "a_us": t.a_us,
-                       "b_us_per_byte": t.b_us_per_byte, "c_us_per_extra_ip_packet": t.c_us_per_extra_ip_packet,
-                       "rule": t.rule,
-                       "per_size": {str(s): v for s, v in t.per_size.items()}, "fit": t.fit}
-                      for t in self.terms],
+            "terms": [t.to_json() for t in self.terms],
         }
 
     @classmethod
     def from_json(cls, d):
         if d.get("format") != MODEL_FORMAT:
             raise ValueError(f"not a model file (format {d.get('format')!r}, expected {MODEL_FORMAT!r})")
-        terms = [Term(t["device"], t["step"], t.get("term", ""), float(t["a_us"]), float(t.get("b_us_per_byte", 0)),
-                      t.get("rule"), {int(s): v for s, v in t["per_size"].items()}, t.get("fit", {}),
-                      float(t.get("c_us_per_extra_ip_packet", 0)))
-                 for t in d["terms"]]
+        terms = [Term.from_json(t) for t in d["terms"]]
         return cls(terms, [int(s) for s in d["sizes"]], {int(k): v for k, v in d.get("measured_us", {}).items()},
                    [int(s) for s in d.get("holdout", [])], d.get("params", {}), d.get("source", ""),
                    d.get("link_rate_bps"), d.get("notes", []),
@@ -411,10 +441,10 @@ def fit(costs, holdout=(), steps=None, predict=()):
             rule = NEAREST_RULE if _on_path_at_some(observed) else gap_rule(sid, costs, sizes, fit_sizes, params,
                                                                              weights)
         per_size, pts = _term_points(sid, rule, costs, sizes, fit_sizes, params)
-        a, bb, c, info = fit_unit(pts, weights)
+        a, bb, c, dd, info = fit_unit(pts, weights)
         if not pts:
             notes.append(f"{sid}: never measured at a fitted size with a count > 0; unit cost 0")
-        terms.append(Term(_device(sid), sid, "", a, bb, rule, per_size, info, c))
+        terms.append(Term(_device(sid), sid, "", a, bb, rule, per_size, info, c, dd))
     model = Model(terms, sizes, {s: v / 1000.0 for s, v in costs.measured_ns.items() if v is not None},
                   holdout, params, costs.source, params.get("link_rate_bps"), notes)
     model.extend(sorted(set(predict) - set(sizes)))
@@ -422,8 +452,9 @@ def fit(costs, holdout=(), steps=None, predict=()):
 
 
 def _term_points(sid, rule, costs, sizes, fit_sizes, params):
-    """({size: count, bytes, extra IP packets}, the fit's points [(size, n, bytes, extra, per-RPC us)])
-    of a term counted by a rule (a measured count or bytes in the input wins over the rule's)."""
+    """({size: count, bytes, extra IP packets, piggybacked ACKs}, the fit's points [(size, n, bytes, extra,
+    acks, per-RPC us)]) of a term counted by a rule (a measured count or bytes in the input wins over the
+    rule's)."""
     per_size, pts = {}, []
     for s in sizes:
         if rule == NEAREST_RULE:
@@ -435,10 +466,11 @@ def _term_points(sid, rule, costs, sizes, fit_sizes, params):
         n = m.get("count", n)
         b = m.get("bytes", b)
         x = m.get("extra_ip_packets", extra_ip_packets(rule, s, params))
-        per_size[s] = {"count": n, "bytes": b, "extra_ip_packets": x}
+        k = m.get("piggybacked_acks", piggybacked_acks(sid, s, params))
+        per_size[s] = {"count": n, "bytes": b, "extra_ip_packets": x, "piggybacked_acks": k}
         med = m.get("median_ns")
         if s in fit_sizes and n and med is not None:
-            pts.append((s, n, b, x, med / 1000.0))   # the per-RPC total, us
+            pts.append((s, n, b, x, k, med / 1000.0))   # the per-RPC total, us
     return per_size, pts
 
 
@@ -476,7 +508,7 @@ def gap_rule(sid, costs, sizes, fit_sizes, params, weights=None):
     scores = {}
     for rule in GAP_RULE_CANDIDATES:
         _, pts = _term_points(sid, rule, costs, sizes, fit_sizes, params)
-        info = fit_unit(pts, weights)[3]
+        info = fit_unit(pts, weights)[-1]
         if info.get("loo_rms"):
             scores[rule] = min(info["loo_rms"].values())
     if not scores:
@@ -501,13 +533,14 @@ def path_rule(step, observed, totals, params, weights=None):
         return round(sum((occurrences(rule, s, params)[0] - n) ** 2 for s, n in observed.items()), 6)
 
     def residual(rule):
-        pts = [(s, *occurrences(rule, s, params), extra_ip_packets(rule, s, params), t) for s, t in totals.items()]
+        pts = [(s, *occurrences(rule, s, params), extra_ip_packets(rule, s, params), piggybacked_acks(step, s, params),
+                t) for s, t in totals.items()]
         pts = [p for p in pts if p[1]]
         if not pts:
             return float("inf")
-        a, b, c, _ = fit_unit(pts, weights)
+        a, b, c, d, _ = fit_unit(pts, weights)
         w = weights or {}
-        return round(sum(w.get(s, 1.0) * (t - n * (a + b * by) - x * c) ** 2 for s, n, by, x, t in pts), 9)
+        return round(sum(w.get(s, 1.0) * (t - n * (a + b * by) - x * c - k * d) ** 2 for s, n, by, x, k, t in pts), 9)
 
     own = STEP_RULES[step]
     best = min(miss(r) for r in PATH_RULE_CANDIDATES)
@@ -568,6 +601,10 @@ def with_rtp(costs, rtp, corrected=False):
 # packets in all). A constant only where the bytes per occurrence do not vary: chosen by leave one
 # out elsewhere, it dropped small real per-byte slopes (TCP's steps at 16 and 24 KB, s6 runs).
 UNIT_FORMS = (("constant", (0,)), ("linear", (0, 1)), ("per packet", (0, 2)), ("linear and per packet", (0, 1, 2)))
+# Column 3, piggybacked ACKs in all (piggybacked_acks), is no form to choose: the protocol says which
+# sizes carry the work, so every form of a term whose fitted sizes have it at some sizes and not at
+# others gets it.
+ACK_COLUMN = 3
 # A form with more parameters is kept only if it predicts a left-out size better by this much (% of
 # that size's RTT): with five or six sizes to fit, an extra parameter can otherwise follow the noise.
 UNIT_FORM_MARGIN_PCT = 0.02
@@ -579,9 +616,10 @@ UNIT_SLOPE_FLOOR = -1e-9
 
 
 def fit_unit(pts, weights=None):
-    """A term's unit cost from pts [(size, n occurrences, mean bytes, extra IP packets, per-RPC total
-    us)]: (a, b, c, info) with total = n*a + n*bytes*b + extra*c, least squares with each size weighted
-    by `weights` ({size: w}, default 1; the fit minimises the error of the step's share of the RTT).
+    """A term's unit cost from pts [(size, n occurrences, mean bytes, extra IP packets, piggybacked
+    ACKs, per-RPC total us)]: (a, b, c, d, info) with total = n*a + n*bytes*b + extra*c + acks*d,
+    least squares with each size weighted by `weights` ({size: w}, default 1; the fit minimises the
+    error of the step's share of the RTT).
 
     With three sizes or more the form (UNIT_FORMS: linear in bytes, a cost per extra IP packet
     instead, or both; a constant where the bytes per occurrence do not vary) is the one that best
@@ -589,51 +627,75 @@ def fit_unit(pts, weights=None):
     UNIT_FORM_MARGIN_PCT; a form that some left-out fit cannot determine is not a candidate, nor one
     whose fit over all the sizes has a cost per byte or per packet below zero (UNIT_SLOPE_FLOOR).
     With fewer sizes: linear in bytes (unless its slope falls), or a constant where the bytes do not
-    vary. info: sizes, points, kind (the form), falling (the forms refused for a negative slope),
-    rms_residual_us, and loo_rms (% of the RTT when weighted, else us) per candidate form."""
+    vary. Piggybacked ACKs (ACK_COLUMN), when some fitted sizes have them and some not, are in every
+    form; a left-out size whose ACKs no other size shares is then not predicted, and a cost per ACK
+    below zero (noise) drops the column. info: sizes, points, kind (the form), falling (the forms
+    refused for a negative slope), rms_residual_us, loo_rms (% of the RTT when weighted, else us) per
+    candidate form, and piggybacked_acks (whether the column was fitted)."""
     info = {"sizes": [p[0] for p in pts], "points": len(pts)}
     if not pts:
         info["kind"] = "none"
-        return 0.0, 0.0, 0.0, info
-    rows = [((weights or {}).get(s, 1.0), (n, n * b, x), y) for s, n, b, x, y in pts]
-    whole = {name: _wls(rows, cols) for name, cols in UNIT_FORMS}      # each form fitted over every size
-    linear_ok = _slopes_ok(whole["linear"], dict(UNIT_FORMS)["linear"])
-    info["falling"] = [name for name, cols in UNIT_FORMS
-                       if whole[name] is not None and not _slopes_ok(whole[name], cols)]
+        return 0.0, 0.0, 0.0, 0.0, info
+    rows = [((weights or {}).get(s, 1.0), (n, n * b, x, k), y) for s, n, b, x, k, y in pts]
+    acks = [x[ACK_COLUMN] for _, x, _ in rows]
+    extra = (ACK_COLUMN,) if any(acks) and not all(acks) else ()
+    forms = tuple((name, cols + extra) for name, cols in UNIT_FORMS)
+    whole = {name: _wls(rows, cols) for name, cols in forms}      # each form fitted over every size
+    linear_ok = _slopes_ok(whole["linear"], dict(forms)["linear"])
+    info["falling"] = [name for name, cols in forms if whole[name] is not None and not _slopes_ok(whole[name], cols)]
     loo = {}
-    for name, cols in (UNIT_FORMS if len(pts) >= 3 else ()):
+    for name, cols in (forms if len(pts) >= 3 else ()):
         if name == "constant" and linear_ok or name in info["falling"]:
             continue
-        errs = []
-        for i, (w, x, y) in enumerate(rows):
-            th = _wls(rows[:i] + rows[i + 1:], cols)
-            if th is None:
-                break
-            errs.append(w * (y - sum(t * x[c] for t, c in zip(th, cols))) ** 2)
-        else:
-            loo[name] = math.sqrt(sum(errs) / len(errs)) * (100.0 if weights else 1.0)
+        rms = _leave_one_out(rows, cols)
+        if rms is not None:
+            loo[name] = rms * (100.0 if weights else 1.0)
     if not loo:      # too few sizes to leave one out, or no form survives it
-        name = "linear" if linear_ok and len({b for _, _, b, _, _ in pts}) > 1 else "constant"
+        name = "linear" if linear_ok and len({b for _, _, b, _, _, _ in pts}) > 1 else "constant"
     else:
         margin = UNIT_FORM_MARGIN_PCT if weights else 1e-9
         best = min(loo.values())
-        name = next(n for n, _ in UNIT_FORMS if n in loo and loo[n] <= best + margin)
+        name = next(n for n, _ in forms if n in loo and loo[n] <= best + margin)
         info["loo_rms"] = {k: round(v, 4) for k, v in loo.items()}
         info["loo_unit"] = "% of RTT" if weights else "us"
-    cols = dict(UNIT_FORMS)[name]
-    coef = [0.0, 0.0, 0.0]
-    for c, v in zip(cols, _wls(rows, cols)):
+    cols = dict(forms)[name]
+    th = _wls(rows, cols)
+    if extra and (th is None or th[cols.index(ACK_COLUMN)] < 0.0):
+        cols = tuple(c for c in cols if c != ACK_COLUMN)
+        th = _wls(rows, cols)
+    coef = [0.0, 0.0, 0.0, 0.0]
+    for c, v in zip(cols, th or ()):
         coef[c] = v
     info["kind"] = name
+    info["piggybacked_acks"] = ACK_COLUMN in cols
     res = [y - sum(k * v for k, v in zip(coef, x)) for _, x, y in rows]
     info["rms_residual_us"] = math.sqrt(sum(r * r for r in res) / len(res))
-    return coef[0], coef[1], coef[2], info
+    return coef[0], coef[1], coef[2], coef[3], info
+
+
+def _leave_one_out(rows, cols):
+    """The weighted rms error of predicting each row from the others with the columns cols, or None
+    when some fit cannot be made. A row with piggybacked ACKs that no other row has is fitted without
+    that column and not predicted (its ACK cost comes from it alone)."""
+    errs = []
+    for i, (w, x, y) in enumerate(rows):
+        rest = rows[:i] + rows[i + 1:]
+        use = cols
+        if ACK_COLUMN in cols and not any(r[1][ACK_COLUMN] for r in rest):
+            use = tuple(c for c in cols if c != ACK_COLUMN)
+        th = _wls(rest, use)
+        if th is None:
+            return None
+        if use != cols and x[ACK_COLUMN]:
+            continue
+        errs.append(w * (y - sum(t * x[c] for t, c in zip(th, use))) ** 2)
+    return math.sqrt(sum(errs) / len(errs)) if errs else None
 
 
 def _slopes_ok(coef, cols):
     """Whether a fit (coefficients for cols, None if it could not be made) exists and costs no less per
     byte or per extra IP packet (columns 1 and 2) than UNIT_SLOPE_FLOOR."""
-    return coef is not None and all(v >= UNIT_SLOPE_FLOOR for v, c in zip(coef, cols) if c)
+    return coef is not None and all(v >= UNIT_SLOPE_FLOOR for v, c in zip(coef, cols) if c in (1, 2))
 
 
 def _wls(rows, cols):

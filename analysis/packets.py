@@ -13,6 +13,8 @@ with this module over many sizes and every boundary.
     window_count(total, max_pdu)            windows a body is sent in (each but the last asks for an ack)
     windows(total, max_pdu)                 fragments per window, as a list
     ip_body_bytes(frag_body_len, mtu)       RPC body bytes carried by each IP packet of one fragment
+    tcp_mss(mtu)                            TCP payload bytes per segment (1448 at MTU 1500)
+    tcp_segments(body, mtu)                 TCP segments of one message's record (mark, header, body)
     Message(total, max_pdu, mtu)            all of the above for one message, as lists and counts
     request_body_bytes(proc, size)          the marshalled request body of a procedure at a workload size
 
@@ -130,6 +132,24 @@ def ip_body_bytes(body_len, mtu=DEFAULT_MTU):
         left -= per
     out.append(left)
     return out
+
+
+# Linux's TCP options on every segment of an established connection: timestamps (net.ipv4.tcp_timestamps
+# is 1 by default), 10 bytes padded to 12.
+TCP_HDR, TCP_TIMESTAMPS = 20, 12
+
+
+def tcp_mss(mtu=DEFAULT_MTU):
+    """TCP payload bytes per segment on a link of this MTU: 1448 at 1500."""
+    return mtu - IP_HDR - TCP_HDR - TCP_TIMESTAMPS
+
+
+def tcp_segments(body_len, mtu=DEFAULT_MTU):
+    """TCP segments of one message over TCP: its record (record mark, RPC header, body: rpc/client.c)
+    cut at the MSS. A sender may hand a whole record down as one GSO packet (veth does), but the
+    receiver's ACK rule counts full-sized segments all the same."""
+    record = TCP_MARK + HDR_LEN + body_len
+    return max(1, -(-record // tcp_mss(mtu)))
 
 
 @dataclass

@@ -116,9 +116,7 @@ def _model_items(s, d, transport, fname, m):
     rows = []
     from rpcscope.analysis.model import Term
     for t in m["terms"]:
-        term = Term(t["device"], t["step"], t["term"], t["a_us"], t.get("b_us_per_byte", 0.0),
-                    per_size={int(z): v for z, v in t["per_size"].items()},
-                    c_us_per_extra_ip_packet=t.get("c_us_per_extra_ip_packet", 0.0))
+        term = Term.from_json(t)
         r = {"device": t["device"], "step": term.label, "unit_us": term.formula()}
         for z in sizes:
             n = term.count(z)
@@ -142,8 +140,9 @@ def _model_items(s, d, transport, fname, m):
     s.items.append(Table(
         f"Calculated vs measured RTT per size{', ' + transport.upper() if transport else ''} (model: "
         f"{m.get('source', '')})", cols, rows,
-        f"analysis/{fname} terms[].a_us, b_us_per_byte, c_us_per_extra_ip_packet, per_size."
-        "{count,bytes,extra_ip_packets} (us = count × (a + b × bytes) + extra IP packets × c); "
+        f"analysis/{fname} terms[].a_us, b_us_per_byte, c_us_per_extra_ip_packet, d_us_per_piggybacked_ack, "
+        "per_size.{count,bytes,extra_ip_packets,piggybacked_acks} (us = count × (a + b × bytes) + extra IP packets "
+        "× c + piggybacked ACKs × d); "
         "calculated_us, measured_us; % error = (measured − calculated) × 100 / measured; measured noise: half "
         "the spread of the case's untraced rounds' p50s in the kept round's speed level (manifest.json "
         "cases[].repeats: agreeing_rounds) as % of its p50, how far the measured figure itself moves between "

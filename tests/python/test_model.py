@@ -168,6 +168,45 @@ def test_fit_finds_a_cost_per_extra_ip_packet_and_predicts_across_the_mtu():
     assert back.calculated(6000) == pytest.approx(m.calculated(6000))
 
 
+def test_tcp_piggybacked_ack_is_counted_where_the_request_is_one_segment():
+    """Over TCP the reply carries the server's (delayed) ACK of a one-segment request, and the client's
+    receive (C15) takes it on the path; from two segments on the server acks at once, beside the path.
+    A C15 that costs 0.4 us more at 0 bytes only: its per-ACK cost is found from the one size that
+    has it (that size is left out of leave-one-out), every size comes out exact, and the held-out and
+    predicted sizes, all of two segments or more, get no ACK."""
+    tcp = {"reply": 0, "proc": "maxarg", "transport": "tcp"}
+    # maxarg's record is mark + header + (4 + size) bytes: 88 at 0, 1480 at 1392 (above the MSS, 1448)
+    assert P.tcp_mss(1500) == 1448
+    assert [P.tcp_segments(P.request_body_bytes("maxarg", s)) for s in (0, 1360, 1361, 1392, 4016)] == [1, 1, 2, 2, 3]
+    assert [M.piggybacked_acks("C15", s, tcp) for s in (0, 1360, 1361, 1392, 24096)] == [1, 1, 0, 0, 0]
+    assert M.piggybacked_acks("C16", 0, tcp) == 0                      # only the receive that takes it
+    assert M.piggybacked_acks("C15", 0, dict(tcp, transport="udp")) == 0
+    sizes = [0, 1392, 1393, 4016, 6000, 8032, 16064, 24096]
+    out, meas = {}, {}
+    for s in sizes:
+        c15 = 2.4 + 0.4 * M.piggybacked_acks("C15", s, tcp)
+        c1 = 0.2 + 0.0001 * M.occurrences("call_request", s, tcp)[1]
+        out[s] = {"C15": {"median_ns": c15 * 1000, "n": 100}, "C1": {"median_ns": c1 * 1000, "n": 100}}
+        meas[s] = (c15 + c1) * 1000
+    m = M.fit(M.Costs(out, meas, tcp, "synthetic"), holdout=[1393, 6000], steps=["C1", "C15"], predict=[100])
+    t = {x.step: x for x in m.terms}
+    assert t["C15"].d_us_per_piggybacked_ack == pytest.approx(0.4) and t["C15"].a_us == pytest.approx(2.4)
+    assert t["C15"].fit["piggybacked_acks"] and not t["C1"].fit["piggybacked_acks"]
+    assert t["C15"].fit["loo_rms"]["constant"] == pytest.approx(0, abs=1e-9)   # 0 bytes is not left out
+    assert t["C15"].per_size[100]["piggybacked_acks"] == 1 and t["C15"].per_size[6000]["piggybacked_acks"] == 0
+    assert t["C15"].contribution(100) == pytest.approx(2.8)
+    for row in m.error_rows():
+        assert row["measured_us"] is None or row["percent_error"] == pytest.approx(0, abs=1e-6), row
+    assert "us/piggybacked ACK" in t["C15"].formula()
+    back = M.Model.from_json(json.loads(json.dumps(m.to_json())))
+    assert back.calculated(0) == pytest.approx(m.calculated(0)) 
+    assert back.terms[1].d_us_per_piggybacked_ack == pytest.approx(0.4)
+    # Noise that makes the ACK look free (C15 cheaper at 0) drops the column rather than fit a negative cost.
+    out[0]["C15"]["median_ns"] = 2300.0
+    m = M.fit(M.Costs(out, meas, tcp, "synthetic"), holdout=[1393, 6000], steps=["C15"])
+    assert m.terms[0].d_us_per_piggybacked_ack == 0.0 and not m.terms[0].fit["piggybacked_acks"]
+
+
 def test_fit_counts_follow_the_windows():
     costs = _costs([0, 4016, 24096])
     m = M.fit(costs)

@@ -80,6 +80,20 @@ def untraced_noise_pct(case_meta):
     return _rounds_noise_pct(case_meta, "untraced")
 
 
+def call_edges_ns(case_meta, traced_rtts_ns):
+    """The time per call that the client's clock measures outside the traced span C1 .. C21 (rpc/bench.c
+    reads the clock each side of the call; the trace's RTT runs from C1's timestamp to C21's): the
+    traced run's client-measured p50 less the p50 of its calls' traced RTTs by the client's own rule
+    (rpc/bench.c: the sorted RTTs' element (n - 1) * 50 / 100). The same calls, in the same order of
+    size, so the difference holds for a few calls as for many. None unless every call of that run is
+    in traced_rtts_ns."""
+    traced = case_meta.get("traced") or {}
+    n = len(traced_rtts_ns)
+    if not n or not traced.get("p50") or traced.get("calls") != n:
+        return None
+    return float(traced["p50"]) - float(sorted(traced_rtts_ns)[(n - 1) * 50 // 100])
+
+
 class Case:
     def __init__(self, run, meta):
         self.run = run

@@ -23,7 +23,7 @@ from . import traceread
 from .clocksync import USER_PACKET_MARKS, estimate, match_user_packets
 from .probe import path_probe_ns
 from .rpcs import EXTRA_ROWS, MEASURED, MISSING, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
-from .run import Run, load_run, traced_noise_pct
+from .run import Run, call_edges_ns, load_run, traced_noise_pct
 from .workers import CaseWorkers, cpu_workers
 
 _STEP = {s["id"]: s for s in STEPS}
@@ -83,7 +83,12 @@ def rtt_summary(rpcs):
     # the events of steps that overlap the path).
     path_ns = path_probe_ns(case.run, case.id) if m.any() else None
     if path_ns is not None:
-        corrected, corrected_by = traced - path_ns / 1000, "round-trip path (in-situ costs of the other cases)"
+        # ... plus the call's edges, which the client's clock measures and the trace's RTT does not
+        # (run.call_edges_ns; rtp.py's "client call edges"): the calibration charges the whole probe
+        # effect to the events on the path, so that without them the corrected RTT comes out short.
+        edges = call_edges_ns(case.meta, row.dur[m].tolist()) or 0.0
+        corrected = traced + (edges - path_ns) / 1000
+        corrected_by = "round-trip path (in-situ costs of the other cases) and the call's edges"
     else:
         corrected = float(np.median(row.corrected[m])) / 1000 if m.any() else None
         corrected_by = "events on the client's CPU outside its waits (loopback costs)"

@@ -488,7 +488,7 @@ def test_real_run_steps_on_the_path(real):
 
 
 def test_rtp_steps_for_the_model(real):
-    _, d = real
+    out, d = real
     st = rtp.rtp_steps(d)
     assert set(st) == {0, 8032}
     on = {s: {k for k, v in st[s].items() if v["frac"] >= 0.5} for s in st}
@@ -499,8 +499,37 @@ def test_rtp_steps_for_the_model(real):
         total = sum(v["typical_ns"] for v in st[c["size"]].values())
         assert total == pytest.approx(c["typical"]["rtt_mean_ns"], rel=1e-6)
         assert st[c["size"]]["client (no step)"]["step"] is None
+        # ... with the call's edges: the client's clock (the manifest's traced p50) spans more than the
+        # walk's C1 .. C21, by the same amount in the typical call and in the corrected median.
+        traced = {m["id"]: m["traced"]["p50"] for m in json.loads((d / "manifest.json").read_text())["cases"]}
+        edges = st[c["size"]][rtp.CALL_EDGES]
+        per_rpc = next(x["per_rpc"] for x in out["cases"] if x["case"] == c["case"])
+        rtts = sorted(p["rtt_ns"] for p in per_rpc)
+        assert c["call_edges_ns"] == traced[c["case"]] - rtts[(len(rtts) - 1) * 50 // 100]   # rpc/bench.c's p50
+        assert edges["typical_ns"] == edges["typical_corrected_ns"] == c["call_edges_ns"] and edges["count"] == 1
+        walked = [p["rtt_ns"] - p["probe_ns"] for p in per_rpc]
+        assert c["rtt_corrected_median_ns"] == pytest.approx(float(np.median(walked)) + c["call_edges_ns"])
+        assert 0 < c["call_edges_ns"] < 0.01 * c["rtt_median_ns"]
     assert st[0]["C8'"]["count"] == 1 and st[8032]["C8'"]["count"] == 2
     assert st[8032]["S4"]["count"] == 3
+
+
+def test_call_edges_only_when_every_call_of_the_traced_run_was_walked():
+    """The client's clock spans the call beyond C1 .. C21; its p50 minus the walked p50 is that time,
+    if the two are of the same calls. Three calls of 1000, 1100, 1200 ns walked, 1150 ns by the clock."""
+    def res(calls):
+        per = [{"call_id": i, "rtt_ns": r, "sum_ns": r, "probe_ns": 100.0, "path_events": (1, 0, 0), "ok": True,
+                "segments": [("C1", 0, r, 100.0)], "slack": {}} for i, r in enumerate((1000, 1100, 1200))]
+        return {"case": "udp-maxarg-0", "transport": "udp", "proc": "maxarg", "size": 0, "rpcs": 3, "walked": 3,
+                "problems": {}, "per_rpc": per, "untraced_p50_ns": 1000, "traced": {"p50": 1150, "calls": calls}}
+    agg = rtp.aggregate(res(3))
+    assert agg["call_edges_ns"] == 50.0 and agg["rtt_median_ns"] == 1100.0
+    assert agg["rtt_corrected_median_ns"] == 1050.0                  # 1100 - 100 of probes + 50
+    assert agg["path"][0]["segment"] == rtp.CALL_EDGES and agg["path"][0]["typical_corrected_ns"] == 50.0
+    assert sum(r["typical_ns"] for r in agg["path"]) == agg["typical"]["rtt_mean_ns"]
+    agg = rtp.aggregate(res(2000))                                   # a sample of a longer run: no edges
+    assert agg["call_edges_ns"] is None and agg["rtt_corrected_median_ns"] == 1000.0
+    assert rtp.CALL_EDGES not in {r["segment"] for r in agg["path"]}
 
 
 def _cli(argv, capsys):

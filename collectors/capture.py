@@ -35,6 +35,7 @@ import types
 import uuid
 
 from rpcscope import ROOT
+from rpcscope.interrupts import interruptible, uninterrupted
 from rpcscope.output import UserError
 
 from . import ftrace, idle, lttng, perf
@@ -942,10 +943,11 @@ class Capture:
         self.out.mkdir(parents=True)
         self.manifest = self.base_manifest()
         self.write_manifest()
-        old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
-        # Ctrl-C (or kill -INT) interrupts and cleans up even when this process inherited SIGINT ignored
-        # (a background job of a shell without job control: `capture ... &` in a script).
-        old_int_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+        # SIGTERM and Ctrl-C interrupt, and the capture cleans up (rpcscope/interrupts.py).
+        with interruptible():
+            return self._run()
+
+    def _run(self):
         idle_policy = idle.IdlePolicy(self.p.get("idle", "poll"))
         try:
             idle_policy.__enter__()
@@ -965,15 +967,11 @@ class Capture:
             self.manifest["interrupted"] = True
             raise
         finally:
-            old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)   # cleanup is not interrupted
-            try:
+            with uninterrupted():
                 self.cleanup()
                 idle_policy.close()
                 self.manifest["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
                 self.write_manifest()
-            finally:
-                signal.signal(signal.SIGINT, old_int_handler)
-                signal.signal(signal.SIGTERM, old_term)
         return self.manifest
 
     def cleanup(self):
@@ -1092,10 +1090,6 @@ def _unsettled_note(sweep):
         note += ("; each size's fastest whole round kept instead (rounds " +
                  ", ".join(f"{c.split('-')[-1]}: {k}" for c, k in sweep["kept_by_case"].items()) + ")")
     return note
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def _rtt(res):

@@ -17,6 +17,7 @@ from contextlib import redirect_stdout
 
 from . import ROOT
 from .collectors.capture import DEFAULT_REPEATS, unsettled_transports
+from .interrupts import interruptible, uninterrupted
 from .output import UserError, emit_json, table
 
 DCE_SIZES = (0, 1392, 4016, 8032, 16064, 24096)    # the DCE study's Table 2 and Figure 6 sizes
@@ -66,6 +67,8 @@ class Stages:
         else:
             rc = main(argv)
         self.timings.append({"stage": name, "seconds": round(time.monotonic() - t0, 1)})
+        if rc == 130:             # the stage's own main() took the interrupt: it stops the run too
+            raise KeyboardInterrupt
         if rc != 0:
             tail = buf.getvalue().strip().splitlines()[-5:]
             raise UserError(f"stage '{name}' failed (exit {rc}); the message above says why"
@@ -95,42 +98,45 @@ def cmd_run(args):
     started_testbed = testbed.load_state() is None
     t0 = time.monotonic()
     result = {"run": str(out), "sizes": sizes, "holdout": holdout, "transports": transports, "models": {}}
-    try:
-        st.run("testbed up", ["testbed", "up"])
-        st.run("deploy", ["deploy"])
-        cap = ["capture", "--sizes", ",".join(map(str, all_sizes)), "--proc", args.proc,
-               "--transport", ",".join(transports), "--calls", str(args.calls), "--warmup", str(args.warmup),
-               "--kernel", args.kernel, "--placement", args.placement, "--idle", args.idle,
-               "--calibration", "quick", "--repeats", str(args.repeats), "--out", str(out)] + \
-            (["--holdout", ",".join(map(str, holdout))] if holdout else []) + (["--replace"] if args.replace else [])
-        st.run("capture", cap)
-        st.run("analyze", ["analyze", str(out)])
-        st.run("round-trip path", ["rtp", str(out), "--quiet"])
-        result["corrected_vs_untraced"] = corrected_vs_untraced(out)
-        manifest = json.loads((out / "manifest.json").read_text())     # the capture's; nothing after it writes it
-        for i, t in enumerate(transports):
-            mfile = out / "analysis" / ("model.json" if i == 0 else f"model-{t}.json")
-            argv = ["model", str(out), "--transport", t, "--corrected", "--out", str(mfile)]
-            if holdout:
-                argv += ["--holdout", ",".join(map(str, holdout))]
-            st.run(f"model ({t})", argv + ["--json"], capture_output=True)
-            from .analysis import model as M
-            from .analysis.run import untraced_noise_pct
-            errors = M.load_model(mfile).error_rows()
-            cases = {c["size"]: c for c in manifest["cases"] if c["transport"] == t and c["proc"] == args.proc}
-            for e in errors:
-                e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"]) or {})
-            result["models"][t] = {"file": str(mfile), "errors": errors}
-        from .analysis.model import goal_verdict
-        result["verdict"] = goal_verdict(result["models"], unsettled_transports(manifest, transports))
-        st.run("report", ["report", str(out)])
-    finally:
-        if started_testbed and not args.keep_testbed:
-            from .cli import main
-            if not args.json:
-                print("\n[end] testbed down: rpcscope testbed down", flush=True)
-            with redirect_stdout(io.StringIO()):
-                main(["testbed", "down"])
+    # SIGTERM too (a kill, CI cancelling the job, make passing on the signal it got) stops the run
+    # through `finally`, so that the testbed it started goes down (rpcscope/interrupts.py).
+    with interruptible():
+        try:
+            st.run("testbed up", ["testbed", "up"])
+            st.run("deploy", ["deploy"])
+            cap = ["capture", "--sizes", ",".join(map(str, all_sizes)), "--proc", args.proc,
+                   "--transport", ",".join(transports), "--calls", str(args.calls), "--warmup", str(args.warmup),
+                   "--kernel", args.kernel, "--placement", args.placement, "--idle", args.idle,
+                   "--calibration", "quick", "--repeats", str(args.repeats), "--out", str(out)] + \
+                (["--holdout", ",".join(map(str, holdout))] if holdout else []) + (["--replace"] if args.replace else [])
+            st.run("capture", cap)
+            st.run("analyze", ["analyze", str(out)])
+            st.run("round-trip path", ["rtp", str(out), "--quiet"])
+            result["corrected_vs_untraced"] = corrected_vs_untraced(out)
+            manifest = json.loads((out / "manifest.json").read_text())     # the capture's; nothing after it writes it
+            for i, t in enumerate(transports):
+                mfile = out / "analysis" / ("model.json" if i == 0 else f"model-{t}.json")
+                argv = ["model", str(out), "--transport", t, "--corrected", "--out", str(mfile)]
+                if holdout:
+                    argv += ["--holdout", ",".join(map(str, holdout))]
+                st.run(f"model ({t})", argv + ["--json"], capture_output=True)
+                from .analysis import model as M
+                from .analysis.run import untraced_noise_pct
+                errors = M.load_model(mfile).error_rows()
+                cases = {c["size"]: c for c in manifest["cases"] if c["transport"] == t and c["proc"] == args.proc}
+                for e in errors:
+                    e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"]) or {})
+                result["models"][t] = {"file": str(mfile), "errors": errors}
+            from .analysis.model import goal_verdict
+            result["verdict"] = goal_verdict(result["models"], unsettled_transports(manifest, transports))
+            st.run("report", ["report", str(out)])
+        finally:
+            if started_testbed and not args.keep_testbed:
+                from .cli import main
+                if not args.json:
+                    print("\n[end] testbed down: rpcscope testbed down", flush=True)
+                with uninterrupted(), redirect_stdout(io.StringIO()):
+                    main(["testbed", "down"])
     result["seconds"] = round(time.monotonic() - t0, 1)
     result["stages"] = st.timings
     result["report"] = str(out / "report" / "index.html")

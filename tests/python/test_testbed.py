@@ -191,6 +191,36 @@ def test_address_clash_is_refused():
         sh("ip", "addr", "del", "198.18.5.9/32", "dev", "lo")
 
 
+def test_run_stopped_by_sigterm_takes_down_the_testbed_it_started(tmp_path):
+    """`rpcscope run` stopped by SIGTERM (a kill, CI cancelling the job, make passing on the signal it
+    got) in the middle of its deploy: it says so, and the testbed it brought up is gone, as after
+    Ctrl-C. Python's default for SIGTERM would have ended it with the hosts still up."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(RPCSCOPE + ["run", "--sizes", "0,1392", "--holdout", "", "--calls", "100",
+                                        "--out", str(out)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if STATE_DIR.exists() and sh("pgrep", "-f", "ansible-playbook").stdout.split():
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+            rpcscope("testbed", "down", check=False, timeout=120)
+    assert proc.returncode == 130, stdout + stderr
+    assert "rpcscope run: interrupted" in stderr and "[2/" in stdout and "testbed down" in stdout, stdout + stderr
+    assert leftovers() == []
+    assert not sh("pgrep", "-f", "ansible-playbook").stdout.split()
+    assert not out.exists()                          # it never got to the capture
+
+
 # ---------------------------------------------------------------- the life cycle
 
 class TestLifeCycle:

@@ -274,6 +274,23 @@ def walk(graph, labels, client_tid, begin, end, roles=None, role_cpu=None):
     return segs, problems
 
 
+def path_occurrences(occs, segs):
+    """{label: how many times the path passes through it}: for a step, the number of its occurrences
+    (occs: {step: [(b, e, tid)]}) holding a piece of the path, not the number of pieces. On veth the
+    server's receive softirq (S1) runs inside the client's send (C8''), which the path then visits in
+    two pieces for one fragment sent: a count of pieces had C8'' on the path 9 times at 24096 bytes,
+    whose request is 7 fragments. A piece no occurrence holds (a segment named by inference, a gap)
+    counts once."""
+    held, loose = collections.defaultdict(set), collections.Counter()
+    for lab, sb, se, _, _ in segs:
+        k = next((k for k, (b, e, _) in enumerate(occs.get(lab, ())) if b <= sb and se <= e), None)
+        if k is None:
+            loose[lab] += 1
+        else:
+            held[lab].add(k)
+    return {lab: len(held[lab]) + loose[lab] for lab in set(held) | set(loose)}
+
+
 def slack(occs, segs, end):
     """{step: (off-path ns, min slack ns)} for the steps with time off the path."""
     on = collections.defaultdict(list)      # tid -> [(b, e)] path segments on that thread
@@ -375,6 +392,7 @@ def analyze_case(case, progress=None, sample=None, detail=True):
         if detail:
             one["segments"] = [(lab, sb - b, se - sb, round(pc, 1)) for (lab, sb, se, _, _), pc in zip(segs, seg_cost)]
             one["slack"] = slack(occs, segs, e)
+            one["occurrences"] = path_occurrences(occs, segs)
         res["per_rpc"].append(one)
         res["walked"] += 1
     return res, rpcs
@@ -403,6 +421,8 @@ def aggregate(res):
             if lab not in seen:
                 seen.add(lab)
                 first[lab].append(off)
+        for lab, k in (p.get("occurrences") or {}).items():     # occurrences, not pieces (path_occurrences)
+            cnt[lab][i] = k
     # The typical call (the DCE study's per-step costs add up to one RTT): the RPCs whose
     # probe-corrected RTT lies in the middle of its distribution (TYPICAL_BAND percentiles).
     # Mean times over those RPCs are additive, so the steps' typical costs sum to the band's

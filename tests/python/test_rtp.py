@@ -514,6 +514,16 @@ def test_rtp_steps_for_the_model(real):
     assert st[8032]["S4"]["count"] == 3
 
 
+def test_path_counts_occurrences_not_pieces():
+    """The client's send of one fragment (C8'') holds the server's receive softirq (S1) on veth, and
+    the path passes through it in two pieces: one occurrence. A second fragment's send is a second; a
+    segment no occurrence holds (C16, from the waking to the switch in) counts once a piece."""
+    occs = {"C8''": [(0, 30, 1), (50, 60, 1)], "S1": [(10, 20, 2)]}
+    segs = [("C8''", 0, 10, 1, 0), ("S1", 10, 20, 2, 0), ("C8''", 20, 30, 1, 0), ("C8''", 50, 60, 1, 0),
+            ("C16", 70, 80, 1, 1), ("C16", 90, 95, 1, 1)]
+    assert rtp.path_occurrences(occs, segs) == {"C8''": 2, "S1": 1, "C16": 2}
+
+
 def test_call_edges_only_when_every_call_of_the_traced_run_was_walked():
     """The client's clock spans the call beyond C1 .. C21; its p50 minus the walked p50 is that time,
     if the two are of the same calls. Three calls of 1000, 1100, 1200 ns walked, 1150 ns by the clock."""

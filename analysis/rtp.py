@@ -72,9 +72,10 @@ SENT_BEFORE_WAKEUP = "sends before the wake-up"
 # The part of the round trip the client's own clock measures (rpc/bench.c: a clock read each side of
 # the call) outside the traced span C1 .. C21: the call into the stub up to C1's timestamp, C21's
 # tracepoint after its timestamp, the return. Its time per call is the traced run's client-measured p50
-# less its walked RTTs' median: 130-200 ns in every case of the sessions 14-15 runs. The untraced RTT
-# it is compared with is clock to clock, and the probe calibration charges the whole measured probe
-# effect to the events on the path, so the path without it came out ~150 ns short at every size.
+# less the p50 of its walked RTTs (run.call_edges_ns): 130-200 ns in every case of the sessions 14-15
+# runs. The untraced RTT it is compared with is clock to clock, and the probe calibration charges the
+# whole measured probe effect to the events on the path, so the path without it came out ~150 ns short
+# at every size.
 CALL_EDGES = "client call edges"
 
 DCE_NOTES = [

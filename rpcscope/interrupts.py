@@ -21,23 +21,20 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-@contextlib.contextmanager
 def interruptible():
     """Within: SIGTERM and SIGINT raise KeyboardInterrupt (the handlers before are restored after)."""
-    old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
-    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
+    return _handlers(_raise_interrupt, signal.default_int_handler)
+
+
+def uninterrupted():
+    """Within: SIGTERM and SIGINT are ignored, so that a cleanup is not cut short by a second signal."""
+    return _handlers(signal.SIG_IGN, signal.SIG_IGN)
 
 
 @contextlib.contextmanager
-def uninterrupted():
-    """Within: SIGTERM and SIGINT are ignored, so that a cleanup is not cut short by a second signal."""
-    old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _handlers(on_term, on_int):
+    old_term = signal.signal(signal.SIGTERM, on_term)
+    old_int = signal.signal(signal.SIGINT, on_int)
     try:
         yield
     finally:

@@ -201,6 +201,11 @@ def test_tcp_piggybacked_ack_is_counted_where_the_request_is_one_segment():
     back = M.Model.from_json(json.loads(json.dumps(m.to_json())))
     assert back.calculated(0) == pytest.approx(m.calculated(0)) 
     assert back.terms[1].d_us_per_piggybacked_ack == pytest.approx(0.4)
+    # What-if scales the ACK's cost with the rest of the unit cost, and says so.
+    from rpcscope.analysis import whatif as W
+    (ch,) = W.apply(back, "C15", "scale", 0.5)
+    assert ch["d_us_before"] == pytest.approx(0.4) and ch["d_us_after"] == pytest.approx(0.2)
+    assert back.terms[1].contribution(0) == pytest.approx(1.2 + 0.2)
     # Noise that makes the ACK look free (C15 cheaper at 0) drops the column rather than fit a negative cost.
     out[0]["C15"]["median_ns"] = 2300.0
     m = M.fit(M.Costs(out, meas, tcp, "synthetic"), holdout=[1393, 6000], steps=["C15"])

@@ -6,8 +6,9 @@
     rpc_server_module(...)     the same factory, one per test module (servers shared by many tests)
     rpc_client(server, ...)    run rpc-client --json against a server and return a ClientRun
     rpc_free_port()            a 127.0.0.1 port free for both TCP and UDP
+    signal_when_ready(...)     wait until a long command is at a chosen point, then signal it
 
-The fixtures rpc_bin, rpc_client and rpc_free_port hand out the plain functions of the same
+The fixtures rpc_bin, rpc_client, rpc_free_port and signal_when_ready hand out the plain functions of the same
 names defined here, so test files need not import conftest.
 
 Safety: every server gets --bind 127.0.0.1, a free port, --ready-file and --duration (so a
@@ -345,3 +346,23 @@ def rpc_free_port_fixture():
 def rpc_client_fixture():
     """run_client(server_or_port, transport=, proc=, size=, calls=, warmup=, extra=[...]) -> ClientRun."""
     return run_client
+
+
+def signal_when_ready(proc, ready, sig, wait=120.0):
+    """Wait (at most `wait` s) until ready() holds while proc still runs, let it go on for a second,
+    send it sig and return its (stdout, stderr). Fails if proc ended first, with its output."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and proc.poll() is None:
+        if ready():
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    time.sleep(1.0)
+    proc.send_signal(sig)
+    return proc.communicate(timeout=120)
+
+
+@pytest.fixture(scope="session", name="signal_when_ready")
+def signal_when_ready_fixture():
+    """The signal_when_ready(proc, ready, sig) function."""
+    return signal_when_ready

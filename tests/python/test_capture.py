@@ -342,7 +342,7 @@ def test_second_capture_into_the_run_refuses(run):
 
 
 @pytest.mark.parametrize("kernel", ["perf", "ftrace"])
-def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path, kernel):
+def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path, kernel, signal_when_ready):
     out = tmp_path / "interrupted"
     # The capture is started with SIGINT ignored, as a background job of a script gets it: it must
     # still take SIGINT as an interrupt. One round: it is interrupted in its first traced run anyway, and
@@ -353,18 +353,13 @@ def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path, kernel):
                                         "--out", str(out)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    def recording():
+        # In the middle of a traced run: the capture's perf (or tracefs instance) and the run's UST session record.
+        kernel_on = (out / ".perf" / "kernel.perf.data").exists() if kernel == "perf" else bool(_ftrace_instances())
+        return kernel_on and any(n.startswith("rpcs-capture-") for n in clttng.session_names())
+
     try:
-        # Interrupt in the middle of a traced run: the capture's perf and the run's UST session record.
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            recording = (out / ".perf" / "kernel.perf.data").exists() if kernel == "perf" else bool(_ftrace_instances())
-            if recording and any(n.startswith("rpcs-capture-") for n in clttng.session_names()):
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=120)
+        stdout, stderr = signal_when_ready(proc, recording, signal.SIGINT)
     finally:
         if proc.poll() is None:
             proc.terminate()                   # SIGTERM: the capture still cleans up after itself

@@ -191,7 +191,7 @@ def test_address_clash_is_refused():
         sh("ip", "addr", "del", "198.18.5.9/32", "dev", "lo")
 
 
-def test_run_stopped_by_sigterm_takes_down_the_testbed_it_started(tmp_path):
+def test_run_stopped_by_sigterm_takes_down_the_testbed_it_started(tmp_path, signal_when_ready):
     """`rpcscope run` stopped by SIGTERM (a kill, CI cancelling the job, make passing on the signal it
     got) in the middle of its deploy: it says so, and the testbed it brought up is gone, as after
     Ctrl-C. Python's default for SIGTERM would have ended it with the hosts still up."""
@@ -199,16 +199,11 @@ def test_run_stopped_by_sigterm_takes_down_the_testbed_it_started(tmp_path):
     proc = subprocess.Popen(RPCSCOPE + ["run", "--sizes", "0,1392", "--holdout", "", "--calls", "100",
                                         "--out", str(out)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def deploying():
+        return STATE_DIR.exists() and bool(sh("pgrep", "-f", "ansible-playbook").stdout.split())
+
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            if STATE_DIR.exists() and sh("pgrep", "-f", "ansible-playbook").stdout.split():
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=120)
+        stdout, stderr = signal_when_ready(proc, deploying, signal.SIGTERM)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -124,13 +124,10 @@ def _model_items(s, d, transport, fname, m):
             r[f"us@{z}"] = f"{term.contribution(z):.2f}" if n else ""
         rows.append(r)
     calc, meas = m.get("calculated_us", {}), m.get("measured_us", {})
-    err = {}
-    for z in sizes:
-        c, me = calc.get(str(z)), meas.get(str(z))
-        err[z] = (me - c) * 100.0 / me if c is not None and me else None
+    err = _percent_errors(m)
     for label, vals in (("sum (calculated)", calc), ("measured (untraced p50)", meas)):
         rows.append({"device": label, **{f"us@{z}": _f(vals.get(str(z))) for z in sizes}})
-    rows.append({"device": "% error", **{f"us@{z}": _f(err[z]) for z in sizes}})
+    rows.append({"device": "% error", **{f"us@{z}": _f(err.get(str(z))) for z in sizes}})
     from rpcscope.analysis.run import untraced_noise_pct
     params = m.get("params") or {}
     cases = {int(c.get("size", -1)): c for c in d.cases
@@ -480,8 +477,9 @@ def latency_section(d: RunData):
 
 def _percent_errors(m):
     """{size: % error} of a model file's calculated_us and measured_us."""
+    from rpcscope.analysis.model import percent_error
     meas = m.get("measured_us", {})
-    return {z: (meas[z] - c) * 100 / meas[z] if meas.get(z) else None for z, c in m.get("calculated_us", {}).items()}
+    return {z: percent_error(meas.get(z), c) for z, c in m.get("calculated_us", {}).items()}
 
 
 def build(d: RunData) -> Report:

@@ -42,6 +42,7 @@ from . import ftrace, idle, lttng, perf
 
 FORMAT = 1
 PROCS = ("null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway")
+ASLR_SETTINGS = ("off", "on")   # --aslr: address-space layout randomization of the RPC processes
 MAX_MSG = 256 << 10           # rpc-client/rpc-server --max-msg default
 # Rounds per case: the median of more rounds moves less (see Capture.repeats); each costs ~1.2 s.
 DEFAULT_REPEATS = 5
@@ -110,9 +111,34 @@ def validate(p):
         pass  # the client sleeps in recv; the server has no recv mode on TCP and uses select (recorded)
     if p.get("idle", "poll") not in idle.POLICIES:
         raise UserError(f"--idle {p.get('idle')!r}: use poll or os")
+    if p.get("aslr", "off") not in ASLR_SETTINGS:
+        raise UserError(f"--aslr {p.get('aslr')!r}: use off (one address layout for every run) or on")
     if p["placement"] == "split" and len(os.sched_getaffinity(0)) < 2:
         raise UserError("--placement split needs two CPUs (one per host); this machine offers "
                         f"{sorted(os.sched_getaffinity(0))}: use --placement same")
+
+
+def aslr_prefix(setting):
+    """The argv that starts rpc-server and rpc-client with the chosen address layout. off: setarch -R
+    sets the process's personality ADDR_NO_RANDOMIZE, which exec keeps, so every run of a build has
+    the same code, stack and heap addresses. Why: with the kernel's randomized layout, one untraced run's
+    p50 moved from the next identical one's by 2.1-4.1 % (standard deviation) at 1392, 4016, 8032 and
+    16064 bytes over UDP, and by 0.4-1.3 % without it (session 17, collectors/README.md "Address
+    layout"); a case's untraced, user-only and traced runs are separate processes, so that spread
+    lands in Measured and in the probe correction. on: the kernel's choice (randomize_va_space)."""
+    return ["setarch", "-R"] if setting == "off" else []
+
+
+def aslr_record(setting):
+    """What the manifest says of the address layout: the setting, how it was applied, and the
+    kernel's own policy (which applies to every other process)."""
+    try:
+        kernel = int(pathlib.Path("/proc/sys/kernel/randomize_va_space").read_text())
+    except (OSError, ValueError):
+        kernel = None
+    how = ("setarch -R (personality ADDR_NO_RANDOMIZE) on rpc-server and rpc-client" if setting == "off"
+           else "the kernel's randomized layout")
+    return {"setting": setting, "how": how, "kernel_randomize_va_space": kernel}
 
 
 def placement_cpus(placement):
@@ -150,6 +176,8 @@ def preflight(p, testbed_state):
     idle.IdlePolicy(p.get("idle", "poll")).check()
     require_tool("ip", "install iproute2 (make bootstrap does)")
     require_tool("taskset", "install util-linux (make bootstrap does)")
+    if p.get("aslr", "off") == "off":
+        require_tool("setarch", "install util-linux (make bootstrap does), or use --aslr on")
     require_tool("lttng", "install lttng-tools (make bootstrap does)")
     require_tool("lttng-sessiond", "install lttng-tools (make bootstrap does)")
     require_tool("babeltrace2", "install babeltrace2 (make bootstrap does)")
@@ -445,7 +473,8 @@ class Capture:
         bindir = TRACE_BIN if traced else NOTRACE_BIN
         ready = log_dir / f"server-{tag}.ready"
         ready.unlink(missing_ok=True)
-        argv = ["ip", "netns", "exec", ns, "taskset", "-c", str(cpu), str(bindir / "rpc-server"),
+        argv = ["ip", "netns", "exec", ns, *aslr_prefix(self.p.get("aslr", "off")), "taskset", "-c", str(cpu),
+                str(bindir / "rpc-server"),
                 "--bind", bind, "--port", str(port), "--transport", transport,
                 "--executors", str(self.p["executors"]), "--cpu", str(cpu), "--wait", wait,
                 "--duration", str(SERVER_SAFETY_S), "--ready-file", str(ready),
@@ -464,7 +493,8 @@ class Capture:
     def client_argv(self, ns, server, port, transport, size, calls, warmup, cpu, traced):
         bindir = TRACE_BIN if traced else NOTRACE_BIN
         max_s = max(30, int(calls * 0.005) + 30)
-        return ["ip", "netns", "exec", ns, "taskset", "-c", str(cpu), "sh", "-c", 'read _go && exec "$@"', "sh",
+        return ["ip", "netns", "exec", ns, *aslr_prefix(self.p.get("aslr", "off")), "taskset", "-c", str(cpu),
+                "sh", "-c", 'read _go && exec "$@"', "sh",
                 str(bindir / "rpc-client"), "--server", server, "--port", str(port), "--transport", transport,
                 "--proc", self.p["proc"], "--size", str(size), "--calls", str(calls), "--warmup", str(warmup),
                 "--cpu", str(cpu), "--wait", self.p["wait"], "--max-seconds", str(max_s), "--json"], max_s + 60
@@ -487,6 +517,10 @@ class Capture:
         if res.get("errors") or res.get("mismatches"):
             raise UserError(f"{what}: rpc-client reported {res.get('errors')} errors, "
                             f"{res.get('mismatches')} wrong results: {res.get('first_error')}")
+        want = self.p.get("aslr", "off")
+        if res.get("aslr") != want:
+            raise UserError(f"{what}: rpc-client ran with ASLR {res.get('aslr')}, not {want} as --aslr asked "
+                            f"(is setarch from util-linux on PATH? `make` rebuilds an rpc-client that reports it)")
         return res
 
     def run_pair(self, transport, size, calls, warmup, traced, log_dir, tag, trace_hook=None,
@@ -928,6 +962,7 @@ class Capture:
             "hosts": hosts,
             "placement": self.p["placement"], "wait": self.p["wait"],
             "idle": idle.IdlePolicy(self.p.get("idle", "poll")).record(),
+            "aslr": aslr_record(self.p.get("aslr", "off")),
             "server_wait": {t: self.server_wait(t) for t in self.p["transports"]},
             "server_executors": self.p["executors"],
             "kernel_collector": self.kernel,

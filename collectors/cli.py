@@ -53,6 +53,10 @@ def add_common(ap, default_calls, default_sizes):
     ap.add_argument("--idle", choices=("poll", "os"), default="poll",
                     help="poll: idle CPUs spin (PM QoS /dev/cpu_dma_latency = 0) so a wake-up costs what it "
                          "would on a machine without deep C-states (default); os: they halt, as the OS chooses")
+    ap.add_argument("--aslr", choices=cap.ASLR_SETTINGS, default="off",
+                    help="off: rpc-server and rpc-client run with address-space layout randomization off "
+                         "(setarch -R), so every run of a build has the same addresses and one run's p50 "
+                         "moves less from the next's (default); on: the kernel's randomized layout")
     ap.add_argument("--executors", type=int, default=0, help="server executor threads; 0 = inline (default)")
     ap.add_argument("--untraced", choices=("notrace", "stopped"), default="notrace",
                     help="untraced calls with the TRACE=0 build (default) or the traced build with no session")
@@ -72,7 +76,8 @@ def params_from(args):
     p = {
         "sizes": cap.parse_sizes(args.sizes), "proc": args.proc,
         "transports": cap.parse_transports(args.transport), "calls": args.calls, "warmup": args.warmup,
-        "kernel": args.kernel, "placement": args.placement, "wait": args.wait, "idle": args.idle, "executors": args.executors,
+        "kernel": args.kernel, "placement": args.placement, "wait": args.wait, "idle": args.idle, "aslr": args.aslr,
+        "executors": args.executors,
         "untraced": args.untraced, "calibration": args.calibration, "calibration_calls": args.calibration_calls,
         "repeats": args.repeats, "keep_perf_data": args.keep_perf_data, "replace": args.replace,
         "holdout": cap.parse_sizes(args.holdout) if getattr(args, "holdout", None) else [],
@@ -163,7 +168,8 @@ def cmd_capture(args):
     cpus = ", ".join(f"{n} {h['cpus']}" for n, h in manifest["hosts"].items())
     print(f"run {args.out}: {len(manifest['cases'])} case(s), kernel collector {manifest['kernel_collector']}, "
           f"placement {manifest['placement']} (CPUs: {cpus}), wait {manifest['wait']}, "
-          f"idle {manifest.get('idle', {}).get('policy', 'os')}")
+          f"idle {manifest.get('idle', {}).get('policy', 'os')}, "
+          f"aslr {manifest.get('aslr', {}).get('setting', 'on')}")
     table(rows_of(manifest), COLUMNS)
     if manifest.get("sweeps"):
         print(f"rounds: {cap.sweeps_summary(manifest['sweeps'])}")

@@ -37,6 +37,7 @@ def run(p, out, inventory, progress=None, echo=lambda s: None):
         # capture.yml does not hold a PM QoS request on the hosts: their idle policy is the OS's.
         "idle": {"policy": "os", "requested": p.get("idle", "poll"),
                  "mechanism": "not applied on real hosts by this driver: set C-states on the hosts themselves"},
+        "aslr": cap.aslr_record(p.get("aslr", "off")) | {"kernel_randomize_va_space": None},
         "kernel_collector": p["kernel"], "clock": "monotonic", "kernel_clock_aligned_to_ust": False,
         "tools": {}, "calibration": {}, "cases": [],
     }
@@ -59,7 +60,8 @@ def run(p, out, inventory, progress=None, echo=lambda s: None):
                 xv = {"capture_run_dir": str(out.resolve()), "capture_transport": transport,
                       "capture_proc": p["proc"], "capture_size": size, "capture_calls": p["calls"],
                       "capture_warmup": p["warmup"], "capture_kernel": p["kernel"], "capture_port": port,
-                      "capture_wait": p["wait"], "capture_server_executors": p["executors"]}
+                      "capture_wait": p["wait"], "capture_server_executors": p["executors"],
+                      "capture_aslr": p.get("aslr", "off")}
                 try:
                     summary = run_playbook("capture.yml", inventory, extra_vars=xv, timeout=3600, echo=echo)
                 except BaseException:

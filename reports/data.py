@@ -95,6 +95,9 @@ class RunData:
         idle = m.get("idle") or {}
         add("idle policy", f"{idle.get('policy', 'not recorded (os)')}: {idle.get('mechanism', '')}; cpuidle driver "
             f"{idle.get('cpuidle_driver')}", "manifest.json idle")
+        aslr = m.get("aslr") or {}
+        add("address layout", f"ASLR {aslr['setting']}: {aslr.get('how')}" if aslr else
+            "not recorded (the kernel's randomized layout, before --aslr)", "manifest.json aslr")
         add("waiting mode", f"client {m.get('wait')}; server {m.get('server_wait')}; server executors "
             f"{m.get('server_executors')} ({'inline' if not m.get('server_executors') else 'pool'})",
             "manifest.json wait, server_wait, server_executors")

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/personality.h>
 
 #include "procs.h"
 #include "stubcall.h"
@@ -211,6 +212,8 @@ int bench_run(const struct bench_config *cfg, struct bench_result *res)
     pthread_t tids[BENCH_MAX_THREADS];
 
     memset(res, 0, sizeof *res);
+    /* Recorded so that a capture can check its --aslr took effect (0xffffffff only queries). */
+    res->aslr_off = (personality(0xffffffff) & ADDR_NO_RANDOMIZE) != 0;
     if (!ts)
         return util_fail(UTIL_ENOMEM, "calloc(bench threads)");
     for (int i = 0; i < cfg->threads; i++) {
@@ -298,7 +301,7 @@ void bench_print(const struct bench_config *cfg, const struct bench_result *r, F
                    "\"p90\": %llu, \"p99\": %llu, \"max\": %llu}, \"calls_per_s\": %.1f, \"wall_s\": %.6f, "
                    "\"last_counter\": %llu, \"client_stats\": {\"timeouts\": %llu, \"pings\": %llu, "
                    "\"retransmitted_frags\": %llu, \"stale_packets\": %llu, \"bad_packets\": %llu, "
-                   "\"acks\": %llu, \"rejects\": %llu}, \"cpus\": [",
+                   "\"acks\": %llu, \"rejects\": %llu}, \"aslr\": \"%s\", \"cpus\": [",
                 xport_kind_name(cfg->client.transport), proc_name(cfg->proc), cfg->size,
                 (unsigned long long)r->calls, (unsigned long long)r->errors, (unsigned long long)r->mismatches,
                 cfg->threads, wait, wire, cfg->client.max_pdu, cfg->client.nb_select ? "true" : "false",
@@ -309,7 +312,7 @@ void bench_print(const struct bench_config *cfg, const struct bench_result *r, F
                 (unsigned long long)r->client.timeouts, (unsigned long long)r->client.pings,
                 (unsigned long long)r->client.retransmitted_frags, (unsigned long long)r->client.stale_packets,
                 (unsigned long long)r->client.bad_packets, (unsigned long long)r->client.acks,
-                (unsigned long long)r->client.rejects);
+                (unsigned long long)r->client.rejects, r->aslr_off ? "off" : "on");
         for (int i = 0; i < cfg->threads; i++)
             fprintf(f, "%s%d", i ? ", " : "", r->placement[i]);
         fprintf(f, "], \"first_error\": \"");

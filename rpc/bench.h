@@ -34,6 +34,7 @@ struct bench_result {
     uint64_t last_counter; /* incr: the counter after this run's last call */
     struct client_stats client;
     int placement[BENCH_MAX_THREADS]; /* CPU each thread ran on at the end */
+    int aslr_off; /* address-space layout randomization was off for this process (setarch -R) */
     char first_error[256];
 };
 

@@ -13,6 +13,7 @@ from .output import UserError
 # Modules that provide subcommands, in the order `rpcscope --help` lists them.
 COMMAND_MODULES = [
     "rpcscope.bench_null",
+    "rpcscope.bench_layout",
     "rpcscope.testbed",
     "rpcscope.deploy",
     "rpcscope.stubs.cli",

@@ -107,6 +107,7 @@ def cmd_run(args):
             cap = ["capture", "--sizes", ",".join(map(str, all_sizes)), "--proc", args.proc,
                    "--transport", ",".join(transports), "--calls", str(args.calls), "--warmup", str(args.warmup),
                    "--kernel", args.kernel, "--placement", args.placement, "--idle", args.idle,
+                   "--aslr", args.aslr,
                    "--calibration", "quick", "--repeats", str(args.repeats), "--out", str(out)] + \
                 (["--holdout", ",".join(map(str, holdout))] if holdout else []) + (["--replace"] if args.replace else [])
             st.run("capture", cap)
@@ -216,6 +217,9 @@ def register(subparsers):
                          "else perf; collectors/README.md)")
     ap.add_argument("--placement", choices=("split", "same"), default="split", help="CPU placement (default split)")
     ap.add_argument("--idle", choices=("poll", "os"), default="poll", help="idle CPUs poll or halt (default poll)")
+    ap.add_argument("--aslr", choices=("off", "on"), default="off",
+                    help="address-space layout randomization of the RPC processes (default off: one layout, "
+                         "less spread between identical runs; collectors/README.md)")
     ap.add_argument("--out", metavar="runs/NAME", help="run directory (default runs/run-DATE-TIME)")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
     ap.add_argument("--keep-testbed", action="store_true", help="leave the testbed up at the end")

@@ -110,6 +110,7 @@ def test_bad_input_fails_before_anything_starts(tmp_path):
         (["--sizes", "a,b"], "--sizes"),
         (["--transport", "sctp"], "--transport"),
         (["--sizes", "0,4016", "--holdout", "6000"], "not among --sizes"),
+        (["--aslr", "sometimes"], "--aslr"),
     ]:
         p = rpcscope("capture", *args, "--out", str(out), check=False)
         assert p.returncode == 2, (args, p.stdout, p.stderr)
@@ -117,10 +118,46 @@ def test_bad_input_fails_before_anything_starts(tmp_path):
         assert not out.exists()
 
 
+def test_aslr_off_starts_every_run_with_one_address_layout():
+    """--aslr off (the default): the prefix the RPC processes start under sets ADDR_NO_RANDOMIZE, which
+    exec keeps, so two runs map their stack at one address; on leaves the kernel's randomized layout."""
+    from rpcscope.collectors.capture import aslr_prefix
+    addr_no_randomize = 0x0040000               # include/uapi/linux/personality.h
+
+    def run(setting, *argv):
+        return subprocess.run([*aslr_prefix(setting), *argv], capture_output=True, text=True, check=True).stdout
+
+    assert int(run("off", "cat", "/proc/self/personality"), 16) & addr_no_randomize
+    assert not int(run("on", "cat", "/proc/self/personality"), 16) & addr_no_randomize
+
+    def stack(setting):
+        return run(setting, "grep", "-F", "[stack]", "/proc/self/maps")
+
+    assert stack("off") == stack("off")
+    if pathlib.Path("/proc/sys/kernel/randomize_va_space").read_text().strip() != "0":
+        assert len({stack("on") for _ in range(3)}) > 1
+
+
+def test_bench_layout_runs_both_layouts_alternately_and_leaves_nothing(testbed):
+    """`rpcscope bench-layout`: fresh untraced processes per run, each setting's p50s and spread."""
+    bad = rpcscope("bench-layout", "--runs", "1", check=False)
+    assert bad.returncode == 2 and "--runs 1" in bad.stderr, bad.stderr
+    p = rpcscope("bench-layout", "--sizes", "0,1392", "--runs", "3", "--calls", "300", "--warmup", "30", "--json",
+                 timeout=300)
+    r = json.loads(p.stdout)
+    assert r["build"] == "notrace" and r["runs"] == 3 and [s["size"] for s in r["sizes"]] == [0, 1392]
+    for s in r["sizes"]:
+        for setting in ("random", "fixed"):
+            runs = s["runs_p50_ns"][setting]
+            assert len(runs) == 3 and all(x > 0 for x in runs)
+            assert s[f"p50_us_{setting}"] * 1e3 == sorted(runs)[1] and s[f"spread_%_{setting}"] >= 0
+    assert leftovers(pathlib.Path("/nonexistent")) == []
+
+
 def test_missing_perf_is_named_before_anything_starts(testbed, tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for t in ("ip", "tc", "taskset", "lttng", "lttng-sessiond", "babeltrace2", "pgrep", "git", "nft", "sh"):
+    for t in ("ip", "tc", "taskset", "setarch", "lttng", "lttng-sessiond", "babeltrace2", "pgrep", "git", "nft", "sh"):
         real = shutil.which(t, path="/usr/sbin:/usr/bin:/sbin:/bin")
         if real:
             (bindir / t).symlink_to(real)
@@ -205,6 +242,8 @@ def test_run_directory_is_complete(run):
         assert h["kernel"] and h["cpu_model"] and h["clocksource"]
     assert set(m["tools"]) >= {"lttng", "perf", "babeltrace2"}
     assert m["git_commit"]
+    assert m["aslr"]["setting"] == "off" and "setarch -R" in m["aslr"]["how"], m["aslr"]
+    assert m["aslr"]["kernel_randomize_va_space"] in (0, 1, 2)
     assert m["params"]["sizes"] == [0, 4016] and m["params"]["calls"] == CALLS
     assert set(m["calibration"]) == {CLIENT, SERVER}
     for cal in m["calibration"].values():
@@ -215,6 +254,7 @@ def test_run_directory_is_complete(run):
         for f in ("client-traced.json", "client-untraced.json"):
             r = json.loads((d / f).read_text())
             assert r["calls"] == CALLS and r["errors"] == 0 and r["size"] == c["size"], (c["id"], f)
+            assert r["aslr"] == "off", (c["id"], f)     # rpc-client read its own personality
         assert c["traced"]["p50"] > 0 and c["untraced"]["p50"] > 0
         assert c["losses"] == {"ust_discarded": 0, "ust_lost_packets": 0, "kernel_lost": 0}, c
         assert not c["lossy"]
@@ -440,7 +480,7 @@ def test_capture_through_ansible_on_the_testbed_inventory(testbed, tmp_path):
     cdir = out / case["dir"]
     for f in (f"client-traced-{CLIENT}.json", f"client-untraced-{CLIENT}.json"):
         r = json.loads((cdir / f).read_text())
-        assert r["calls"] == 200 and r["errors"] == 0
+        assert r["calls"] == 200 and r["errors"] == 0 and r["aslr"] == "off"     # capture_aslr's default
     for h in (CLIENT, SERVER):
         for sub in (f"ust-{h}", f"kernel-{h}"):
             p = sh("babeltrace2", str(cdir / sub), "-c", "sink.utils.counter", timeout=300)

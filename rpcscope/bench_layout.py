@@ -1,0 +1,130 @@
+"""Benchmark: how far one run's p50 moves from the next identical run's, with the address layout
+randomized (--aslr on) and fixed (--aslr off, the capture's default), side by side in one run.
+
+Every run of a capture is a fresh rpc-server and rpc-client (collectors/capture.py), so where their
+code, stacks and buffers fall changes from run to run unless address-space layout randomization is
+off for them. This benchmark runs, on the local testbed with the capture's placement (client and
+server each on its own CPU) and idle policy (poll), the untraced build's server and client afresh
+for every run, the two settings alternating run by run so that a change of the host's speed touches
+both alike. Per size it reports each setting's median p50 and the spread of the runs' p50s (1.4826 x
+their median absolute deviation, as % of that median: a standard deviation that the host's bursts
+do not decide), and their ratio (random / fixed). Needs root and `rpcscope testbed up`.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+from tqdm import tqdm
+
+from .output import UserError, emit_json, table
+
+EPILOG = """examples:
+  rpcscope testbed up && rpcscope bench-layout       UDP 0,1392,4016,8032,16064 bytes, 12 runs per setting
+  rpcscope bench-layout --sizes 8032 --runs 16 --json
+  rpcscope bench-layout --transport tcp --sizes 0,8032
+"""
+
+PORT = 7390                       # below the capture's ports (collectors/capture.py BASE_PORT)
+SETTINGS = ("on", "off")          # --aslr: randomized, fixed
+
+
+def _one_run(setting, transport, size, calls, warmup, cpus, addrs):
+    from .collectors.capture import NOTRACE_BIN, aslr_prefix
+    prefix = aslr_prefix(setting)
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", addrs["server_ns"], *prefix, "taskset", "-c", str(cpus["server"]),
+         str(NOTRACE_BIN / "rpc-server"), "--bind", addrs["server"], "--port", str(PORT), "--transport", transport,
+         "--cpu", str(cpus["server"]), "--executors", "0", "--wait", "select", "--duration", "60"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        time.sleep(0.2)           # rpc-server binds within milliseconds; the client retries its first call
+        if server.poll() is not None:
+            raise UserError(f"rpc-server exited at once: {server.stderr.read().decode(errors='replace')[-300:]}")
+        r = subprocess.run(
+            ["ip", "netns", "exec", addrs["client_ns"], *prefix, "taskset", "-c", str(cpus["client"]),
+             str(NOTRACE_BIN / "rpc-client"), "--server", addrs["server"], "--port", str(PORT),
+             "--transport", transport, "--proc", "maxarg", "--size", str(size), "--calls", str(calls),
+             "--warmup", str(warmup), "--cpu", str(cpus["client"]), "--wait", "select", "--max-seconds", "30",
+             "--json"], capture_output=True, text=True, timeout=90)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    if r.returncode:
+        raise UserError(f"rpc-client failed (exit {r.returncode}): {r.stderr.strip()[-300:]}")
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    if res.get("errors") or res.get("aslr") != setting:
+        raise UserError(f"rpc-client: {res.get('errors')} errors, ran with ASLR {res.get('aslr')} (asked {setting})")
+    return res["rtt_ns"]["p50"]
+
+
+def spread(p50s):
+    """(median, robust spread as % of the median) of one setting's runs: 1.4826 x the median absolute
+    deviation, which estimates the standard deviation of normal noise and ignores the host's bursts
+    (a few runs 10-25 % slower, all settings alike) that would decide a plain standard deviation."""
+    med = statistics.median(p50s)
+    return med, 1.4826 * statistics.median(abs(x - med) for x in p50s) * 100 / med
+
+
+def run(args):
+    from .collectors import capture as cap
+    from .collectors.idle import IdlePolicy
+    from . import testbed
+    sizes = cap.parse_sizes(args.sizes)
+    if args.transport not in ("udp", "tcp"):
+        raise UserError(f"--transport {args.transport!r}: use udp or tcp")
+    if not 2 <= args.runs <= 100:
+        raise UserError(f"--runs {args.runs}: use 2 to 100 runs per setting and size")
+    st = testbed.load_state()
+    if not st or testbed.health(st):
+        raise UserError("the local testbed is down or unhealthy; start it with `rpcscope testbed up`")
+    for tool in ("ip", "taskset", "setarch"):
+        cap.require_tool(tool, "install iproute2 and util-linux (make bootstrap does)")
+    if not (cap.NOTRACE_BIN / "rpc-client").exists():
+        raise UserError(f"{cap.NOTRACE_BIN}/rpc-client is missing: run `make TRACE=0`")
+    too_big = [s for s in sizes if s > cap.proc_max_size("maxarg")]
+    if too_big:
+        raise UserError(f"--sizes {','.join(map(str, too_big))}: maxarg allows at most {cap.proc_max_size('maxarg')} bytes")
+    hosts = {h["role"]: h for h in st["hosts"]}
+    addrs = {"server_ns": hosts["server"]["name"], "client_ns": hosts["client"]["name"],
+             "server": hosts["server"]["address"]}
+    cpus = cap.placement_cpus("split")
+    p50s = {(s, k): [] for s in sizes for k in SETTINGS}
+    steps = [(s, k) for s in sizes for _ in range(args.runs) for k in SETTINGS]
+    with IdlePolicy("poll"):
+        for size, setting in tqdm(steps, desc="bench-layout", unit="run", disable=args.json or not sys.stderr.isatty()):
+            p50s[(size, setting)].append(
+                _one_run(setting, args.transport, size, args.calls, args.warmup, cpus, addrs))
+    rows = []
+    for s in sizes:
+        (med_on, sd_on), (med_off, sd_off) = spread(p50s[(s, "on")]), spread(p50s[(s, "off")])
+        rows.append({"size": s, "p50_us_random": med_on / 1e3, "spread_%_random": sd_on,
+                     "p50_us_fixed": med_off / 1e3, "spread_%_fixed": sd_off,
+                     "spread_ratio": sd_on / sd_off if sd_off else None,
+                     "runs_p50_ns": {"random": p50s[(s, "on")], "fixed": p50s[(s, "off")]}})
+    result = {"transport": args.transport, "proc": "maxarg", "runs": args.runs, "calls": args.calls,
+              "warmup": args.warmup, "build": "notrace", "placement": cpus, "sizes": rows}
+    if args.json:
+        emit_json(result)
+        return 0
+    print(f"run-to-run spread of p50, {args.transport} maxarg, untraced, {args.runs} fresh runs per setting "
+          f"and size, alternating; client CPU {cpus['client']}, server CPU {cpus['server']}")
+    table(rows, ["size", "p50_us_random", "spread_%_random", "p50_us_fixed", "spread_%_fixed", "spread_ratio"])
+    print("random: the kernel's address layout (--aslr on); fixed: setarch -R (--aslr off, the capture's default); "
+          "spread_%: 1.4826 x the median absolute deviation of the runs' p50s, as % of their median")
+    return 0
+
+
+def register(sub):
+    p = sub.add_parser("bench-layout", help="run-to-run spread of p50 with the address layout random and fixed",
+                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="0,1392,4016,8032,16064", help="payload sizes (default 0,1392,4016,8032,16064)")
+    p.add_argument("--transport", default="udp", help="udp or tcp (default udp)")
+    p.add_argument("--runs", type=int, default=12, help="runs per setting and size (default 12)")
+    p.add_argument("--calls", type=int, default=2000, help="measured calls per run, as the capture's (default 2000)")
+    p.add_argument("--warmup", type=int, default=200, help="warm-up calls per run (default 200)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+    return p

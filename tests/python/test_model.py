@@ -287,6 +287,31 @@ def test_a_gap_on_the_path_at_some_sizes_is_counted_as_at_the_nearest_fitted_siz
     assert M.fit(costs, holdout=[1393, 6000], steps=[ack]).terms[0].rule in M.GAP_RULE_CANDIDATES
 
 
+def test_a_step_on_the_path_at_some_sizes_that_no_count_follows_is_counted_as_at_the_nearest_size():
+    """Over UDP the server's wait for the next fragment (S14) was on the path at 8032 bytes and more in
+    about nine calls of ten, and never at 0-4016 (runs/run-20261125-193050): no packet or window rule
+    comes within half a visit of that at every size, so the step is counted as the path was at the
+    nearest fitted size, and costs nothing where the path never waits there."""
+    p = {"proc": "maxarg", "transport": "udp", "path_rules": True}
+    sizes = [0, 1392, 1393, 4016, 6000, 8032, 16064, 24096]
+    fit_sizes = [0, 1392, 4016, 8032, 16064, 24096]
+    seen = dict(zip(fit_sizes, (0.0, 0.0, 0.0, 0.89, 0.91, 0.99)))
+    totals = {s: 0.65 * seen[s] for s in fit_sizes}
+    assert M.path_rule("S14", seen, totals, p) == M.NEAREST_RULE
+    costs = M.Costs({s: {"S14": {"median_ns": 1000 * totals.get(s, 0.0), "path_count": seen.get(s, 0.0)}}
+                     for s in sizes}, {s: 17_000.0 + s for s in sizes}, p, "synthetic")
+    m = M.fit(costs, holdout=[1393, 6000], steps=["S14"])
+    t = m.terms[0]
+    assert t.rule == M.NEAREST_RULE
+    assert {s: t.per_size[s]["count"] for s in sizes} == {
+        0: 0, 1392: 0, 1393: 0, 4016: 0, 6000: 0, 8032: 1, 16064: 1, 24096: 1}
+    assert t.contribution(0) == 0.0 and t.contribution(8032) == pytest.approx(0.6, abs=0.05)
+    # Within half a visit of a rule at every size (a path that waits there once per call, nine times in
+    # ten), the rule stands; so it does for a step on the path at no size or at every one.
+    assert M.path_rule("S14", dict(zip(fit_sizes, (0.9, 0.9, 0.92, 0.89, 0.91, 0.99))), totals, p) != M.NEAREST_RULE
+    assert M.path_rule("S14", dict.fromkeys(fit_sizes, 0.0), totals, p) != M.NEAREST_RULE
+
+
 def test_predict_new_sizes_and_json_round_trip(tmp_path):
     m = M.fit(_costs([0, 1392, 4016, 8032]), predict=[12048])
     assert 12048 in m.sizes and m.measured_us.get(12048) is None

@@ -121,23 +121,25 @@ def validate(p):
 def aslr_prefix(setting):
     """The argv that starts rpc-server and rpc-client with the chosen address layout. off: setarch -R
     sets the process's personality ADDR_NO_RANDOMIZE, which exec keeps, so every run of a build has
-    the same code, stack and heap addresses. Why: with the kernel's randomized layout, one untraced run's
-    p50 moved from the next identical one's by 2.1-4.1 % (standard deviation) at 1392, 4016, 8032 and
-    16064 bytes over UDP, and by 0.4-1.3 % without it (session 17, collectors/README.md "Address
-    layout"); a case's untraced, user-only and traced runs are separate processes, so that spread
-    lands in Measured and in the probe correction. on: the kernel's choice (randomize_va_space)."""
+    the same code, stack and heap addresses; a case's untraced, user-only and traced runs are separate
+    processes, so a layout's effect on the round trip would otherwise land, run by run, in Measured and
+    in the probe correction (session 17, `rpcscope bench-layout`: less spread between runs in two
+    tries of three, none while the host itself was bursty; collectors/README.md "Address layout").
+    on: the kernel's own policy (randomize_va_space)."""
     return ["setarch", "-R"] if setting == "off" else []
 
 
-def aslr_record(setting):
+def aslr_record(setting, local=True):
     """What the manifest says of the address layout: the setting, how it was applied, and the
-    kernel's own policy (which applies to every other process)."""
-    try:
-        kernel = int(pathlib.Path("/proc/sys/kernel/randomize_va_space").read_text())
-    except (OSError, ValueError):
-        kernel = None
+    kernel's own policy for every other process (local testbed; on real hosts: None, not read)."""
+    kernel = None
+    if local:
+        try:
+            kernel = int(pathlib.Path("/proc/sys/kernel/randomize_va_space").read_text())
+        except (OSError, ValueError):
+            pass
     how = ("setarch -R (personality ADDR_NO_RANDOMIZE) on rpc-server and rpc-client" if setting == "off"
-           else "the kernel's randomized layout")
+           else "the kernel's own policy (randomize_va_space)")
     return {"setting": setting, "how": how, "kernel_randomize_va_space": kernel}
 
 

@@ -55,8 +55,8 @@ def add_common(ap, default_calls, default_sizes):
                          "would on a machine without deep C-states (default); os: they halt, as the OS chooses")
     ap.add_argument("--aslr", choices=cap.ASLR_SETTINGS, default="off",
                     help="off: rpc-server and rpc-client run with address-space layout randomization off "
-                         "(setarch -R), so every run of a build has the same addresses and one run's p50 "
-                         "moves less from the next's (default); on: the kernel's randomized layout")
+                         "(setarch -R), so every run of a build has the same addresses and the layout adds no "
+                         "spread between runs (default); on: the kernel's policy (rpcscope bench-layout compares)")
     ap.add_argument("--executors", type=int, default=0, help="server executor threads; 0 = inline (default)")
     ap.add_argument("--untraced", choices=("notrace", "stopped"), default="notrace",
                     help="untraced calls with the TRACE=0 build (default) or the traced build with no session")

@@ -37,7 +37,7 @@ def run(p, out, inventory, progress=None, echo=lambda s: None):
         # capture.yml does not hold a PM QoS request on the hosts: their idle policy is the OS's.
         "idle": {"policy": "os", "requested": p.get("idle", "poll"),
                  "mechanism": "not applied on real hosts by this driver: set C-states on the hosts themselves"},
-        "aslr": cap.aslr_record(p.get("aslr", "off")) | {"kernel_randomize_va_space": None},
+        "aslr": cap.aslr_record(p.get("aslr", "off"), local=False),
         "kernel_collector": p["kernel"], "clock": "monotonic", "kernel_clock_aligned_to_ust": False,
         "tools": {}, "calibration": {}, "cases": [],
     }

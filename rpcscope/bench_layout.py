@@ -12,6 +12,7 @@ do not decide), and their ratio (random / fixed). Needs root and `rpcscope testb
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -72,6 +73,8 @@ def run(args):
     from .collectors import capture as cap
     from .collectors.idle import IdlePolicy
     from . import testbed
+    if os.geteuid() != 0:
+        raise UserError("bench-layout runs processes in the testbed's network namespaces, which needs root")
     sizes = cap.parse_sizes(args.sizes)
     if args.transport not in ("udp", "tcp"):
         raise UserError(f"--transport {args.transport!r}: use udp or tcp")

@@ -218,8 +218,8 @@ def register(subparsers):
     ap.add_argument("--placement", choices=("split", "same"), default="split", help="CPU placement (default split)")
     ap.add_argument("--idle", choices=("poll", "os"), default="poll", help="idle CPUs poll or halt (default poll)")
     ap.add_argument("--aslr", choices=("off", "on"), default="off",
-                    help="address-space layout randomization of the RPC processes (default off: one layout, "
-                         "less spread between identical runs; collectors/README.md)")
+                    help="address-space layout randomization of the RPC processes (default off: one layout for "
+                         "every run; collectors/README.md)")
     ap.add_argument("--out", metavar="runs/NAME", help="run directory (default runs/run-DATE-TIME)")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
     ap.add_argument("--keep-testbed", action="store_true", help="leave the testbed up at the end")

@@ -212,6 +212,74 @@ def cmd_whatif(args):
     return 0
 
 
+GOALS_EPILOG = """examples:
+  rpcscope goals runs/run-*                      every run's % error table, gathered per size: median,
+                                                 least, greatest, and in how many runs the goal was met
+  rpcscope goals runs/run-20261125-1* --refit    fit each run again with this checkout's model first
+                                                 (what a change of the model does to earlier runs)
+  rpcscope goals runs/A runs/B --json
+
+Goals (issue 6): |% error| <= 2 % at fitted sizes, <= 5 % at held-out sizes, UDP and TCP. Without
+--refit the errors are the runs' own model files (analysis/model.json, model-TRANSPORT.json, written
+by `rpcscope run` or `rpcscope model RUN --corrected`).
+"""
+
+
+def cmd_goals(args):
+    from . import goals as G
+    dirs = []
+    for r in args.runs:
+        from pathlib import Path
+        d = Path(r)
+        if not (d / "manifest.json").is_file():
+            raise UserError(f"{r}: not a run directory (no manifest.json)")
+        dirs.append(d)
+    holdout = _sizes(args.holdout) if args.holdout else None
+    if holdout is not None and not args.refit:
+        raise UserError("--holdout re-chooses the held-out sizes of a fit: give it with --refit")
+    per_run = []
+    bar = _progress(len(dirs), "goals", args.json or args.quiet)
+    try:
+        for d in dirs:
+            if bar is not None:
+                bar.set_description(f"goals: {d.name}")
+            try:
+                errs = G.refit_errors(d, holdout) if args.refit else G.saved_errors(d)
+            except (ValueError, FileNotFoundError) as e:
+                raise UserError(f"{d}: {e}") from None
+            per_run.append((str(d), errs))
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    runs, sizes = G.gather(per_run)
+    met, total = sum(r["met"] for r in runs), sum(r["sizes"] for r in runs)
+    if args.json:
+        emit_json({"refit": args.refit, "met": met, "sizes": total, "runs": runs, "per_size": sizes}, out=sys.stdout)
+        return 0
+    how = "fitted again by this checkout's model (--refit)" if args.refit else "from each run's model files"
+    print(f"model goals over {len(runs)} run(s), {how}: met at {met} of {total} sizes")
+    table([{"run": r["run"], "met": f"{r['met']}/{r['sizes']}", "misses": ", ".join(r["misses"])} for r in runs],
+          ["run", "met", "misses"], out=sys.stdout)
+    print()
+    table([{"transport": z["transport"], "size": z["size"], "fit": z["fit"], "goal": f"<= {z['goal_pct']:g} %",
+            "median_%": _f(z["median_pct"], 2), "least_%": _f(z["least_pct"], 2),
+            "greatest_%": _f(z["greatest_pct"], 2), "met": f"{z['met']}/{z['runs']}"} for z in sizes],
+          ["transport", "size", "fit", "goal", "median_%", "least_%", "greatest_%", "met"], out=sys.stdout)
+    print("% error = (measured - calculated) x 100 / measured; measured: the untraced p50 RTT")
+    return 0
+
+
+def _progress(total, desc, disable):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=desc, unit="run", file=sys.stderr, disable=disable or not sys.stderr.isatty(),
+                leave=False)
+
+
 def register(subparsers):
     ap = subparsers.add_parser(
         "model", help="RTT model: fit unit costs per step, calculated RTT = sum of count x unit cost, %% error",
@@ -250,4 +318,17 @@ def register(subparsers):
     wp.add_argument("--out", metavar="FILE", help="write the changed model")
     wp.add_argument("--json", action="store_true", help="print changes and RTTs as JSON")
     wp.set_defaults(func=cmd_whatif)
+
+    gp = subparsers.add_parser(
+        "goals", help="the model's %% error over several runs, per size, and how often it met its goals",
+        description="Gather the % error tables of several runs: per run the sizes that missed, per transport "
+                    "and size the median, least and greatest % error and in how many runs the goal was met.",
+        epilog=GOALS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    gp.add_argument("runs", nargs="+", metavar="runs/NAME", help="run directories (rpcscope run or capture + model)")
+    gp.add_argument("--refit", action="store_true",
+                    help="fit each run's model again from its corrected round-trip path (analysis/rtp.json)")
+    gp.add_argument("--holdout", metavar="SIZES", help="with --refit: the held-out sizes (default: the capture's)")
+    gp.add_argument("--quiet", action="store_true", help="no progress bar")
+    gp.add_argument("--json", action="store_true", help="print every run's and every size's figures as JSON")
+    gp.set_defaults(func=cmd_goals)
     return ap

@@ -194,6 +194,23 @@ def test_with_no_settled_sweep_each_size_keeps_its_fastest_whole_round():
     assert kept in (3, 4, 8) and agreeing == [3, 4, 8]
 
 
+def test_the_fastest_whole_round_has_every_kind_in_one_level():
+    """runs/run-20261125-220603, UDP 1392 (us): round 0's untraced run was in the faster level and its
+    user-only and traced runs in the slower one, so its runs were together the fastest; its user share
+    (8.8 us against a median 5.0) strays 14 % of the RTT. The kept round is the fastest of those whose
+    kinds agree with the others' probe effect: round 6."""
+    from rpcscope.collectors.capture import fastest_round, straddle_pct
+    case = {("udp-1392", "untraced"): [21.0, 26.6, 26.8, 26.8, 26.8, 26.6, 26.4, 26.8, 32.0],
+            ("udp-1392", "ust"): [29.8, 31.3, 31.8, 31.8, 34.2, 31.6, 31.4, 31.3, 34.9],
+            ("udp-1392", "traced"): [42.4, 41.9, 42.5, 47.0, 42.4, 41.7, 42.0, 42.3, 42.3]}
+    stray = straddle_pct(case)
+    assert stray[0] == pytest.approx(3.8 * 100 / 26.8) and stray[6] == 0.0
+    assert fastest_round(case)[0] == 6
+    # When every round strays, the one that strays least.
+    case = {("c", "untraced"): [10.0, 12.0, 10.0, 11.0], ("c", "traced"): [20.0, 20.0, 23.0, 25.5]}
+    assert [round(x) for x in straddle_pct(case)] == [14, 33, 14, 29] and fastest_round(case)[0] == 0
+
+
 def test_equal_sweeps_keep_the_earliest():
     from rpcscope.collectors.capture import choose_sweep, sweeps_settled
     assert choose_sweep(_sweeps([("a", "untraced", [10, 10, 10])]))[:2] == (0, [0, 1, 2])

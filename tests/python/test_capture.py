@@ -267,6 +267,7 @@ def test_run_directory_is_complete(run):
         from rpcscope.collectors.capture import MAX_EXTRA_ROUNDS, SWEEP_AGREE_PCT, choose_sweep, sweeps_settled
         x, kept = rep["extra_rounds"], rep["kept_round"]
         assert 0 <= x <= MAX_EXTRA_ROUNDS and x == sw["extra_rounds"] and kept == sw["kept_by_case"][c["id"]], (rep, sw)
+        assert sw["kept_straddle_pct"][c["id"]] >= 0.0
         if sw["settled"]:                        # else each size's fastest whole round (fastest_round)
             assert kept == sw["kept_round"] and rep["agreeing_rounds"] == sw["agreeing_rounds"], (rep, sw)
         assert m["params"]["repeats"] == rep["rounds"] == 5

@@ -39,7 +39,7 @@ def refit_errors(run, holdout=None):
     except (OSError, ValueError) as e:
         raise ValueError(f"{run}: no readable manifest.json ({e})") from None
     params = manifest.get("params") or {}
-    held = params.get("holdout") or [] if holdout is None else holdout
+    held = (params.get("holdout") or []) if holdout is None else holdout
     out = {}
     for t in params.get("transports") or []:
         costs = M.load_costs(run, corrected=True, transport=t)

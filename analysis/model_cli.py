@@ -1,6 +1,7 @@
 """rpcscope model / rpcscope whatif: the RTT model (calculated = sum of count x unit cost) and what-ifs."""
 import argparse
 import sys
+from pathlib import Path
 
 from rpcscope.output import UserError, emit_json, table
 
@@ -99,7 +100,6 @@ def _holdout_notes(path, holdout):
     """A note when a held-out size corrected the other sizes' probe effect: a capture with an in-situ
     calibration that was not told it (capture --holdout; rpcscope run tells it)."""
     import json
-    from pathlib import Path
     p = Path(path)
     for cand in (p / "manifest.json", p.parent / "manifest.json", p.parent.parent / "manifest.json"):
         if cand.is_file():
@@ -140,7 +140,6 @@ def cmd_model(args):
             m.notes += _holdout_notes(args.input, m.holdout)
     out = args.out
     if out is None and args.input and not args.paper:
-        from pathlib import Path
         p = Path(args.input)
         if p.is_dir():
             out = (p / "analysis" if (p / "analysis").is_dir() else p) / "model.json"
@@ -229,7 +228,6 @@ def cmd_goals(args):
     from . import goals as G
     dirs = []
     for r in args.runs:
-        from pathlib import Path
         d = Path(r)
         if not (d / "manifest.json").is_file():
             raise UserError(f"{r}: not a run directory (no manifest.json)")

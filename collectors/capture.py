@@ -1095,7 +1095,7 @@ def straddle_pct(p50s):
     barely moves) stray from their medians over the rounds, the larger of the two, as % of the median
     untraced p50. A round whose kinds ran in different levels strays by the jump between levels
     (session 17, runs/run-20261125-220603, UDP 1392, round 0: untraced 21.0 us in the faster level,
-    user-only and traced in the slower one; its user share 8.8 us against a median 5.0, 18 %).
+    user-only and traced in the slower one; its user share 8.8 us against a median 5.0: 14 %).
     p50s: {(case, kind): [p50 per round]} of one case."""
     rounds = min(len(v) for v in p50s.values())
     by_kind = {k: v for (_, k), v in p50s.items()}
@@ -1117,7 +1117,7 @@ def fastest_round(p50s):
     levels and the model missed by 5-17 %; a level is the host's, so each size's fastest whole round
     puts every size in the same one (the slower level's rounds spread more: sizes disagree about
     which of them is "the" slow level). The least sum alone can come from one kind's fast run beside
-    slow ones (session 17: 18 % of the RTT off the others' probe effect), which no correction mends.
+    slow ones (session 17: 14 % of the RTT off the others' probe effect), which no correction mends.
     p50s: {(case, kind): [p50 per round]} of one case."""
     rounds = min(len(v) for v in p50s.values())
     stray = straddle_pct(p50s)

@@ -13,9 +13,11 @@ do not decide), and their ratio (random / fixed). Needs root and `rpcscope testb
 import argparse
 import json
 import os
+import pathlib
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 from tqdm import tqdm
@@ -32,18 +34,23 @@ PORT = 7390                       # below the capture's ports (collectors/captur
 SETTINGS = ("on", "off")          # --aslr: randomized, fixed
 
 
-def _one_run(setting, transport, size, calls, warmup, cpus, addrs):
+def _one_run(setting, transport, size, calls, warmup, cpus, addrs, ready):
     from .collectors.capture import NOTRACE_BIN, aslr_prefix
     prefix = aslr_prefix(setting)
+    ready.unlink(missing_ok=True)
     server = subprocess.Popen(
         ["ip", "netns", "exec", addrs["server_ns"], *prefix, "taskset", "-c", str(cpus["server"]),
          str(NOTRACE_BIN / "rpc-server"), "--bind", addrs["server"], "--port", str(PORT), "--transport", transport,
-         "--cpu", str(cpus["server"]), "--executors", "0", "--wait", "select", "--duration", "60"],
+         "--cpu", str(cpus["server"]), "--executors", "0", "--wait", "select", "--duration", "60",
+         "--ready-file", str(ready)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        time.sleep(0.2)           # rpc-server binds within milliseconds; the client retries its first call
-        if server.poll() is not None:
-            raise UserError(f"rpc-server exited at once: {server.stderr.read().decode(errors='replace')[-300:]}")
+        deadline = time.monotonic() + 15
+        while not ready.exists() and server.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not ready.exists():
+            raise UserError(f"rpc-server did not start listening on {addrs['server']}:{PORT}: "
+                            f"{server.stderr.read1(400).decode(errors='replace') if server.poll() is not None else 'timeout'}")
         r = subprocess.run(
             ["ip", "netns", "exec", addrs["client_ns"], *prefix, "taskset", "-c", str(cpus["client"]),
              str(NOTRACE_BIN / "rpc-client"), "--server", addrs["server"], "--port", str(PORT),
@@ -96,10 +103,11 @@ def run(args):
     cpus = cap.placement_cpus("split")
     p50s = {(s, k): [] for s in sizes for k in SETTINGS}
     steps = [(s, k) for s in sizes for _ in range(args.runs) for k in SETTINGS]
-    with IdlePolicy("poll"):
+    with IdlePolicy("poll"), tempfile.TemporaryDirectory(prefix="rpcscope-bench-layout-") as tmp:
+        ready = pathlib.Path(tmp) / "server.ready"
         for size, setting in tqdm(steps, desc="bench-layout", unit="run", disable=args.json or not sys.stderr.isatty()):
             p50s[(size, setting)].append(
-                _one_run(setting, args.transport, size, args.calls, args.warmup, cpus, addrs))
+                _one_run(setting, args.transport, size, args.calls, args.warmup, cpus, addrs, ready))
     rows = []
     for s in sizes:
         (med_on, sd_on), (med_off, sd_off) = spread(p50s[(s, "on")]), spread(p50s[(s, "off")])

@@ -3,6 +3,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from tqdm import tqdm
+
 from rpcscope.output import UserError, emit_json, table
 
 from . import model as M
@@ -236,21 +238,15 @@ def cmd_goals(args):
     if holdout is not None and not args.refit:
         raise UserError("--holdout re-chooses the held-out sizes of a fit: give it with --refit")
     per_run = []
-    bar = _progress(len(dirs), "goals", args.json or args.quiet)
-    try:
-        for d in dirs:
-            if bar is not None:
-                bar.set_description(f"goals: {d.name}")
+    with tqdm(dirs, desc="goals", unit="run", file=sys.stderr, leave=False,
+              disable=args.json or args.quiet or not sys.stderr.isatty()) as bar:
+        for d in bar:
+            bar.set_description(f"goals: {d.name}")
             try:
                 errs = G.refit_errors(d, holdout) if args.refit else G.saved_errors(d)
             except (ValueError, FileNotFoundError) as e:
                 raise UserError(f"{d}: {e}") from None
             per_run.append((str(d), errs))
-            if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
     runs, sizes = G.gather(per_run)
     met, total = sum(r["met"] for r in runs), sum(r["sizes"] for r in runs)
     if args.json:
@@ -267,15 +263,6 @@ def cmd_goals(args):
           ["transport", "size", "fit", "goal", "median_%", "least_%", "greatest_%", "met"], out=sys.stdout)
     print("% error = (measured - calculated) x 100 / measured; measured: the untraced p50 RTT")
     return 0
-
-
-def _progress(total, desc, disable):
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc=desc, unit="run", file=sys.stderr, disable=disable or not sys.stderr.isatty(),
-                leave=False)
 
 
 def register(subparsers):

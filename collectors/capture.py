@@ -99,11 +99,7 @@ def validate(p):
     """Every check that needs no testbed: bad parameters fail here with the fix named."""
     if p["proc"] not in PROCS:
         raise UserError(f"unknown procedure {p['proc']!r}; use one of: {', '.join(PROCS)}")
-    limit = proc_max_size(p["proc"])
-    too_big = [s for s in p["sizes"] if s > limit]
-    if too_big:
-        what = "takes no payload: use --sizes 0" if limit == 0 else f"allows at most {limit} bytes"
-        raise UserError(f"--sizes {','.join(map(str, too_big))}: procedure {p['proc']} {what}")
+    check_sizes(p["proc"], p["sizes"])
     if p["calls"] < 1 or p["calls"] > 10_000_000:
         raise UserError(f"--calls {p['calls']}: give 1 to 10000000 calls per size")
     if p["warmup"] < 0:
@@ -117,6 +113,24 @@ def validate(p):
     if p["placement"] == "split" and len(os.sched_getaffinity(0)) < 2:
         raise UserError("--placement split needs two CPUs (one per host); this machine offers "
                         f"{sorted(os.sched_getaffinity(0))}: use --placement same")
+
+
+def check_sizes(proc, sizes):
+    """Refuse the sizes a procedure cannot carry (rpc/procs.c's proc_max_size), naming the largest."""
+    limit = proc_max_size(proc)
+    too_big = [s for s in sizes if s > limit]
+    if too_big:
+        what = "takes no payload: use --sizes 0" if limit == 0 else f"allows at most {limit} bytes"
+        raise UserError(f"--sizes {','.join(map(str, too_big))}: procedure {proc} {what}")
+
+
+def wait_ready(proc, ready, timeout_s=15.0):
+    """Whether rpc-server (proc) wrote its --ready-file (it listens) within timeout_s; False as soon as it
+    exits."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None and not ready.exists():
+        time.sleep(0.01)
+    return ready.exists()
 
 
 def aslr_prefix(setting):
@@ -483,10 +497,7 @@ class Capture:
                 "--duration", str(SERVER_SAFETY_S), "--ready-file", str(ready),
                 "--stats-json", str(log_dir / f"server-{tag}-stats.json")]
         pr = self.procs.spawn(argv, log_dir / f"server-{tag}.log")
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and pr.poll() is None and not ready.exists():
-            time.sleep(0.01)
-        if not ready.exists():
+        if not wait_ready(pr, ready):
             self.procs.stop(pr)
             log = _read(log_dir / f"server-{tag}.log", "")[-400:]
             raise UserError(f"rpc-server did not start in {ns} on {bind}:{port}: {log}")

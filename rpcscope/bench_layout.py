@@ -18,7 +18,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 from tqdm import tqdm
 
@@ -35,7 +34,7 @@ SETTINGS = ("on", "off")          # --aslr: randomized, fixed
 
 
 def _one_run(setting, transport, size, calls, warmup, cpus, addrs, ready):
-    from .collectors.capture import NOTRACE_BIN, aslr_prefix
+    from .collectors.capture import NOTRACE_BIN, aslr_prefix, wait_ready
     prefix = aslr_prefix(setting)
     ready.unlink(missing_ok=True)
     server = subprocess.Popen(
@@ -45,10 +44,7 @@ def _one_run(setting, transport, size, calls, warmup, cpus, addrs, ready):
          "--ready-file", str(ready)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 15
-        while not ready.exists() and server.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if not ready.exists():
+        if not wait_ready(server, ready):
             raise UserError(f"rpc-server did not start listening on {addrs['server']}:{PORT}: "
                             f"{server.stderr.read1(400).decode(errors='replace') if server.poll() is not None else 'timeout'}")
         r = subprocess.run(
@@ -94,9 +90,7 @@ def run(args):
         cap.require_tool(tool, "install iproute2 and util-linux (make bootstrap does)")
     if not (cap.NOTRACE_BIN / "rpc-client").exists():
         raise UserError(f"{cap.NOTRACE_BIN}/rpc-client is missing: run `make TRACE=0`")
-    too_big = [s for s in sizes if s > cap.proc_max_size("maxarg")]
-    if too_big:
-        raise UserError(f"--sizes {','.join(map(str, too_big))}: maxarg allows at most {cap.proc_max_size('maxarg')} bytes")
+    cap.check_sizes("maxarg", sizes)
     hosts = {h["role"]: h for h in st["hosts"]}
     addrs = {"server_ns": hosts["server"]["name"], "client_ns": hosts["client"]["name"],
              "server": hosts["server"]["address"]}

@@ -2,9 +2,11 @@
 
 A model is a list of terms. A term is one step (or a device's share: controller, network) with
     a unit cost per occurrence, a + b * bytes (microseconds; b in us per byte), plus c per IP
-    packet beyond the first of each datagram it handles (the IP fragments of a UDP fragment), and
-    per size: how many times it happens on the round-trip path (count), the mean bytes one
-    occurrence handles (bytes) and those extra IP packets in all (extra_ip_packets).
+    packet beyond the first of each datagram it handles (the IP fragments of a UDP fragment), d per
+    ACK of the request it takes with the reply (TCP) and e per datagram it handles that is cut into
+    IP fragments at all, and per size: how many times it happens on the round-trip path (count), the
+    mean bytes one occurrence handles (bytes) and those extra IP packets, piggybacked ACKs and
+    fragmented datagrams in all (extra_ip_packets, piggybacked_acks, fragmented_datagrams).
 Counts and bytes come from the protocol's own arithmetic (analysis/packets.py) through an
 occurrence rule (RULES below), or, for the paper's Table 2, from the table itself.
 
@@ -156,6 +158,29 @@ def extra_ip_packets(rule, size, params):
             "call_bytes": req + rep}.get(rule, 0)
 
 
+def fragmented_datagrams(rule, size, params):
+    """The UDP datagrams cut into more than one IP packet among a rule's occurrences (the fragments
+    whose extra_ip_packets are above zero). What a fragmented datagram costs is not all per packet:
+    the sender's ip_do_fragment and the receiver's reassembly queue (inet_frag_find, ip_frag_reasm)
+    are set up once per datagram. On the veth testbed the client's send after the device hand-off
+    (C8'') took ~4.1 us more for a datagram of two IP packets (1392 bytes) and ~7.1 us more for one
+    of three (a 4016-byte fragment): ~1.1 us per fragmented datagram and ~3.0 us per further packet,
+    where a cost per packet alone (3.6 us) missed 1392 by 0.5 us (2 % of its RTT). Over TCP: 0."""
+    if params.get("transport") == "tcp":
+        return 0
+    q, r = _req_reply(size, params)
+    req = [1 if x else 0 for x in q.extra_ip_packets]
+    rep = [1 if x else 0 for x in r.extra_ip_packets]
+    if rule == "request_frags_but_last":
+        return sum(req[:len(_frags_but_last(q))])
+    if rule == "request_window_ends":
+        return sum(req[i] for i in _window_end_frags(q))
+    return {"call_request": sum(req), "request_frags": sum(req), "request_windows": sum(req),
+            "request_frags_multi": sum(req) if len(q.windows) > 1 else 0,
+            "call_reply": sum(rep), "reply_frags": sum(rep), "server_sends": sum(rep), "client_receives": sum(rep),
+            "call_bytes": sum(req) + sum(rep)}.get(rule, 0)
+
+
 # Over TCP the server's ACK of a request rides on the reply when the request is one segment: Linux acks
 # at once only when more than one full segment is unacknowledged (__tcp_ack_snd_check), else it delays
 # the ACK, and the reply carries it a few microseconds later. The client's TCP then takes that ACK
@@ -213,10 +238,12 @@ class Term:
     a_us: float
     b_us_per_byte: float = 0.0
     rule: str | None = None
-    per_size: dict = field(default_factory=dict)   # size -> {"count", "bytes" (mean), "extra_ip_packets", "piggybacked_acks"}
+    # size -> {"count", "bytes" (mean), "extra_ip_packets", "piggybacked_acks", "fragmented_datagrams"}
+    per_size: dict = field(default_factory=dict)
     fit: dict = field(default_factory=dict)
     c_us_per_extra_ip_packet: float = 0.0
     d_us_per_piggybacked_ack: float = 0.0
+    e_us_per_fragmented_datagram: float = 0.0
 
     def unit(self, nbytes):
         """The cost of one occurrence handling nbytes in a single IP packet per datagram."""
@@ -230,19 +257,22 @@ class Term:
         if not ps or not ps["count"]:
             return 0.0
         return (ps["count"] * self.unit(ps.get("bytes", 0)) + ps.get("extra_ip_packets", 0) * self.c_us_per_extra_ip_packet
-                + ps.get("piggybacked_acks", 0) * self.d_us_per_piggybacked_ack)
+                + ps.get("piggybacked_acks", 0) * self.d_us_per_piggybacked_ack
+                + ps.get("fragmented_datagrams", 0) * self.e_us_per_fragmented_datagram)
 
     @property
     def label(self):
         return self.term or self.step
 
     def formula(self):
-        return unit_formula(self.a_us, self.b_us_per_byte, self.c_us_per_extra_ip_packet, self.d_us_per_piggybacked_ack)
+        return unit_formula(self.a_us, self.b_us_per_byte, self.c_us_per_extra_ip_packet, self.d_us_per_piggybacked_ack,
+                            self.e_us_per_fragmented_datagram)
 
     def to_json(self):
         return {"device": self.device, "step": self.step, "term": self.term, "a_us": self.a_us,
                 "b_us_per_byte": self.b_us_per_byte, "c_us_per_extra_ip_packet": self.c_us_per_extra_ip_packet,
-                "d_us_per_piggybacked_ack": self.d_us_per_piggybacked_ack, "rule": self.rule,
+                "d_us_per_piggybacked_ack": self.d_us_per_piggybacked_ack,
+                "e_us_per_fragmented_datagram": self.e_us_per_fragmented_datagram, "rule": self.rule,
                 "per_size": {str(s): v for s, v in self.per_size.items()}, "fit": self.fit}
 
     @classmethod
@@ -250,7 +280,8 @@ class Term:
         """A term of a model file (the coefficients a file of an older rpcscope lacks are 0)."""
         return cls(t["device"], t["step"], t.get("term", ""), float(t["a_us"]), float(t.get("b_us_per_byte", 0)),
                    t.get("rule"), {int(s): v for s, v in t["per_size"].items()}, t.get("fit", {}),
-                   float(t.get("c_us_per_extra_ip_packet", 0)), float(t.get("d_us_per_piggybacked_ack", 0)))
+                   float(t.get("c_us_per_extra_ip_packet", 0)), float(t.get("d_us_per_piggybacked_ack", 0)),
+                   float(t.get("e_us_per_fragmented_datagram", 0)))
 
 
 def goal_verdict(models, unsettled=()):
@@ -285,7 +316,8 @@ def goal_verdict(models, unsettled=()):
             "median_noise_pct": med, "unsettled": list(unsettled), "text": text + "."}
 
 
-def unit_formula(a_us, b_us_per_byte=0.0, c_us_per_extra_ip_packet=0.0, d_us_per_piggybacked_ack=0.0):
+def unit_formula(a_us, b_us_per_byte=0.0, c_us_per_extra_ip_packet=0.0, d_us_per_piggybacked_ack=0.0,
+                 e_us_per_fragmented_datagram=0.0):
     """A unit cost as people read it: '0.735 + 0.1291 ns/B + 2.028 us/extra IP packet'."""
     out = f"{a_us:.3f}"
     if b_us_per_byte:
@@ -294,6 +326,9 @@ def unit_formula(a_us, b_us_per_byte=0.0, c_us_per_extra_ip_packet=0.0, d_us_per
         out += f" {'-' if c_us_per_extra_ip_packet < 0 else '+'} {abs(c_us_per_extra_ip_packet):.3f} us/extra IP packet"
     if d_us_per_piggybacked_ack:
         out += f" {'-' if d_us_per_piggybacked_ack < 0 else '+'} {abs(d_us_per_piggybacked_ack):.3f} us/piggybacked ACK"
+    if e_us_per_fragmented_datagram:
+        out += (f" {'-' if e_us_per_fragmented_datagram < 0 else '+'} {abs(e_us_per_fragmented_datagram):.3f} "
+                "us/fragmented datagram")
     return out
 
 
@@ -336,11 +371,12 @@ class Model:
                     raise ValueError(f"term {t.label} has no occurrence rule: this model cannot predict size {s}")
                 if t.rule == NEAREST_RULE:
                     t.per_size[s] = {"count": t.per_size[nearest_fitted(s, fitted)]["count"], "bytes": 0.0,
-                                     "extra_ip_packets": 0, "piggybacked_acks": 0}
+                                     "extra_ip_packets": 0, "piggybacked_acks": 0, "fragmented_datagrams": 0}
                     continue
                 n, b = occurrences(t.rule, s, self.params)
                 t.per_size[s] = {"count": n, "bytes": b, "extra_ip_packets": extra_ip_packets(t.rule, s, self.params),
-                                 "piggybacked_acks": piggybacked_acks(t.step, s, self.params)}
+                                 "piggybacked_acks": piggybacked_acks(t.step, s, self.params),
+                                 "fragmented_datagrams": fragmented_datagrams(t.rule, s, self.params)}
             self.sizes.append(s)
         self.sizes.sort()
         return self
@@ -441,10 +477,10 @@ def fit(costs, holdout=(), steps=None, predict=()):
             rule = NEAREST_RULE if _on_path_at_some(observed) else gap_rule(sid, costs, sizes, fit_sizes, params,
                                                                              weights)
         per_size, pts = _term_points(sid, rule, costs, sizes, fit_sizes, params)
-        a, bb, c, dd, info = fit_unit(pts, weights)
+        a, bb, c, dd, e, info = fit_unit(pts, weights)
         if not pts:
             notes.append(f"{sid}: never measured at a fitted size with a count > 0; unit cost 0")
-        terms.append(Term(_device(sid), sid, "", a, bb, rule, per_size, info, c, dd))
+        terms.append(Term(_device(sid), sid, "", a, bb, rule, per_size, info, c, dd, e))
     model = Model(terms, sizes, {s: v / 1000.0 for s, v in costs.measured_ns.items() if v is not None},
                   holdout, params, costs.source, params.get("link_rate_bps"), notes)
     model.extend(sorted(set(predict) - set(sizes)))
@@ -452,9 +488,9 @@ def fit(costs, holdout=(), steps=None, predict=()):
 
 
 def _term_points(sid, rule, costs, sizes, fit_sizes, params):
-    """({size: count, bytes, extra IP packets, piggybacked ACKs}, the fit's points [(size, n, bytes, extra,
-    acks, per-RPC us)]) of a term counted by a rule (a measured count or bytes in the input wins over the
-    rule's)."""
+    """({size: count, bytes, extra IP packets, piggybacked ACKs, fragmented datagrams}, the fit's points
+    [(size, n, bytes, extra, acks, fragmented, per-RPC us)]) of a term counted by a rule (a measured count
+    or bytes in the input wins over the rule's)."""
     per_size, pts = {}, []
     for s in sizes:
         if rule == NEAREST_RULE:
@@ -467,10 +503,11 @@ def _term_points(sid, rule, costs, sizes, fit_sizes, params):
         b = m.get("bytes", b)
         x = m.get("extra_ip_packets", extra_ip_packets(rule, s, params))
         k = m.get("piggybacked_acks", piggybacked_acks(sid, s, params))
-        per_size[s] = {"count": n, "bytes": b, "extra_ip_packets": x, "piggybacked_acks": k}
+        f = m.get("fragmented_datagrams", fragmented_datagrams(rule, s, params))
+        per_size[s] = {"count": n, "bytes": b, "extra_ip_packets": x, "piggybacked_acks": k, "fragmented_datagrams": f}
         med = m.get("median_ns")
         if s in fit_sizes and n and med is not None:
-            pts.append((s, n, b, x, k, med / 1000.0))   # the per-RPC total, us
+            pts.append((s, n, b, x, k, f, med / 1000.0))   # the per-RPC total, us
     return per_size, pts
 
 
@@ -536,13 +573,14 @@ def path_rule(step, observed, totals, params, weights=None):
 
     def residual(rule):
         pts = [(s, *occurrences(rule, s, params), extra_ip_packets(rule, s, params), piggybacked_acks(step, s, params),
-                t) for s, t in totals.items()]
+                fragmented_datagrams(rule, s, params), t) for s, t in totals.items()]
         pts = [p for p in pts if p[1]]
         if not pts:
             return float("inf")
-        a, b, c, d, _ = fit_unit(pts, weights)
+        a, b, c, d, e, _ = fit_unit(pts, weights)
         w = weights or {}
-        return round(sum(w.get(s, 1.0) * (t - n * (a + b * by) - x * c - k * d) ** 2 for s, n, by, x, k, t in pts), 9)
+        return round(sum(w.get(s, 1.0) * (t - n * (a + b * by) - x * c - k * d - f * e) ** 2
+                         for s, n, by, x, k, f, t in pts), 9)
 
     own = STEP_RULES[step]
     if _on_path_at_some(observed) and not any(
@@ -611,10 +649,16 @@ def with_rtp(costs, rtp, corrected=False):
 # packets in all). A constant only where the bytes per occurrence do not vary: chosen by leave one
 # out elsewhere, it dropped small real per-byte slopes (TCP's steps at 16 and 24 KB, s6 runs).
 UNIT_FORMS = (("constant", (0,)), ("linear", (0, 1)), ("per packet", (0, 2)), ("linear and per packet", (0, 1, 2)))
-# Column 3, piggybacked ACKs in all (piggybacked_acks), is no form to choose: the protocol says which
-# sizes carry the work, so every form of a term whose fitted sizes have it at some sizes and not at
-# others gets it.
+# Columns 3, piggybacked ACKs in all (piggybacked_acks), and 4, fragmented datagrams in all
+# (fragmented_datagrams), are no form to choose: the protocol says which sizes carry the work, so every
+# form of a term whose fitted sizes have it at some sizes and not at others gets it, and a cost below
+# zero (noise) drops it (_without_negative). Why the datagrams in every form and not only beside the
+# extra packets: re-fitted over the 43 runs of sessions 14-17 (`rpcscope goals --refit`), the model met
+# 489 of 688 sizes without the column, 506 with it in every form; with it only in the per-packet forms
+# (over the last 35 of those runs) 414 against 442 without, UDP 1392 at +4.3 %. analysis/MODEL.md.
 ACK_COLUMN = 3
+FRAG_COLUMN = 4
+OPTIONAL_COLUMNS = (ACK_COLUMN, FRAG_COLUMN)
 # A form with more parameters is kept only if it predicts a left-out size better by this much (% of
 # that size's RTT): with five or six sizes to fit, an extra parameter can otherwise follow the noise.
 UNIT_FORM_MARGIN_PCT = 0.02
@@ -627,7 +671,8 @@ UNIT_SLOPE_FLOOR = -1e-9
 
 def fit_unit(pts, weights=None):
     """A term's unit cost from pts [(size, n occurrences, mean bytes, extra IP packets, piggybacked
-    ACKs, per-RPC total us)]: (a, b, c, d, info) with total = n*a + n*bytes*b + extra*c + acks*d,
+    ACKs, fragmented datagrams, per-RPC total us)]: (a, b, c, d, e, info) with total = n*a + n*bytes*b +
+    extra*c + acks*d + fragmented*e,
     least squares with each size weighted by `weights` ({size: w}, default 1; the fit minimises the
     error of the step's share of the RTT).
 
@@ -637,19 +682,19 @@ def fit_unit(pts, weights=None):
     UNIT_FORM_MARGIN_PCT; a form that some left-out fit cannot determine is not a candidate, nor one
     whose fit over all the sizes has a cost per byte or per packet below zero (UNIT_SLOPE_FLOOR).
     With fewer sizes: linear in bytes (unless its slope falls), or a constant where the bytes do not
-    vary. Piggybacked ACKs (ACK_COLUMN), when some fitted sizes have them and some not, are in every
-    form; a left-out size whose ACKs no other size shares is then not predicted, and a cost per ACK
-    below zero (noise) drops the column. info: sizes, points, kind (the form), falling (the forms
-    refused for a negative slope), rms_residual_us, loo_rms (% of the RTT when weighted, else us) per
-    candidate form, and piggybacked_acks (whether the column was fitted)."""
+    vary. Piggybacked ACKs and fragmented datagrams (OPTIONAL_COLUMNS), when some fitted sizes have
+    them and some not, are in every form; a left-out size whose such work no other size shares, or that
+    alone tells the column from the others, is then not predicted, and a cost below zero (noise) drops
+    the column. info: sizes, points, kind (the form), falling (the forms refused for a negative slope),
+    rms_residual_us, loo_rms (% of the RTT when weighted, else us) per candidate form, piggybacked_acks
+    and fragmented_datagrams (whether each column was fitted)."""
     info = {"sizes": [p[0] for p in pts], "points": len(pts)}
     if not pts:
         info["kind"] = "none"
-        return 0.0, 0.0, 0.0, 0.0, info
-    rows = [((weights or {}).get(s, 1.0), (n, n * b, x, k), y) for s, n, b, x, k, y in pts]
-    acks = [x[ACK_COLUMN] for _, x, _ in rows]
-    extra = (ACK_COLUMN,) if any(acks) and not all(acks) else ()
-    forms = tuple((name, cols + extra) for name, cols in UNIT_FORMS)
+        return 0.0, 0.0, 0.0, 0.0, 0.0, info
+    rows = [((weights or {}).get(s, 1.0), (n, n * b, x, k, f), y) for s, n, b, x, k, f, y in pts]
+    extra = tuple(c for c in OPTIONAL_COLUMNS if any(x[c] for _, x, _ in rows) and not all(x[c] for _, x, _ in rows))
+    forms = tuple((name, _without_negative(rows, cols, extra)) for name, cols in UNIT_FORMS)
     whole = {name: _wls(rows, cols) for name, cols in forms}      # each form fitted over every size
     linear_ok = _slopes_ok(whole["linear"], dict(forms)["linear"])
     info["falling"] = [name for name, cols in forms if whole[name] is not None and not _slopes_ok(whole[name], cols)]
@@ -661,7 +706,7 @@ def fit_unit(pts, weights=None):
         if rms is not None:
             loo[name] = rms * (100.0 if weights else 1.0)
     if not loo:      # too few sizes to leave one out, or no form survives it
-        name = "linear" if linear_ok and len({b for _, _, b, _, _, _ in pts}) > 1 else "constant"
+        name = "linear" if linear_ok and len({b for _, _, b, _, _, _, _ in pts}) > 1 else "constant"
     else:
         margin = UNIT_FORM_MARGIN_PCT if weights else 1e-9
         best = min(loo.values())
@@ -669,34 +714,50 @@ def fit_unit(pts, weights=None):
         info["loo_rms"] = {k: round(v, 4) for k, v in loo.items()}
         info["loo_unit"] = "% of RTT" if weights else "us"
     cols = dict(forms)[name]
-    th = _wls(rows, cols)
-    if extra and (th is None or th[cols.index(ACK_COLUMN)] < 0.0):
-        cols = tuple(c for c in cols if c != ACK_COLUMN)
-        th = _wls(rows, cols)
-    coef = [0.0, 0.0, 0.0, 0.0]
+    th = whole[name]
+    coef = [0.0] * 5
     for c, v in zip(cols, th or ()):
         coef[c] = v
     info["kind"] = name
     info["piggybacked_acks"] = ACK_COLUMN in cols
+    info["fragmented_datagrams"] = FRAG_COLUMN in cols
     res = [y - sum(k * v for k, v in zip(coef, x)) for _, x, y in rows]
     info["rms_residual_us"] = math.sqrt(sum(r * r for r in res) / len(res))
-    return coef[0], coef[1], coef[2], coef[3], info
+    return coef[0], coef[1], coef[2], coef[3], coef[4], info
+
+
+def _without_negative(rows, cols, optional):
+    """A form's columns cols plus the optional ones, less each optional column whose cost comes out
+    below zero (or cannot be fitted) over every row: noise, not work."""
+    cols = cols + optional
+    for c in optional:
+        th = _wls(rows, cols)
+        if th is None or th[cols.index(c)] < 0.0:
+            cols = tuple(k for k in cols if k != c)
+    return cols
 
 
 def _leave_one_out(rows, cols):
     """The weighted rms error of predicting each row from the others with the columns cols, or None
-    when some fit cannot be made. A row with piggybacked ACKs that no other row has is fitted without
-    that column and not predicted (its ACK cost comes from it alone)."""
+    when some fit cannot be made. A row with piggybacked ACKs (or fragmented datagrams) that no other row
+    has, or that alone tells that column from the others, is fitted without that column and not
+    predicted (that cost comes from it alone)."""
     errs = []
     for i, (w, x, y) in enumerate(rows):
         rest = rows[:i] + rows[i + 1:]
-        use = cols
-        if ACK_COLUMN in cols and not any(r[1][ACK_COLUMN] for r in rest):
-            use = tuple(c for c in cols if c != ACK_COLUMN)
+        alone = [c for c in OPTIONAL_COLUMNS if c in cols and not any(r[1][c] for r in rest)]
+        use = tuple(c for c in cols if c not in alone)
         th = _wls(rest, use)
+        for c in [c for c in OPTIONAL_COLUMNS if c in use and th is None]:
+            # Only the left-out size tells this column from the others (UDP 1392 is the only fitted size
+            # with a fragmented datagram of two IP packets: without it, fragmented datagrams are half the
+            # extra packets): fitted without it, and not predicted if it has that work.
+            alone.append(c)
+            use = tuple(k for k in use if k != c)
+            th = _wls(rest, use)
         if th is None:
             return None
-        if use != cols and x[ACK_COLUMN]:
+        if any(x[c] for c in alone):
             continue
         errs.append(w * (y - sum(t * x[c] for t, c in zip(th, use))) ** 2)
     return math.sqrt(sum(errs) / len(errs)) if errs else None

@@ -155,7 +155,10 @@ def test_fit_finds_a_cost_per_extra_ip_packet_and_predicts_across_the_mtu():
         meas[s] = (c8 + c1) * 1000
     assert [M.extra_ip_packets("request_frags", s, params) for s in (0, 1392, 4016)] == [0, 1, 2]
     assert M.extra_ip_packets("request_frags", 24096, dict(params, transport="tcp")) == 0
-    m = M.fit(M.Costs(out, meas, params, "synthetic"), holdout=[1393, 6000], steps=["C1", "C8''"])
+    # 6000 is fitted here: its 1988-byte fragment (two IP packets) is the only one that tells a cost per
+    # packet from one per byte and per fragmented datagram (at 0, 1392, 4016, 8032, 16064 and 24096 a
+    # fragment is 4, 1396 or 4016 bytes, one, two or three packets, and the two forms agree).
+    m = M.fit(M.Costs(out, meas, params, "synthetic"), holdout=[1393], steps=["C1", "C8''"])
     t = {x.step: x for x in m.terms}
     assert t["C8''"].fit["kind"] == "per packet", t["C8''"].fit
     assert t["C8''"].c_us_per_extra_ip_packet == pytest.approx(2.0)
@@ -431,3 +434,68 @@ def test_tcp_messages_are_one_record():
     assert M.occurrences("acks", 24096, {"transport": "tcp"})[0] == 0
     assert M.occurrences("request_frags", 24096, {"transport": "udp"})[0] == 6
     assert M.occurrences("windows", 24096, {})[0] > 1
+
+
+def test_fragmented_datagrams_per_rule():
+    """A datagram cut into IP fragments at all costs once (ip_do_fragment, the reassembly queue) beside
+    its cost per further packet: maxarg's request is one 1396-byte fragment at 1392 (two IP packets),
+    4016 + 4 bytes at 4016 (the first of three packets), two full fragments and 4 bytes at 8032, six
+    and 4 bytes at 24096; none over TCP."""
+    p = {"reply": 0, "proc": "maxarg"}
+    assert [M.fragmented_datagrams("request_frags", s, p) for s in (0, 1392, 4016, 6000, 8032, 24096)] == \
+        [0, 1, 1, 2, 2, 6]
+    assert [M.extra_ip_packets("request_frags", s, p) for s in (0, 1392, 4016, 6000, 8032, 24096)] == \
+        [0, 1, 2, 3, 4, 12]
+    assert M.fragmented_datagrams("request_frags_but_last", 24096, p) == 6      # the 4-byte last is whole
+    assert M.fragmented_datagrams("request_window_ends", 24096, p) == 3
+    assert M.fragmented_datagrams("windows", 24096, p) == 0
+    assert M.fragmented_datagrams("call_request", 8032, p) == 2
+    assert M.fragmented_datagrams("request_frags", 24096, dict(p, transport="tcp")) == 0
+
+
+def test_fit_finds_a_cost_per_fragmented_datagram_beside_the_one_per_packet():
+    """C8'' as measured on the veth testbed: the first extra IP packet of a datagram costs more than
+    the next ones (~4.1 us at 1392 for one extra, ~7.0 for two). With a cost per extra packet alone the
+    fit misses 1392; with the fragmented datagrams' column both costs come back, every size (the
+    held-out one too) is exact, and the leave-one-out does not predict 1392, the only fitted size
+    that tells a datagram from its packets. Fitted without 6000 (as `make run` holds it out), the
+    same data is met exactly by a cost per byte and per datagram instead: the simpler form wins the
+    tie, and 6000 is then predicted within 0.7 us."""
+    params = {"reply": 0, "proc": "maxarg"}
+    sizes = [0, 1392, 1393, 4016, 6000, 8032, 16064, 24096]
+    out, meas = {}, {}
+    for s in sizes:
+        n, _ = M.occurrences("request_frags", s, params)
+        c8 = n * 0.15 + 2.9 * M.extra_ip_packets("request_frags", s, params) + \
+            1.2 * M.fragmented_datagrams("request_frags", s, params)
+        c1 = 0.2 + 0.0001 * M.occurrences("call_request", s, params)[1]
+        out[s] = {"C8''": {"median_ns": c8 * 1000, "n": 100}, "C1": {"median_ns": c1 * 1000, "n": 100}}
+        meas[s] = (c8 + c1) * 1000
+    tie = M.fit(M.Costs(out, meas, params, "synthetic"), holdout=[1393, 6000], steps=["C1", "C8''"])
+    c8 = {x.step: x for x in tie.terms}["C8''"]
+    assert c8.fit["kind"] == "linear" and c8.fit["loo_rms"]["per packet"] == pytest.approx(0, abs=1e-9)
+    assert c8.contribution(1393) == pytest.approx(out[1393]["C8''"]["median_ns"] / 1000, abs=0.01)
+    assert abs(c8.contribution(6000) - out[6000]["C8''"]["median_ns"] / 1000) < 0.7
+    m = M.fit(M.Costs(out, meas, params, "synthetic"), holdout=[1393], steps=["C1", "C8''"])
+    t = {x.step: x for x in m.terms}
+    c8 = t["C8''"]
+    assert c8.fit["kind"] == "per packet" and c8.fit["fragmented_datagrams"], c8.fit
+    assert c8.c_us_per_extra_ip_packet == pytest.approx(2.9) and c8.e_us_per_fragmented_datagram == pytest.approx(1.2)
+    assert c8.per_size[6000]["fragmented_datagrams"] == 2
+    for row in m.error_rows():
+        assert row["percent_error"] == pytest.approx(0, abs=1e-6), row
+    assert "us/fragmented datagram" in c8.formula()
+    # 1392 is left out of the leave-one-out only: without it the datagrams are half the extra packets.
+    rows = [(1.0, (n, n * b, x, k, f), y) for _, n, b, x, k, f, y in
+            M._term_points("C8''", "request_frags", M.Costs(out, meas, params, "s"), sizes,
+                           [0, 1392, 4016, 8032, 16064, 24096], params)[1]]
+    assert M._wls(rows, (0, 2, 4)) is not None
+    assert M._wls([rows[0]] + rows[2:], (0, 2, 4)) is None          # without 1392: f = x / 2
+    assert M._leave_one_out(rows, (0, 2, 4)) == pytest.approx(0, abs=1e-9)
+    back = M.Model.from_json(json.loads(json.dumps(m.to_json())))
+    assert back.terms[1].e_us_per_fragmented_datagram == pytest.approx(1.2)
+    assert back.calculated(6000) == pytest.approx(m.calculated(6000))
+    # whatif: a scale changes the datagram's cost with the others; "set" removes it.
+    from rpcscope.analysis import whatif as W
+    ch = W.apply(back, "C8''", "scale", 0.5)[0]
+    assert ch["e_us_before"] == pytest.approx(1.2) and ch["e_us_after"] == pytest.approx(0.6)

@@ -240,43 +240,49 @@ class Graph:
 
     def states(self, tid, lo, hi):
         """The thread's timeline over [lo, hi]: [(begin, end, state)], state one of running,
-        interrupted (a softirq on its CPU while it ran), preempted, blocked, wakeup."""
-        out = []
-        ins, icpu = self._in.get(tid, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
-        outs, ocpu, ost = self._out.get(tid, (np.zeros(0, np.int64),) * 3)
-        ev = sorted([(int(t), 1, int(c), 0) for t, c in zip(ins.tolist(), icpu.tolist()) if lo <= t <= hi] +
-                    [(int(t), 0, int(c), int(s)) for t, c, s in zip(outs.tolist(), ocpu.tolist(), ost.tolist())
-                     if lo <= t <= hi])
+        interrupted (a softirq on its CPU while it ran), preempted, blocked, wakeup (its waking, or its
+        switch out where the waking raced it (waking_while_going_to_sleep), .. its switch in). A switch in lost in the trace is inferred at the thread's first event after
+        its switch out, as last_in does (on this VM a CPU leaving its idle task fires no switch)."""
+        outs, _, ost = self._out.get(tid, (np.zeros(0, np.int64),) * 3)
+        ins, _ = self._in.get(tid, (np.zeros(0, np.int64), None))
+        ets, _ = self._evts.get(tid, (np.zeros(0, np.int64), None))
         li, lo_ = self.last_in(tid, lo), self.last_out(tid, lo + 1)
         running = li is not None and (lo_ is None or li[0] > lo_[0])
-        cur, cpu, st = lo, (li[1] if li else -1), (lo_[2] if lo_ else 0)
-        for t, is_in, c, s in ev + [(hi, -1, -1, 0)]:
-            if t > cur:
-                if running:
-                    p = cur
-                    for e, x, v in self.softirqs(cpu, cur, t):
-                        b, e2 = max(e, cur), min(x, t)
-                        if b > p:
-                            out.append((p, b, "running"))
-                        out.append((b, e2, f"interrupted (softirq {SOFTIRQ_NAMES.get(v, v)})"))
-                        p = e2
-                    if t > p:
-                        out.append((p, t, "running"))
-                elif st == 0:
-                    out.append((cur, t, "preempted"))
+        st = lo_[2] if lo_ else 1
+        out, x = [], lo
+        while x < hi:
+            if running:
+                k = int(outs.searchsorted(x, "right"))
+                y = min(int(outs[k]), hi) if k < len(outs) else hi
+                cpu = self.last_in(tid, x)
+                p = x
+                for e, z, v in (self.softirqs(cpu[1], x, y) if cpu else ()):
+                    b, e2 = max(e, x), min(z, y)
+                    if b > p:
+                        out.append((p, b, "running"))
+                    out.append((b, e2, f"interrupted (softirq {SOFTIRQ_NAMES.get(v, v)})"))
+                    p = e2
+                if y > p:
+                    out.append((p, y, "running"))
+                if k < len(outs):
+                    st = int(ost[k])
+            else:
+                # The next switch in, or the first own event after the switch out (a switch in lost).
+                k, j = int(ins.searchsorted(x, "right")), int(ets.searchsorted(x, "right"))
+                cand = [int(v[i]) for v, i in ((ins, k), (ets, j)) if i < len(v)]
+                y = min(min(cand), hi) if cand else hi
+                w = self.wakeup_before(tid, y, x) if st != 0 else None
+                if st == 0:
+                    out.append((x, y, "preempted"))
+                elif w and w["ts"] < y:
+                    out.append((x, w["ts"], "blocked"))
+                    out.append((w["ts"], y, "wakeup"))
+                elif self.waking_while_going_to_sleep(tid, x) is not None:
+                    out.append((x, y, "wakeup"))         # woken before it was off its CPU: all latency
                 else:
-                    w = self.wakeup_before(tid, t, cur)
-                    if w and w["ts"] > cur:
-                        out.append((cur, w["ts"], "blocked"))
-                        out.append((w["ts"], t, "wakeup"))
-                    else:
-                        out.append((cur, t, "blocked"))
-            if is_in == 1:
-                running, cpu = True, c
-            elif is_in == 0:
-                running, st = False, s
-            cur = max(cur, t)
-        return out
+                    out.append((x, y, "blocked"))
+            x, running = y, not running          # y > x: every search above is strictly after x
+        return [(b, e, s) for b, e, s in out if e > b]
 
     # ------------------------------------------------------------ packets
     def receive_in(self, cpu, lo, hi):

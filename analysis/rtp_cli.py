@@ -109,6 +109,7 @@ def cmd_rtp(args):
     tot = {"segment": "RTT C1..C21 (median)", "dce": ""}
     chk = {"segment": "max |sum - RTT|, us", "dce": ""}
     prb = {"segment": "probes on the path (median)", "dce": ""}
+    ovl = {"segment": "  of which overlap absorbs", "dce": ""}
     edg = {"segment": "+ call edges (client clock)", "dce": ""}
     cor = {"segment": "corrected RTT (median)", "dce": ""}
     unt = {"segment": "untraced RTT (p50)", "dce": ""}
@@ -117,13 +118,14 @@ def cmd_rtp(args):
         tot[c["case"]] = _us(c["rtt_median_ns"])
         chk[c["case"]] = _us(c["sum_check_max_abs_ns"])
         prb[c["case"]] = _us(c.get("probe_on_path_median_ns"))
+        ovl[c["case"]] = _us((c.get("probe_retimed") or {}).get("absorbed_median_ns"))
         edg[c["case"]] = _us(c.get("call_edges_ns"))
         cor[c["case"]] = _us(c.get("rtt_corrected_median_ns"))
         u = c.get("untraced_p50_ns")
         unt[c["case"]] = _us(u)
         pct[c["case"]] = (f"{(c['rtt_corrected_median_ns'] - u) * 100 / u:+.1f}"
                           if u and c.get("rtt_corrected_median_ns") is not None else "")
-    _grid([tot, chk, prb, edg, cor, unt, pct], ["segment", "dce"] + names)
+    _grid([tot, chk, prb, ovl, edg, cor, unt, pct], ["segment", "dce"] + names)
     if cases and not all(c.get("probe_costs") for c in cases):
         print("no probe calibration in the manifest: corrected = traced (capture with --calibration quick|full)")
     print("\noverlapped steps: median slack us (min) -- how much the step could grow before joining the path")

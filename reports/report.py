@@ -395,10 +395,12 @@ def rtt_section(d: RunData):
     # The probe-corrected RTT of record is the round-trip path's (rtp.json: each RPC's probes on its path,
     # with the in-situ costs); steps.json's (the case's events on the path per call times the same costs,
     # or without an in-situ calibration every probe on the client's CPU) stands in without an rtp.json.
-    path_corr, noise = {}, {}
+    path_corr, noise, absorbed = {}, {}, {}
     for c in (d.rtp or {}).get("cases", []) if isinstance((d.rtp or {}).get("cases"), list) else []:
         if c.get("rtt_corrected_median_ns") is not None:
             path_corr[c["case"]] = c["rtt_corrected_median_ns"] / 1000
+        if (c.get("probe_retimed") or {}).get("absorbed_median_ns") is not None:
+            absorbed[c["case"]] = c["probe_retimed"]["absorbed_median_ns"] / 1000
     from rpcscope.analysis.run import traced_noise_pct
     for c in d.cases:
         noise[c.get("id")] = traced_noise_pct(c)
@@ -428,19 +430,23 @@ def rtt_section(d: RunData):
         s.items.append(Figure(f"rtt-{tr}-{proc}", f"RTT vs size ({tr} {proc})", fig, src, note))
         s.items.append(Table(f"Traced vs untraced, {tr} {proc}",
                              ["size", "rpcs", "complete", "traced_p50_us", "corrected_p50_us", "untraced_p50_us",
-                              "traced_vs_untraced_%", "corrected_vs_untraced_%", "noise_%"],
+                              "traced_vs_untraced_%", "corrected_vs_untraced_%", "noise_%", "overlap_absorbed_us"],
                              [{"size": r["size"], "rpcs": r.get("rpcs", ""), "complete": r.get("complete_rpcs", ""),
                                "traced_p50_us": _f(r["traced_rtt_median_us"]),
                                "corrected_p50_us": _f(r.get("corrected_rtt_median_us")),
                                "untraced_p50_us": _f(r["untraced_p50_us"]),
                                "traced_vs_untraced_%": _f(r.get("traced_vs_untraced_pct"), 1),
                                "corrected_vs_untraced_%": _f(r.get("corrected_vs_untraced_pct"), 1),
-                               "noise_%": _f(noise.get(r.get("case")), 1)} for r in rows],
+                               "noise_%": _f(noise.get(r.get("case")), 1),
+                               "overlap_absorbed_us": _f(absorbed.get(r.get("case")))} for r in rows],
                              src + "; traced_vs_untraced_pct, corrected_vs_untraced_pct; noise: manifest.json "
-                                   "cases[].repeats.traced_p50_ns, half their spread as % of the untraced p50",
+                                   "cases[].repeats.traced_p50_ns, half their spread as % of the untraced p50; "
+                                   "overlap_absorbed: analysis/rtp.json cases[].probe_retimed.absorbed_median_ns",
                              "noise: how far one traced run of the case moves from the next identical one; a "
                              "corrected-vs-untraced difference within about twice it is not a fault of the "
-                             "correction"))
+                             "correction. overlap absorbed: how much of the probe cost charged to the walked path "
+                             "a branch beside it would take back with every wake-up still waiting for its waker "
+                             "(analysis/rtp.py retime; 0: the correction's path is the path without probes too)"))
     return s
 
 

@@ -274,6 +274,12 @@ def test_a_waking_that_races_the_server_going_to_sleep():
     assert not any("no waking" in n for n in names), names
     assert names[:11] == ["C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8'", "C8''", "S1", "S2"]
     assert {n: (b, e) for n, b, e, _, _ in segs}["S2"] == (w1, back)
+    # The timeline and the retime see the same race: the block is all wake-up latency after the switch
+    # out. A probe in the client's C2 (40 ns) makes its send earlier, but the server only comes back
+    # 450 ns after its own switch out, so that saving is absorbed; the server's own (60 ns) is not.
+    assert ("wakeup" in [st for b, e, st in g.states(SERVER, 0, sim.clock[CLIENT]) if b == out])
+    costs = _EventCosts({CPU[CLIENT]: [(150, 40.0)], CPU[SERVER]: [(back + 150, 60.0)]})
+    assert rtp.retime(g, costs, ROLES, CLIENT, 0, sim.clock[CLIENT]) == pytest.approx(60.0)
 
 
 class _KernelEv(_Ev):
@@ -617,3 +623,72 @@ def test_model_sums_only_the_measured_path(real, capsys):
     args = ap.parse_args(["model", str(d), "--out", str(d / "m.json")])
     assert args.func(args) == 0
     assert "typical call's round-trip path" in capsys.readouterr().out
+
+
+class _EventCosts:
+    """The probe costs of rpcs._Costs for a hand-built kernel: {cpu: [(ts, ns)]}, charged per interval."""
+
+    def __init__(self, events):
+        self.events = events
+
+    def charge(self, cpu, b, e):
+        cost = np.array([sum(ns for ts, ns in self.events.get(int(c), ()) if lo <= ts < hi)
+                         for c, lo, hi in zip(cpu, b, e)], float)
+        return cost, np.array([sum(1 for ts, _ in self.events.get(int(c), ()) if lo <= ts < hi)
+                               for c, lo, hi in zip(cpu, b, e)])
+
+
+def _overlapped_call(client_sleeps_before_reply):
+    """A one-packet call whose client, after its send, works beside the path (C9) until this long
+    before the reply wakes it; the server's work on the path (S3 .. S8, 1200 ns) holds twelve probe
+    events of 100 ns. Returns the sim, the reply's waking and the costs."""
+    sim = Sim()
+    for s in ("C1", "C2", "C3", "C4", "C5", "C6", "C7"):
+        sim.step(CLIENT, s, 100)
+    w1 = sim.send(CLIENT, "C8", wakee=SERVER, rx_step="S1")
+    sim.resume(SERVER, w1, 500, "S2")
+    t0 = sim.clock[SERVER]
+    for s in ("S3", "S4", "S5", "S6", "S7", "S8"):
+        sim.step(SERVER, s, 200)
+    probes = [(t0 + 100 * k + 50, 100.0) for k in range(12)]
+    # The reply's waking comes 100 ns into the send's NET_RX softirq after its 100-ns sendmsg'.
+    w2 = sim.clock[SERVER] + 200
+    sim.step(CLIENT, "C9", w2 - client_sleeps_before_reply - 50 - sim.clock[CLIENT])
+    sim.sleep(CLIENT, "C14")
+    assert sim.send(SERVER, "S9", wakee=CLIENT, rx_step="C15") == w2
+    sim.sleep(SERVER, "S14")
+    sim.resume(CLIENT, w2, 700, "C16")
+    for s in ("C17", "C18", "C19", "C20", "C21"):
+        sim.step(CLIENT, s, 100)
+    return sim, w2, _EventCosts({CPU[SERVER]: probes})
+
+
+@pytest.mark.parametrize("slack, absorbed", [(1500, 0), (1200, 0), (500, 1200 - 500), (200, 1200 - 200), (0, 1200)])
+def test_retime_takes_the_probes_out_with_the_dependencies_kept(slack, absorbed):
+    """The walked path charges the server's 1200 ns of probes; without them the reply comes 1200 ns
+    sooner, but the client still has to finish its own work (C9, no probes) before it waits: where its
+    slack is less than the probes, its branch joins the path and the call loses only the slack of
+    them, min(pA, s + pB) with pB = 0 (the rest was absorbed by the overlap)."""
+    sim, w2, costs = _overlapped_call(slack)
+    segs, probs, occs = sim.walk()
+    assert probs == [] and "C9" not in _names(segs)
+    path = sum(costs.charge(np.array([s[4]]), np.array([s[1]]), np.array([s[2]]))[0][0]
+               for s in segs if s[4] is not None)
+    assert path == 1200
+    got = rtp.retime(sim.graph(), costs, ROLES, CLIENT, 0, sim.clock[CLIENT])
+    assert got == pytest.approx(path - absorbed)
+    assert rtp.slack(occs, segs, sim.clock[CLIENT])["C9"][1] == slack
+
+
+def test_retime_of_a_call_without_overlap_is_the_path_probe_cost():
+    """Probe events on both sides of a one-packet call, the client asleep long before the reply: the
+    dependencies give back exactly the walked path's probe cost."""
+    sim = Sim()
+    _one_packet_call(sim)
+    segs, probs, _ = sim.walk()
+    evs = {c: [(s[1] + 10 * k, 25.0) for s in segs if s[4] == c for k in range(2)] for c in CPU.values()}
+    costs = _EventCosts(evs)
+    path = sum(costs.charge(np.array([s[4]]), np.array([s[1]]), np.array([s[2]]))[0][0]
+               for s in segs if s[4] is not None)
+    assert path > 0
+    assert rtp.retime(sim.graph(), costs, ROLES, CLIENT, 0, sim.clock[CLIENT]) == pytest.approx(path)

@@ -240,9 +240,10 @@ class Graph:
 
     def states(self, tid, lo, hi):
         """The thread's timeline over [lo, hi]: [(begin, end, state)], state one of running,
-        interrupted (a softirq on its CPU while it ran), preempted, blocked, wakeup (its waking, or its
-        switch out where the waking raced it (waking_while_going_to_sleep), .. its switch in). A switch in lost in the trace is inferred at the thread's first event after
-        its switch out, as last_in does (on this VM a CPU leaving its idle task fires no switch)."""
+        interrupted (a softirq on its CPU while it ran), preempted, blocked, wakeup (its waking, or
+        its switch out where the waking raced it (waking_while_going_to_sleep), .. its switch in).
+        A switch in lost in the trace is inferred at the thread's first event after its switch out,
+        as last_in does (on this VM a CPU leaving its idle task fires no switch)."""
         outs, _, ost = self._out.get(tid, (np.zeros(0, np.int64),) * 3)
         ins, _ = self._in.get(tid, (np.zeros(0, np.int64), None))
         ets, _ = self._evts.get(tid, (np.zeros(0, np.int64), None))

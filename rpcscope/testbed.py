@@ -670,12 +670,17 @@ MaxStartups 50:30:100
 MaxSessions 50
 ClientAliveInterval 30
 Subsystem sftp {SFTP_SERVER}
+# A module's temporary files (Ansible's AnsiballZ payload, anything else that honours TMPDIR) go under
+# this host's own directory: a module killed mid-run (a deploy stopped, the host torn down) cannot
+# leave them in the machine's /tmp, which the namespace hosts share; `testbed down` removes them.
+SetEnv TMPDIR={d}/tmp
 """
 
 
 def start_sshd(cfg, h):
     d = host_dir(h["name"])
     d.mkdir(parents=True, exist_ok=True)
+    (d / "tmp").mkdir(mode=0o700, exist_ok=True)
     hk = d / "ssh_host_ed25519_key"
     if not hk.exists():
         run([tool("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-C", f"root@{h['name']}", "-f", str(hk)])
@@ -741,6 +746,10 @@ def write_inventory(st):
             # The hosts share this machine's filesystem: a prefix per host keeps
             # copy semantics honest (each host gets its own copy, as real ones do).
             "rpc_prefix": f"/opt/rpcscope/{h['name']}",
+            # Ansible's remote temporary directories (default ~/.ansible/tmp, which the hosts share with
+            # this machine) in the host's own, which `testbed down` removes: one left by a module
+            # killed mid-task goes with the testbed (sshd_config's TMPDIR does the same for payloads).
+            "ansible_remote_tmp": f"{host_dir(h['name'])}/tmp",
         }
     inv = {"all": {
         "vars": {

@@ -13,6 +13,7 @@ runs `rpcscope testbed down` even when a test fails.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import pathlib
@@ -89,6 +90,13 @@ def leftovers():
         if p.exists():
             found.append(str(p))
     return found
+
+
+def ansible_temporaries():
+    """Ansible's temporary files that a stopped playbook could leave on this machine (the local testbed's
+    hosts share its filesystem): module payloads in /tmp, the controller's and the hosts' ~/.ansible/tmp."""
+    found = set(glob.glob("/tmp/ansible_*_payload_*")) | set(glob.glob("/tmp/rpcscope-ansible-local-*"))
+    return found | set(glob.glob(os.path.expanduser("~/.ansible/tmp/ansible-*")))
 
 
 def rtt_p50_echo4000(calls=60):
@@ -196,6 +204,7 @@ def test_run_stopped_by_sigterm_takes_down_the_testbed_it_started(tmp_path, sign
     got) in the middle of its deploy: it says so, and the testbed it brought up is gone, as after
     Ctrl-C. Python's default for SIGTERM would have ended it with the hosts still up."""
     out = tmp_path / "run"
+    before = ansible_temporaries()
     proc = subprocess.Popen(RPCSCOPE + ["run", "--sizes", "0,1392", "--holdout", "", "--calls", "100",
                                         "--out", str(out)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -214,6 +223,9 @@ def test_run_stopped_by_sigterm_takes_down_the_testbed_it_started(tmp_path, sign
     assert leftovers() == []
     assert not sh("pgrep", "-f", "ansible-playbook").stdout.split()
     assert not out.exists()                          # it never got to the capture
+    # Nor Ansible's temporary files: the controller's ansible-local-* (ANSIBLE_LOCAL_TEMP in a directory
+    # rpcscope removes) and the killed modules' payloads on the hosts (TMPDIR in the host's directory).
+    assert ansible_temporaries() - before == set()
 
 
 # ---------------------------------------------------------------- the life cycle
@@ -233,6 +245,9 @@ class TestLifeCycle:
         # Each host answers SSH as itself (its own UTS namespace), key-only.
         sshd_conf = (STATE_DIR / "hosts" / SERVER / "sshd_config").read_text()
         assert "PasswordAuthentication no" in sshd_conf and f"ListenAddress {SERVER_ADDR}:22" in sshd_conf
+        # A module's temporary files stay in the host's own directory, gone with the testbed.
+        assert f"SetEnv TMPDIR={STATE_DIR / 'hosts' / SERVER / 'tmp'}" in sshd_conf
+        assert (STATE_DIR / "hosts" / SERVER / "tmp").is_dir()
 
     def test_up_or_down_from_outside_the_test_is_refused(self, testbed):
         """A `testbed down` typed in a shell while a test run uses the testbed would pull the hosts from

@@ -342,7 +342,7 @@ def test_the_sweeps_summary_names_the_kept_round_and_an_unsettled_transport():
     text = sweeps_summary(sw)
     assert text.startswith("udp: 7 sweeps of every size (2 extra), round 4 kept, 3 rounds agree within 3 % (4, 5, 6); ")
     assert "tcp: 9 sweeps" in text and "NOT settled" in text and text.count("NOT settled") == 1
-    assert text.endswith("fastest whole round kept instead (rounds 0: 6, 4016: 3)")
+    assert text.endswith("most central whole round in the host's faster level kept instead (rounds 0: 6, 4016: 3)")
     assert sweeps_summary(None) is None
 
 
@@ -371,3 +371,36 @@ def test_a_points_differences_are_the_medians_of_its_level(monkeypatch):
     rep["agreeing_rounds"] = [1, 2]                       # two rounds in the level: the kept round's own
     pt = probe.case_point(case)
     assert pt["d_user_ns"] == 4_000 and pt["d_kernel_ns"] == 12_000
+
+
+def test_with_no_settled_sweep_every_size_keeps_a_round_in_one_level():
+    """runs/run-20261126-012637, UDP (us, untraced / user-only / traced per round): the level changed
+    inside every sweep. Most of 8032's rounds were slow and its probe effect differs between levels, so
+    the fastest whole round by straddle_pct was a slow one (round 5) while 0 kept a fast one: the model
+    missed 8032 by +17.7 %. level_rounds keeps both in the faster level, each at its most central
+    whole round there."""
+    from rpcscope.collectors.capture import LEVEL_GAP, fastest_round, level_rounds, run_levels
+    p50s = {("udp-0", "untraced"): [16.9, 21.2, 21.3, 16.8, 16.7, 16.9, 21.9, 16.8, 21.3],
+            ("udp-0", "ust"): [21.5, 25.9, 25.6, 21.4, 21.3, 21.8, 25.7, 21.4, 25.6],
+            ("udp-0", "traced"): [29.8, 34.8, 29.8, 29.5, 29.7, 29.6, 34.4, 29.8, 34.4],
+            ("udp-8032", "untraced"): [66.9, 67.1, 51.9, 52.4, 53.2, 66.7, 64.2, 67.1, 70.6],
+            ("udp-8032", "ust"): [74.9, 74.8, 59.0, 59.1, 57.8, 74.5, 72.4, 75.0, 75.2],
+            ("udp-8032", "traced"): [101.6, 101.3, 87.8, 88.6, 87.3, 101.2, 86.1, 89.0, 100.8]}
+    assert LEVEL_GAP == 0.10
+    lv = run_levels(p50s)
+    assert lv[("udp-8032", "untraced")] == [1, 1, 0, 0, 0, 1, 1, 1, 1]
+    assert lv[("udp-8032", "traced")] == [1, 1, 0, 0, 0, 1, 0, 0, 1]          # 6 and 7 straddle
+    old = fastest_round({k: v for k, v in p50s.items() if k[0] == "udp-8032"})[0]
+    assert old == 5 and lv[("udp-8032", "untraced")][old] == 1                  # the slower level
+    level, kept = level_rounds(p50s, ["udp-0", "udp-8032"])
+    assert level == 0
+    assert kept["udp-8032"] == (2, [2, 3, 4])      # the nearest to the medians of 2, 3 and 4, kind by kind
+    assert kept["udp-0"][0] in (3, 4, 5, 7) and all(lv[k][kept["udp-0"][0]] == 0 for k in p50s if k[0] == "udp-0")
+    # The slower level when more sizes have a whole round only there; a size with none in the chosen
+    # level keeps its fastest whole round.
+    p50s = {("a", "untraced"): [10.0, 13.0, 13.1], ("a", "traced"): [26.0, 20.0, 26.2],   # whole: slow 2
+            ("b", "untraced"): [20.0, 26.0, 20.1], ("b", "traced"): [40.0, 52.0, 52.1],   # fast 0, slow 1
+            ("c", "untraced"): [30.0, 39.0, 39.2], ("c", "traced"): [78.0, 60.1, 60.0]}   # none
+    level, kept = level_rounds(p50s, ["a", "b", "c"])
+    assert level == 1 and kept["a"] == (2, [2]) and kept["b"] == (1, [1])
+    assert kept["c"] == fastest_round({k: v for k, v in p50s.items() if k[0] == "c"})

@@ -310,8 +310,9 @@ def goal_verdict(models, unsettled=()):
                      "(the noise_% columns say which sizes)")
     if unsettled:
         text += (f". {', '.join(t.upper() for t in unsettled)}: the capture never settled (the host's speed "
-                 f"level changed inside every sweep of the sizes), so its sizes may stand in different levels (the "
-                 f"report's run summary says which round each came from); run again when the host is quiet")
+                 f"level changed inside every sweep of the sizes), so each size's figures come from a round of "
+                 f"its own in one level (the report's run summary says which), minutes apart; run again when the "
+                 f"host is quiet")
     return {"met": met, "sizes": len(errs), "judgeable": judgeable, "met_judgeable": met_quiet,
             "median_noise_pct": med, "unsettled": list(unsettled), "text": text + "."}
 

@@ -1213,8 +1213,9 @@ def _unsettled_note(sweep):
         return ""
     note = f", NOT settled: fewer than {SWEEP_SETTLE_ROUNDS} rounds agreed, the host's speed level kept changing"
     if sweep.get("kept_by_case"):
-        note += (f"; each size's most central whole round in the host's {sweep.get('level') or 'faster'} level "
-                 "kept instead (rounds " +
+        how = (f"most central whole round in the host's {sweep['level']} level" if sweep.get("level")
+               else "fastest whole round")                   # captures before session 18: fastest_round
+        note += (f"; each size's {how} kept instead (rounds " +
                  ", ".join(f"{c.split('-')[-1]}: {k}" for c, k in sweep["kept_by_case"].items()) + ")")
     return note
 

@@ -1105,22 +1105,24 @@ def choose_sweep(p50s):
 KIND_ORDER = ("untraced", "ust", "traced")
 
 
-def straddle_pct(p50s):
+def straddle_pct(p50s, among=None):
     """Per round of one case, how far the differences between its consecutive kinds (user-only minus
     untraced, traced minus user-only: the probe effect, CPU work that a level of the host's speed
     barely moves) stray from their medians over the rounds, the larger of the two, as % of the median
     untraced p50. A round whose kinds ran in different levels strays by the jump between levels
     (session 17, runs/run-20261125-220603, UDP 1392, round 0: untraced 21.0 us in the faster level,
     user-only and traced in the slower one; its user share 8.8 us against a median 5.0: 14 %).
-    p50s: {(case, kind): [p50 per round]} of one case."""
+    p50s: {(case, kind): [p50 per round]} of one case; among: the rounds whose medians count (default
+    every round)."""
     rounds = min(len(v) for v in p50s.values())
+    among = list(range(rounds)) if among is None else list(among)
     by_kind = {k: v for (_, k), v in p50s.items()}
     kinds = [k for k in KIND_ORDER if k in by_kind]
     if len(kinds) < 2 or "untraced" not in by_kind:
         return [0.0] * rounds
-    base = statistics.median(by_kind["untraced"][:rounds])
+    base = statistics.median(by_kind["untraced"][r] for r in among)
     diffs = [[by_kind[b][r] - by_kind[a][r] for r in range(rounds)] for a, b in zip(kinds, kinds[1:])]
-    meds = [statistics.median(d) for d in diffs]
+    meds = [statistics.median(d[r] for r in among) for d in diffs]
     return [max(abs(d[r] - m) for d, m in zip(diffs, meds)) * 100 / base for r in range(rounds)]
 
 
@@ -1146,6 +1148,10 @@ def fastest_round(p50s):
 # This VM's speed levels lie 20-30 % apart (collectors/README.md); the runs of one level within a few %.
 # A run more than LEVEL_GAP above the fastest round of its case and kind is in a slower level.
 LEVEL_GAP = 0.10
+# A round whose probe effect strays from the others' by more than this (% of the RTT, straddle_pct) had
+# a kind in another level: a switch moves one kind's p50 by 20-30 %, while the probe effect of the two
+# levels differs by 3-5 % (UDP 8032, runs/run-20261126-012637).
+STRADDLE_LEVEL_PCT = 100 * LEVEL_GAP / 2
 
 
 def run_levels(p50s):
@@ -1156,11 +1162,17 @@ def run_levels(p50s):
 def level_rounds(p50s, cases):
     """When no sweep settled: (the level, {case: (round, the rounds that agree with it)}) with every
     case's kept round in one level of the host's speed (0 the faster, 1 a slower one). A round of a
-    case is whole in a level when each of its kinds' runs is (run_levels); the level is the one in
-    which the most cases have a whole round, the faster of equals; each case keeps, of its whole
-    rounds in that level, the most central (the least sum over its kinds of |ln p50 - their median|),
-    and a case with none there its fastest whole round (fastest_round). Why not each size's fastest
-    whole round alone (session 18, runs/run-20261126-012637): the probe effect differs between levels
+    case is whole in a level when each of its kinds' runs is (run_levels) and its probe effect agrees
+    with theirs (straddle_pct among them, when there are three or more, else among every round,
+    within STRADDLE_LEVEL_PCT); the level is the one in which the most cases have a whole round, the
+    faster of equals; each case keeps, of its whole rounds in that level, the most central (the least
+    sum over its kinds of |ln p50 - their median|), and a case with none there its fastest whole round
+    (fastest_round). The probe effect guards against a round whose kinds ran in levels LEVEL_GAP
+    cannot tell apart (a host with three levels, runs/run-20261126-021208: UDP 16064's one "fast"
+    round had its user-only run 16 us faster than its untraced one), and the count of cases against a
+    level where one size has no whole round (-013349: UDP 24096 had none in the faster level, every
+    size one in the slower). Why not each size's fastest whole round alone (session 18,
+    runs/run-20261126-012637): the probe effect differs between levels
     (UDP 8032: traced minus user-only 29.5 us in the faster level, 26.6 in the slower), so straddle_pct,
     measured against the median over the rounds, refused 8032's three fast rounds when most of its
     rounds were slow, and it kept a slow one beside seven sizes kept fast: the model missed 8032 by
@@ -1168,21 +1180,24 @@ def level_rounds(p50s, cases):
     levels = run_levels(p50s)
     rounds = min(len(v) for v in p50s.values())
 
-    def whole(case, level):
-        kinds = [k for k in p50s if k[0] == case]
-        return [r for r in range(rounds) if all(levels[k][r] == level for k in kinds)]
-    level = min((0, 1), key=lambda lv: (-sum(1 for c in cases if whole(c, lv)), lv))
+    def candidates(case, level):
+        mine = {k: v for k, v in p50s.items() if k[0] == case}
+        whole = [r for r in range(rounds) if all(levels[k][r] == level for k in mine)]
+        stray = straddle_pct(mine, whole if len(whole) >= 3 else None)
+        return [r for r in whole if stray[r] <= STRADDLE_LEVEL_PCT]
+    cand = {(c, lv): candidates(c, lv) for c in cases for lv in (0, 1)}
+    level = min((0, 1), key=lambda lv: (-sum(1 for c in cases if cand[c, lv]), lv))
     out = {}
     for c in cases:
         mine = {k: v for k, v in p50s.items() if k[0] == c}
-        cand = whole(c, level)
-        if not cand:
+        rs = cand[c, level]
+        if not rs:
             out[c] = fastest_round(mine)
             continue
-        med = {k: statistics.median(math.log(v[r]) for r in cand) for k, v in mine.items()}
-        r = min(cand, key=lambda q: (sum(abs(math.log(v[q]) - med[k]) for k, v in mine.items()), q))
+        med = {k: statistics.median(math.log(v[r]) for r in rs) for k, v in mine.items()}
+        r = min(rs, key=lambda q: (sum(abs(math.log(v[q]) - med[k]) for k, v in mine.items()), q))
         dist = sweep_distances(mine)
-        out[c] = (r, [q for q in cand if dist[r][q] <= SWEEP_AGREE_PCT])
+        out[c] = (r, [q for q in rs if dist[r][q] <= SWEEP_AGREE_PCT])
     return level, out
 
 

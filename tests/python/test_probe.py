@@ -407,3 +407,41 @@ def test_with_no_settled_sweep_every_size_keeps_a_round_in_one_level():
     level, kept = level_rounds(p50s, ["a", "b", "c"])
     assert level == 1 and kept["a"] == (2, [2]) and kept["b"] == (1, [1])
     assert kept["c"] == fastest_round({k: v for k, v in p50s.items() if k[0] == "c"})
+
+
+def test_a_whole_round_whose_probe_effect_strays_is_not_kept():
+    """runs/run-20261126-021208, UDP 16064 (us): the host had more than two levels; round 7's user-only
+    run (100.0) was 16 us faster than its untraced one, and by LEVEL_GAP alone it was the only round
+    whole in the faster level. Its probe effect strays from every other round's, so the size falls back
+    to its fastest whole round by straddle_pct, never round 7. 8032 of run-20261126-012637 keeps a fast
+    round: there the probe effect is judged among the three fast rounds, not against the slow ones."""
+    from rpcscope.collectors.capture import level_rounds, straddle_pct
+    case = {("udp-16064", "untraced"): [113.5, 123.0, 114.6, 126.5, 111.2, 114.2, 114.6, 116.3, 114.2],
+            ("udp-16064", "ust"): [148.1, 120.9, 124.3, 125.5, 121.4, 124.4, 124.6, 100.0, 141.2],
+            ("udp-16064", "traced"): [190.2, 189.2, 152.5, 175.8, 170.4, 172.6, 173.3, 149.5, 172.4]}
+    assert straddle_pct(case)[7] > 10
+    level, kept = level_rounds(case, ["udp-16064"])
+    assert kept["udp-16064"][0] != 7
+    fast8032 = {("c", "untraced"): [66.9, 67.1, 51.9, 52.4, 53.2, 66.7, 64.2, 67.1, 70.6],
+                ("c", "ust"): [74.9, 74.8, 59.0, 59.1, 57.8, 74.5, 72.4, 75.0, 75.2],
+                ("c", "traced"): [101.6, 101.3, 87.8, 88.6, 87.3, 101.2, 86.1, 89.0, 100.8]}
+    assert straddle_pct(fast8032, [2, 3, 4])[4] > 3 >= max(straddle_pct(fast8032, [2, 3, 4])[2:4])
+    assert level_rounds(fast8032, ["c"])[1]["c"][0] in (2, 3)
+
+
+def test_the_level_is_one_where_every_size_has_a_whole_round():
+    """runs/run-20261126-013349, UDP (us): 0 had whole rounds in both levels, 24096 none in the faster
+    one (round 1's traced run sat in a third level: its probe effect strays 15 % of the RTT), so both
+    keep a round in the slower level, not 0 fast beside 24096 slow (the old rule: -8.1 % at 8032)."""
+    from rpcscope.collectors.capture import level_rounds, run_levels
+    p50s = {("udp-0", "untraced"): [16.9, 16.7, 16.4, 21.3, 21.1, 21.2, 21.7, 21.1, 21.3],
+            ("udp-0", "ust"): [26.1, 21.3, 20.6, 25.6, 25.5, 25.6, 21.3, 25.6, 25.8],
+            ("udp-0", "traced"): [34.9, 30.1, 30.4, 34.5, 29.6, 34.5, 30.1, 34.5, 34.6],
+            ("udp-24096", "untraced"): [144.8, 111.0, 144.5, 116.6, 145.0, 144.2, 143.1, 115.0, 142.7],
+            ("udp-24096", "ust"): [124.3, 118.6, 154.5, 154.9, 156.6, 155.3, 154.3, 122.5, 153.8],
+            ("udp-24096", "traced"): [189.6, 205.0, 219.3, 218.6, 219.4, 219.0, 219.2, 217.1, 217.7]}
+    level, kept = level_rounds(p50s, ["udp-0", "udp-24096"])
+    assert level == 1
+    lv = run_levels(p50s)
+    for c, (r, agree) in kept.items():
+        assert all(lv[k][r] == 1 for k in p50s if k[0] == c) and r in agree, (c, r)

@@ -137,6 +137,20 @@ def occurrences(rule, size, params):
     return len(occ), (sum(occ) / len(occ) if occ else 0.0)
 
 
+def _per_fragment_sum(rule, q, per_req, per_rep):
+    """The sum over a rule's occurrences of a per-fragment figure (per_req for each of the request q's
+    fragments, per_rep for the reply's): the fragments each rule's occurrences send or receive."""
+    req, rep = sum(per_req), sum(per_rep)
+    if rule == "request_frags_but_last":
+        return sum(per_req[:len(_frags_but_last(q))])
+    if rule == "request_window_ends":
+        return sum(per_req[i] for i in _window_end_frags(q))
+    return {"call_request": req, "request_frags": req, "request_windows": req,
+            "request_frags_multi": req if len(q.windows) > 1 else 0,
+            "call_reply": rep, "reply_frags": rep, "server_sends": rep, "client_receives": rep,
+            "call_bytes": req + rep}.get(rule, 0)
+
+
 def extra_ip_packets(rule, size, params):
     """IP packets beyond the first of each UDP fragment that a rule's occurrences send or receive, in
     all. Bytes alone do not tell what a datagram cut into IP fragments costs: on this project's veth
@@ -147,15 +161,7 @@ def extra_ip_packets(rule, size, params):
     if params.get("transport") == "tcp":
         return 0
     q, r = _req_reply(size, params)
-    req, rep = sum(q.extra_ip_packets), sum(r.extra_ip_packets)
-    if rule == "request_frags_but_last":
-        return sum(q.extra_ip_packets[:len(_frags_but_last(q))])
-    if rule == "request_window_ends":
-        return sum(q.extra_ip_packets[i] for i in _window_end_frags(q))
-    return {"call_request": req, "request_frags": req, "request_windows": req,
-            "request_frags_multi": req if len(q.windows) > 1 else 0,
-            "call_reply": rep, "reply_frags": rep, "server_sends": rep, "client_receives": rep,
-            "call_bytes": req + rep}.get(rule, 0)
+    return _per_fragment_sum(rule, q, list(q.extra_ip_packets), list(r.extra_ip_packets))
 
 
 def fragmented_datagrams(rule, size, params):
@@ -163,22 +169,15 @@ def fragmented_datagrams(rule, size, params):
     whose extra_ip_packets are above zero). What a fragmented datagram costs is not all per packet:
     the sender's ip_do_fragment and the receiver's reassembly queue (inet_frag_find, ip_frag_reasm)
     are set up once per datagram. On the veth testbed the client's send after the device hand-off
-    (C8'') took ~4.1 us more for a datagram of two IP packets (1392 bytes) and ~7.1 us more for one
-    of three (a 4016-byte fragment): ~1.1 us per fragmented datagram and ~3.0 us per further packet,
-    where a cost per packet alone (3.6 us) missed 1392 by 0.5 us (2 % of its RTT). Over TCP: 0."""
+    (C8'') took ~4.1 us more for a datagram of two IP packets (1392 bytes) and ~7.0 us more for one
+    of three (a 4016-byte fragment): ~1.2 us per fragmented datagram and ~2.9 us per further packet,
+    where a cost per packet alone (3.6 us) missed 1392 by 0.5 us (2 % of its RTT;
+    runs/run-20261125-222255, analysis/MODEL.md). Over TCP: 0."""
     if params.get("transport") == "tcp":
         return 0
     q, r = _req_reply(size, params)
-    req = [1 if x else 0 for x in q.extra_ip_packets]
-    rep = [1 if x else 0 for x in r.extra_ip_packets]
-    if rule == "request_frags_but_last":
-        return sum(req[:len(_frags_but_last(q))])
-    if rule == "request_window_ends":
-        return sum(req[i] for i in _window_end_frags(q))
-    return {"call_request": sum(req), "request_frags": sum(req), "request_windows": sum(req),
-            "request_frags_multi": sum(req) if len(q.windows) > 1 else 0,
-            "call_reply": sum(rep), "reply_frags": sum(rep), "server_sends": sum(rep), "client_receives": sum(rep),
-            "call_bytes": sum(req) + sum(rep)}.get(rule, 0)
+    return _per_fragment_sum(rule, q, [1 if x else 0 for x in q.extra_ip_packets],
+                             [1 if x else 0 for x in r.extra_ip_packets])
 
 
 # Over TCP the server's ACK of a request rides on the reply when the request is one segment: Linux acks

@@ -171,6 +171,18 @@ def rpc_labels(rpcs, r, graph, roles):
     return {t: _Labels(v) for t, v in by_tid.items()}, occs
 
 
+def _softirq_sender(graph, w):
+    """For a waking w in a NET_RX softirq: (the receive it ran for, or None; that packet's origin, or
+    None; the thread the softirq ran in the context of; whether the packet was sent inside it). On
+    veth/loopback the packet was sent on the softirq's CPU before it began, inside the sender's own
+    send, and the sender is that thread; else the thread the softirq interrupted."""
+    entry = w["softirq"][0]
+    rx = graph.receive_in(w["cpu"], entry, w["ts"])
+    org = graph.packet_origin(rx) if rx is not None else None
+    inside = bool(org and org["cpu"] == w["cpu"] and org["ts"] <= entry)
+    return rx, org, (org["tid"] if inside else graph.current(w["cpu"], entry)), inside
+
+
 def walk(graph, labels, client_tid, begin, end, roles=None, role_cpu=None):
     """Segments [(label, b, e, tid, cpu)] of the round-trip path from end back to begin, in time
     order, and a list of problems (empty when the walk reached the call begin cleanly). cpu is
@@ -238,11 +250,7 @@ def walk(graph, labels, client_tid, begin, end, roles=None, role_cpu=None):
             w["ts"], t, T, cpu_of(T, li))
         if net:
             se = w["softirq"][0]
-            rx = graph.receive_in(w["cpu"], se, w["ts"])
-            org = graph.packet_origin(rx) if rx is not None else None
-            victim = graph.current(w["cpu"], se)
-            if org and org["cpu"] == w["cpu"] and org["ts"] <= se:
-                victim = org["tid"]                     # veth/loopback: sent inside the victim's send
+            rx, org, victim, inside = _softirq_sender(graph, w)
             pb, lab = labels.get(victim, empty).at(w["ts"])
             # A packet the receive sent before it woke the reader (over TCP, an ACK: the fast path of
             # tcp_rcv_established sends it first, the slow path after the wake-up) is its own segment.
@@ -251,7 +259,7 @@ def walk(graph, labels, client_tid, begin, end, roles=None, role_cpu=None):
                 add(f"{wrole or role(T)} {SENT_BEFORE_WAKEUP}", sent, w["ts"], victim, w["cpu"])
             add(lab if lab in _SOFTIRQ_STEPS else _INFERRED[wrole][0] if wrole in _INFERRED else "softirq NET_RX",
                 se, sent if sent is not None else w["ts"], victim, w["cpu"])
-            if org and org["cpu"] == w["cpu"] and org["ts"] <= se:
+            if inside:
                 T, t = victim, se
             elif org and org["ts"] <= se:
                 add("network", org["ts"], se, -1)
@@ -315,10 +323,7 @@ def retime(graph, costs, roles, client_tid, begin, end):
     def waker_shift(w):
         if w["context"] == "softirq NET_RX" and w["softirq"]:
             entry = w["softirq"][0]
-            rx = graph.receive_in(w["cpu"], entry, w["ts"])
-            org = graph.packet_origin(rx) if rx is not None else None
-            victim = org["tid"] if org and org["cpu"] == w["cpu"] and org["ts"] <= entry \
-                else graph.current(w["cpu"], entry)
+            _, org, victim, _ = _softirq_sender(graph, w)
             if victim in roles:
                 return shift_at(victim, w["ts"])
             if org and org["tid"] in roles:          # a real link: the sender, then the receive's own events

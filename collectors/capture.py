@@ -1172,24 +1172,24 @@ def level_rounds(p50s, cases):
     round had its user-only run 16 us faster than its untraced one), and the count of cases against a
     level where one size has no whole round (-013349: UDP 24096 had none in the faster level, every
     size one in the slower). Why not each size's fastest whole round alone (session 18,
-    runs/run-20261126-012637): the probe effect differs between levels
-    (UDP 8032: traced minus user-only 29.5 us in the faster level, 26.6 in the slower), so straddle_pct,
-    measured against the median over the rounds, refused 8032's three fast rounds when most of its
+    runs/run-20261126-012637): the probe effect differs between levels (UDP 8032: traced minus
+    user-only 29.5 us in the faster level, 26.6 in the slower), so straddle_pct, measured against
+    the median over the rounds, refused 8032's three fast rounds when most of its
     rounds were slow, and it kept a slow one beside seven sizes kept fast: the model missed 8032 by
     +17.7 %. p50s: {(case, kind): [p50 per round]}; cases: the case ids."""
     levels = run_levels(p50s)
     rounds = min(len(v) for v in p50s.values())
+    by_case = {c: {k: v for k, v in p50s.items() if k[0] == c} for c in cases}
 
-    def candidates(case, level):
-        mine = {k: v for k, v in p50s.items() if k[0] == case}
+    def candidates(mine, level):
         whole = [r for r in range(rounds) if all(levels[k][r] == level for k in mine)]
         stray = straddle_pct(mine, whole if len(whole) >= 3 else None)
         return [r for r in whole if stray[r] <= STRADDLE_LEVEL_PCT]
-    cand = {(c, lv): candidates(c, lv) for c in cases for lv in (0, 1)}
+    cand = {(c, lv): candidates(by_case[c], lv) for c in cases for lv in (0, 1)}
     level = min((0, 1), key=lambda lv: (-sum(1 for c in cases if cand[c, lv]), lv))
     out = {}
     for c in cases:
-        mine = {k: v for k, v in p50s.items() if k[0] == c}
+        mine = by_case[c]
         rs = cand[c, level]
         if not rs:
             out[c] = fastest_round(mine)

@@ -9,7 +9,6 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -74,12 +73,7 @@ def run_playbook(playbook, inventory, extra_vars=None, limit=None, check=False, 
     if check:
         argv += ["--check"]
     env = dict(os.environ)
-    # The controller's own temporary files, in a directory of this run that is removed however the
-    # playbook ends: Ansible removes its ~/.ansible/tmp/ansible-local-* only when it exits normally, and
-    # a stopped deploy (Ctrl-C, SIGTERM, the timeout) left one behind each time.
-    local_tmp = tempfile.mkdtemp(prefix="rpcscope-ansible-local-")
     env.update({
-        "ANSIBLE_LOCAL_TEMP": local_tmp,
         "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
@@ -109,58 +103,60 @@ def run_playbook(playbook, inventory, extra_vars=None, limit=None, check=False, 
                     echo(f"           {line}")
 
     started = time.monotonic()
-    try:
-        with open(log_path, "w") as log:
-            log.write("$ " + " ".join(argv) + "\n")
-            proc = subprocess.Popen(argv, cwd=ANSIBLE_DIR, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, bufsize=1)
-            # A silent hang must not outlast the timeout either.
-            watchdog = threading.Timer(timeout, proc.kill)
-            watchdog.daemon = True
-            watchdog.start()
-            in_fail = False
-            try:
-                for line in proc.stdout:
-                    log.write(line)
-                    line = line.rstrip("\n")
-                    if verbose:
-                        echo(line)
-                    if time.monotonic() - started > timeout:
-                        proc.kill()
-                        raise UserError(f"{pb.name} took longer than {timeout}s and was stopped; see {log_path}")
-                    m = TASK_RE.match(line)
-                    if m or line.startswith("PLAY RECAP") or line.startswith("PLAY ["):
-                        close_task()
-                        task = m.group("name") if m else None
-                        statuses, fail_lines, in_fail = {}, [], False
-                        continue
-                    m = RESULT_RE.match(line)
-                    if m:
-                        st = m.group("status")
-                        host = m.group("host").split(" -> ")[0]
-                        prev = statuses.get(host)
-                        # A looped task: the worst status of its items counts.
-                        rank = {"skipping": 0, "ok": 1, "changed": 2, "failed": 3, "fatal": 3, "unreachable": 3}
-                        if prev is None or rank[st] > rank[prev]:
-                            statuses[host] = st
-                        in_fail = st in ("fatal", "failed", "unreachable")
-                        if in_fail:
-                            fail_lines.append(line[:300])
-                        continue
-                    if in_fail and line.strip() and len(fail_lines) < 40:
-                        fail_lines.append(line[:300])
-                    m = RECAP_RE.match(line)
-                    if m:
-                        summary["recap"][m.group("host")] = {k: int(v) for k, v in m.groupdict().items() if k != "host"}
-                proc.wait(timeout=max(1, timeout - (time.monotonic() - started)))
-            finally:
-                watchdog.cancel()
-                if proc.poll() is None:
+    # The controller's own temporary files, in a directory of this run that is removed however the
+    # playbook ends: Ansible removes its ~/.ansible/tmp/ansible-local-* only when it exits normally, and
+    # a stopped deploy (Ctrl-C, SIGTERM, the timeout) left one behind each time.
+    with tempfile.TemporaryDirectory(prefix="rpcscope-ansible-local-", ignore_cleanup_errors=True) as local_tmp, \
+            open(log_path, "w") as log:
+        env["ANSIBLE_LOCAL_TEMP"] = local_tmp
+        log.write("$ " + " ".join(argv) + "\n")
+        proc = subprocess.Popen(argv, cwd=ANSIBLE_DIR, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, bufsize=1)
+        # A silent hang must not outlast the timeout either.
+        watchdog = threading.Timer(timeout, proc.kill)
+        watchdog.daemon = True
+        watchdog.start()
+        in_fail = False
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                line = line.rstrip("\n")
+                if verbose:
+                    echo(line)
+                if time.monotonic() - started > timeout:
                     proc.kill()
-                    proc.wait()
-            close_task()
-    finally:
-        shutil.rmtree(local_tmp, ignore_errors=True)
+                    raise UserError(f"{pb.name} took longer than {timeout}s and was stopped; see {log_path}")
+                m = TASK_RE.match(line)
+                if m or line.startswith("PLAY RECAP") or line.startswith("PLAY ["):
+                    close_task()
+                    task = m.group("name") if m else None
+                    statuses, fail_lines, in_fail = {}, [], False
+                    continue
+                m = RESULT_RE.match(line)
+                if m:
+                    st = m.group("status")
+                    host = m.group("host").split(" -> ")[0]
+                    prev = statuses.get(host)
+                    # A looped task: the worst status of its items counts.
+                    rank = {"skipping": 0, "ok": 1, "changed": 2, "failed": 3, "fatal": 3, "unreachable": 3}
+                    if prev is None or rank[st] > rank[prev]:
+                        statuses[host] = st
+                    in_fail = st in ("fatal", "failed", "unreachable")
+                    if in_fail:
+                        fail_lines.append(line[:300])
+                    continue
+                if in_fail and line.strip() and len(fail_lines) < 40:
+                    fail_lines.append(line[:300])
+                m = RECAP_RE.match(line)
+                if m:
+                    summary["recap"][m.group("host")] = {k: int(v) for k, v in m.groupdict().items() if k != "host"}
+            proc.wait(timeout=max(1, timeout - (time.monotonic() - started)))
+        finally:
+            watchdog.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        close_task()
     summary["rc"] = proc.returncode
     if time.monotonic() - started >= timeout:
         raise UserError(f"{pb.name} took longer than {timeout}s and was stopped; see {log_path}")

@@ -430,7 +430,7 @@ def load_model(path):
 class Costs:
     """The fit's input: per size, per step the median per-RPC total of the step's occurrences."""
     sizes: dict            # size -> {step: {"median_ns": x, "n": k, ["count": c], ["bytes": b]}}
-    measured_ns: dict      # size -> measured RTT (untraced p50), ns
+    measured_ns: dict      # size -> measured RTT (untraced p50: its speed level's median, level_figures), ns
     params: dict = field(default_factory=dict)
     source: str = ""
 
@@ -481,6 +481,13 @@ def fit(costs, holdout=(), steps=None, predict=()):
         if not pts:
             notes.append(f"{sid}: never measured at a fitted size with a count > 0; unit cost 0")
         terms.append(Term(_device(sid), sid, "", a, bb, rule, per_size, info, c, dd, e))
+    level = params.get("level") or {}
+    if level:
+        scales = [v["traced_scale"] for v in level.values()]
+        lo, hi = min(v["rounds"] or 0 for v in level.values()), max(v["rounds"] or 0 for v in level.values())
+        notes.append(f"Measured at {len(level)} of {len(sizes)} sizes: the median untraced p50 of the "
+                     f"{lo if lo == hi else f'{lo}-{hi}'} rounds in the kept round's speed level; their traced step costs scaled to the level's "
+                     f"median traced p50 (x {min(scales):.3f} .. {max(scales):.3f}; params.level)")
     model = Model(terms, sizes, {s: v / 1000.0 for s, v in costs.measured_ns.items() if v is not None},
                   holdout, params, costs.source, params.get("link_rate_bps"), notes)
     model.extend(sorted(set(predict) - set(sizes)))
@@ -621,10 +628,10 @@ def with_rtp(costs, rtp, corrected=False):
         steps = [st for st in order if st in labels] + [lab for lab in labels if lab not in STEP_RULES]
         rules = {lab: GAP_RULE for lab in steps if lab not in STEP_RULES}
         for size, v in costs.sizes.items():
-            path = rtp.get(size, {})
+            path, scale = rtp.get(size, {}), traced_scale(costs, size)
             for st in steps:
                 seg = path.get(st) or {}
-                v[st] = {"median_ns": seg.get(key) or 0.0, "n": (v.get(st) or {}).get("n"),
+                v[st] = {"median_ns": (seg.get(key) or 0.0) * scale, "n": (v.get(st) or {}).get("n"),
                          "path_count": seg.get("typical_count") or 0.0}
         costs.params = dict(costs.params, term_rules=rules, path_rules=True)
         costs.source += " + the typical call's round-trip path (rtp.json" + (", probe-corrected)" if corrected else ")")
@@ -637,7 +644,8 @@ def with_rtp(costs, rtp, corrected=False):
             if st in path:
                 # The time on the path, but never more than the step's own (e.g. probe-corrected) median.
                 own = (v.get(st) or {}).get("median_ns")
-                med = path[st]["median_ns"] if own is None else min(own, path[st]["median_ns"])
+                on_path = path[st]["median_ns"] * traced_scale(costs, size)
+                med = on_path if own is None else min(own, on_path)
                 v[st] = dict(v.get(st) or {}, median_ns=med, count=path[st]["count"])
             else:
                 v[st] = dict(v.get(st) or {}, count=0)
@@ -847,19 +855,52 @@ def _from_analyze(d, p, corrected, proc, transport):
         if r.get("occurrences_median") is not None and r["step"] in STEP_RULES:
             e["count_observed"] = r["occurrences_median"]
         sizes.setdefault(int(r["size"]), {})[r["step"]] = e
-    meas, noise = {}, {}
+    meas, noise, level = {}, {}, {}
     for r in d["rtt"]:
         if r.get("proc") == pr and r.get("transport") == tr and r.get("untraced_p50_us") is not None:
             meas[int(r["size"])] = r["untraced_p50_us"] * 1000.0
             if r.get("traced_noise_pct") is not None:
                 noise[int(r["size"])] = r["traced_noise_pct"]
+            lv = level_figures(r)
+            if lv:
+                level[int(r["size"])] = lv
+                meas[int(r["size"])] = lv["untraced_level_p50_us"] * 1000.0
+    for size, lv in level.items():
+        for e in sizes.get(size, {}).values():
+            e["median_ns"] *= lv["traced_scale"]
     for s in sizes:
         meas.setdefault(s, None)
     reply = "same" if pr in ("echo",) else 0
     params = {"reply": reply, "transport": tr, "proc": pr}
     if noise:
         params["size_noise_pct"] = noise
+    if level:
+        params["level"] = level
     return Costs(sizes, meas, params, str(p))
+
+
+def level_figures(rtt_row):
+    """A size's figures for its speed level (steps.json rtt row; analysis/run.py level_p50_ns), or None
+    where the capture ran fewer than three rounds in that level: Measured is the median of the level's
+    untraced rounds' p50s, and the traced step costs, which come from the kept round's traces, are
+    scaled by the level's median traced p50 over the kept traced run's p50 (traced_scale), so that
+    Measured and the step costs stand for the same rounds. Why both: one round's p50s move together
+    (a round's calls are uniformly slower or faster), so a Measured from the level beside step costs
+    from one round would add that round's noise, not remove it. Re-fitted over the 51 captures of
+    sessions 14-18 in runs/ (`rpcscope goals --refit`): goals met at 672 of 816 sizes against 659 with
+    the kept round's figures, every size met in 10 runs against 6; with Measured alone from the level,
+    662 (analysis/MODEL.md, session 19)."""
+    u, t, kept = (rtt_row.get(k) for k in ("untraced_level_p50_us", "traced_level_p50_us", "traced_rtt_p50_client_us"))
+    if not (u and t and kept):
+        return None
+    return {"rounds": rtt_row.get("level_rounds"), "untraced_level_p50_us": u,
+            "untraced_kept_round_p50_us": rtt_row.get("untraced_p50_us"), "traced_level_p50_us": t,
+            "traced_kept_round_p50_us": kept, "traced_scale": t / kept}
+
+
+def traced_scale(costs, size):
+    """The factor a size's traced step costs are scaled by (level_figures), 1 without one."""
+    return ((costs.params.get("level") or {}).get(size) or {}).get("traced_scale", 1.0)
 
 
 # ------------------------------------------------------------------ the DCE paper's Table 2

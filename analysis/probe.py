@@ -215,26 +215,21 @@ def per_case_pending(run):
     return key, _per_case_cases(run)
 
 
-# A point's p50 differences are the medians of the rounds in the kept round's speed level when each
-# kind has at least this many of them, else the kept round's own.
-POINT_LEVEL_ROUNDS = 3
-
-
 def case_point(case):
     """A case's calibration point (_point), or None; walked before any calibration exists. Its p50s are
-    the medians of each kind's rounds in the kept round's speed level (capture's agreeing rounds), where
-    there are POINT_LEVEL_ROUNDS of them: the events on the path come from the kept traced run, but
-    how much they cost is a property of the level, and one round's differences move by 1-3 % of the
-    RTT (ust - untraced is 4-8 us). Over six captures of session 14, re-analysed: the model met its
-    goals at 70 sizes of 96 against 66 with the kept round's differences, and the corrected traced p50
-    was within 5 % of the untraced one in 95 cases against 94."""
-    rounds = _rounds(case)
+    the medians of each kind's rounds in the kept round's speed level (run.level_p50_ns), where every kind
+    has them: the events on the path come from the kept traced run, but how much they cost is a property
+    of the level, and one round's differences move by 1-3 % of the RTT (ust - untraced is 4-8 us). Over
+    six captures of session 14, re-analysed: the model met its goals at 70 sizes of 96 against 66 with
+    the kept round's differences, and the corrected traced p50 was within 5 % of the untraced one in 95
+    cases against 94."""
+    from .run import level_p50_ns
     p50 = {"untraced": case.meta["untraced"]["p50"], "ust": case.meta["ust_only"]["p50"],
            "traced": case.meta["traced"]["p50"]}
-    if (case.meta.get("repeats") or {}).get("agreeing_rounds") and \
-            all(len(rounds[k] or []) >= POINT_LEVEL_ROUNDS for k in p50):
-        p50 = {k: float(np.median(rounds[k])) for k in p50}
-    return _point(case, p50["untraced"], p50["ust"], p50["traced"], rounds)
+    level = {k: level_p50_ns(case.meta, k) for k in p50}
+    if all(v is not None for v in level.values()):
+        p50 = level
+    return _point(case, p50["untraced"], p50["ust"], p50["traced"], _rounds(case))
 
 
 def per_case_solve(run, key, points):

@@ -62,6 +62,24 @@ def level_rounds_p50s(case_meta, kind):
     return [p50s[r] for r in agreeing if r < len(p50s)] if agreeing else list(p50s)
 
 
+# A case's figure of one kind is the median of its speed level's rounds when at least this many ran in
+# that level (level_p50_ns), else the kept round's own.
+LEVEL_MEDIAN_ROUNDS = 3
+
+
+def level_p50_ns(case_meta, kind):
+    """The median of a case's rounds' p50s of one kind in the kept round's speed level
+    (level_rounds_p50s), or None where fewer than LEVEL_MEDIAN_ROUNDS ran there or the capture did
+    not say which rounds agree (captures before session 14). Why: one round's p50 moves by 0.5-1.6 %
+    (rms, per size) from the median of its level's rounds, and its traced minus untraced p50 by 0.8-1.5 %
+    (the 84 settled transports of sessions 14-18 in runs/): as much as the model's goal, and noise
+    the model cannot tell from a step cost."""
+    if not (case_meta.get("repeats") or {}).get("agreeing_rounds"):
+        return None
+    p50s = level_rounds_p50s(case_meta, kind)
+    return float(np.median(p50s)) if len(p50s) >= LEVEL_MEDIAN_ROUNDS else None
+
+
 def _rounds_noise_pct(case_meta, kind):
     """Half the spread of a case's rounds' p50s of one kind, in the kept round's speed level
     (level_rounds_p50s), as % of its untraced p50; None with fewer than two rounds."""

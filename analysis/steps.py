@@ -23,7 +23,7 @@ from . import traceread
 from .clocksync import USER_PACKET_MARKS, estimate, match_user_packets
 from .probe import path_probe_ns
 from .rpcs import EXTRA_ROWS, MEASURED, MISSING, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
-from .run import Run, call_edges_ns, load_run, traced_noise_pct
+from .run import Run, call_edges_ns, level_p50_ns, level_rounds_p50s, load_run, traced_noise_pct
 from .workers import CaseWorkers, cpu_workers
 
 _STEP = {s["id"]: s for s in STEPS}
@@ -111,12 +111,22 @@ def rtt_summary(rpcs):
             # speed level, % of the untraced p50): the model weighs each size's step costs by it (analysis/model.py fit).
             "traced_noise_pct": traced_noise_pct(case.meta),
             "untraced_p50_us": untraced, "traced_vs_untraced_pct": pct(traced),
+            # The medians of the untraced and traced rounds in the kept round's speed level (None with fewer
+            # than three there): the model's Measured, and the level its traced step costs are scaled to
+            # (analysis/model.py level_figures).
+            "untraced_level_p50_us": _us(level_p50_ns(case.meta, "untraced")),
+            "traced_level_p50_us": _us(level_p50_ns(case.meta, "traced")),
+            "level_rounds": len(level_rounds_p50s(case.meta, "untraced")),
             "corrected_vs_untraced_pct": pct(corrected),
             "client_steps_sum_median_us": float(np.median(tot)) / 1000 if len(tot) else None,
             "conditions": {k: sorted(v) for k, v in rpcs.conditions.items()},
             "problems": rpcs.problems,
             "trace_readers": _readers(case, rpcs.has_kernel),
             "clock_sync": clock_sync(case)}
+
+
+def _us(ns):
+    return ns / 1000 if ns is not None else None
 
 
 def clock_sync_summary(rtts, run):

@@ -43,6 +43,16 @@ def test_noise_is_measured_in_the_kept_rounds_speed_level():
     assert untraced_noise_pct(meta) == 17.5
 
 
+def test_a_figure_of_the_level_is_the_median_of_three_rounds_or_more():
+    from rpcscope.analysis.run import level_p50_ns
+    meta = {"repeats": {"untraced_p50_ns": [26_600, 20_000, 20_200, 26_800, 19_800], "agreeing_rounds": [1, 2, 4]}}
+    assert level_p50_ns(meta, "untraced") == 20_000
+    meta["repeats"]["agreeing_rounds"] = [1, 2]
+    assert level_p50_ns(meta, "untraced") is None
+    del meta["repeats"]["agreeing_rounds"]              # a capture before session 14 does not say
+    assert level_p50_ns(meta, "untraced") is None
+
+
 def test_a_transport_whose_capture_never_settled_is_named():
     v = goal_verdict({"udp": {"errors": [_err(0, False, 0.4), _err(1392, True, 0.3)]},
                       "tcp": {"errors": [_err(0, True, 0.6)]}}, ["udp"])

@@ -349,6 +349,43 @@ def test_load_costs_file(tmp_path):
         M.load_costs(tmp_path / "x.json")
 
 
+def _steps_json(path, level):
+    """An analyze command's steps.json of two UDP sizes: C8' costs 10 and 30 us traced in the kept round,
+    whose traced p50s are 40 and 80 us; the rtt rows carry the level's medians when level is set."""
+    rtt = []
+    for size, kept_u, kept_t in ((0, 20.0, 40.0), (4016, 42.0, 80.0)):
+        row = {"proc": "maxarg", "transport": "udp", "size": size, "untraced_p50_us": kept_u,
+               "traced_rtt_p50_client_us": kept_t}
+        if level:
+            row.update(untraced_level_p50_us=kept_u * 0.98, traced_level_p50_us=kept_t * 0.95, level_rounds=4)
+        rtt.append(row)
+    steps = [{"proc": "maxarg", "transport": "udp", "size": s, "step": "C8'", "status": "measured",
+              "median_us": us, "corrected_median_us": us / 2, "n": 100} for s, us in ((0, 10.0), (4016, 30.0))]
+    path.write_text(json.dumps({"steps": steps, "rtt": rtt}))
+    return path
+
+
+def test_measured_and_step_costs_stand_for_the_speed_level(tmp_path):
+    """With three or more rounds in the kept round's speed level, Measured is the median of their
+    untraced p50s and the kept traced run's step costs are scaled by the level's median traced p50 over
+    its own, so that both stand for the same rounds (model.level_figures); else the kept round's."""
+    kept = M.load_costs(_steps_json(tmp_path / "kept.json", level=False), corrected=True)
+    assert kept.measured_ns == {0: 20_000.0, 4016: 42_000.0} and "level" not in kept.params
+    assert kept.sizes[4016]["C8'"]["median_ns"] == 15_000.0
+    lv = M.load_costs(_steps_json(tmp_path / "level.json", level=True), corrected=True)
+    assert lv.measured_ns[0] == pytest.approx(19_600.0) and lv.measured_ns[4016] == pytest.approx(41_160.0)
+    assert lv.sizes[4016]["C8'"]["median_ns"] == pytest.approx(15_000.0 * 0.95)
+    assert lv.params["level"][4016]["traced_scale"] == pytest.approx(0.95)
+    assert lv.params["level"][4016]["untraced_kept_round_p50_us"] == 42.0
+    path = {s: {"C8'": {"step": "C8'", "typical_ns": 2 * us, "typical_corrected_ns": us, "typical_count": 1}}
+            for s, us in ((0, 5_000.0), (4016, 15_000.0))}
+    costs, steps = M.with_rtp(lv, path, corrected=True)
+    assert steps == ["C8'"] and costs.sizes[0]["C8'"]["median_ns"] == pytest.approx(5_000.0 * 0.95)
+    m = M.fit(costs, steps=steps)
+    assert m.measured_us[4016] == pytest.approx(41.16)
+    assert any("speed level" in n and "x 0.950 .. 0.950" in n for n in m.notes), m.notes
+
+
 # ---------------------------------------------------------------- what-if and the commands
 
 

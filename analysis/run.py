@@ -72,7 +72,7 @@ def level_p50_ns(case_meta, kind):
     (level_rounds_p50s), or None where fewer than LEVEL_MEDIAN_ROUNDS ran there or the capture did
     not say which rounds agree (captures before session 14). Why: one round's p50 moves by 0.5-1.6 %
     (rms, per size) from the median of its level's rounds, and its traced minus untraced p50 by 0.8-1.5 %
-    (the 84 settled transports of sessions 14-18 in runs/): as much as the model's goal, and noise
+    (the 71 settled transports of sessions 14-18 in runs/ with three rounds agreeing): as much as the model's goal, and noise
     the model cannot tell from a step cost."""
     if not (case_meta.get("repeats") or {}).get("agreeing_rounds"):
         return None

@@ -153,7 +153,8 @@ def cmd_run(args):
         table(result["corrected_vs_untraced"], ["case", "traced_p50_us", "corrected_p50_us", "untraced_p50_us",
                                                 "corrected_%", "noise_%", "within_5%"])
     for t, m in result["models"].items():
-        print(f"\n% error, {t.upper()} ({args.proc}; Measured = untraced p50, Calculated = the model from "
+        print(f"\n% error, {t.upper()} ({args.proc}; Measured = untraced p50, the median of the rounds in the kept round's "
+              f"speed level where three or more ran there, Calculated = the model from "
               f"probe-corrected step costs on the measured round-trip path; noise: half the spread of the "
               f"untraced rounds' p50s in the kept round's speed level, how far Measured itself moves; {m['file']})")
         table([{"size": e["size"], "calculated_us": round(e["calculated_us"], 2),

@@ -445,3 +445,35 @@ def test_the_level_is_one_where_every_size_has_a_whole_round():
     lv = run_levels(p50s)
     for c, (r, agree) in kept.items():
         assert all(lv[k][r] == 1 for k in p50s if k[0] == c) and r in agree, (c, r)
+
+
+def test_a_kind_that_never_ran_in_the_faster_level_is_placed_by_when_it_ran():
+    """runs/run-20261126-030449, UDP (us): the host was fast for round 0 only. 8032's user-only runs and
+    24096's user-only and traced runs were slow in every round, all within LEVEL_GAP of each other, and
+    each had been called fast by its own fastest round: neither size had a whole round in the slower
+    level, the faster level won (five sizes each) and both fell back to slow rounds beside fast ones
+    (the model missed them by +19 and +14 %). Such a kind takes the level of the runs beside it in time:
+    slow, so every size keeps a round in the slower level."""
+    from rpcscope.collectors.capture import KIND_ORDER, level_rounds, run_levels
+    p50s = {("udp-0", "untraced"): [16.9, 22.0, 21.5, 21.3, 21.1, 21.4, 21.2, 24.1, 21.2],
+            ("udp-0", "ust"): [21.3, 25.8, 25.8, 26.0, 25.8, 25.6, 25.4, 27.8, 25.4],
+            ("udp-0", "traced"): [29.9, 34.7, 35.8, 34.8, 34.3, 34.4, 34.3, 34.6, 34.3],
+            ("udp-8032", "untraced"): [51.6, 67.3, 66.6, 66.2, 66.7, 67.5, 66.3, 66.1, 66.6],
+            ("udp-8032", "ust"): [74.2, 75.7, 73.9, 73.9, 74.9, 74.6, 74.0, 73.6, 74.4],
+            ("udp-8032", "traced"): [87.4, 141.7, 100.7, 100.5, 102.3, 102.1, 115.4, 100.9, 101.5],
+            ("udp-24096", "untraced"): [116.6, 143.6, 146.1, 145.6, 144.5, 144.2, 143.6, 142.8, 140.0],
+            ("udp-24096", "ust"): [154.6, 158.2, 154.3, 156.4, 155.4, 154.6, 155.8, 153.9, 150.0],
+            ("udp-24096", "traced"): [224.6, 226.5, 218.7, 217.9, 219.2, 218.6, 227.4, 217.9, 212.0]}
+    cases = ["udp-0", "udp-8032", "udp-24096"]
+    lv = run_levels(p50s, [(c, k) for c in cases for k in KIND_ORDER])
+    assert lv[("udp-8032", "ust")] == [1] * 9 and lv[("udp-24096", "traced")] == [1] * 9
+    assert lv[("udp-0", "untraced")] == [0] + [1] * 8                       # seen in both: by its p50s
+    level, kept = level_rounds(p50s, cases)
+    assert level == 1
+    for c, (r, _) in kept.items():
+        assert r != 0 and all(lv[k][r] == 1 for k in p50s if k[0] == c), (c, r)
+    # Without the order the capture ran them in, the same by the keys' order; with no kind that saw
+    # both levels, every run is in the faster one.
+    assert run_levels(p50s) == lv
+    assert run_levels({("a", "untraced"): [10.0, 10.5], ("a", "traced"): [20.0, 20.4]}) == \
+        {("a", "untraced"): [0, 0], ("a", "traced"): [0, 0]}

@@ -27,6 +27,7 @@ import json
 import math
 import os
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -460,9 +461,12 @@ def fit(costs, holdout=(), steps=None, predict=()):
     # And by how far its traced runs moved (params["size_noise_pct"], the capture's rounds): a size whose
     # rounds caught a burst of host noise has step costs that far off, and must not bend every term's
     # fit (inverse variance, no size credited with less than SIZE_NOISE_FLOOR_PCT).
+    # A size whose noise is unknown (one round in its level) weighs as the median of the others, not as
+    # the quietest.
     noise = {int(k): v for k, v in (params.get("size_noise_pct") or {}).items() if v is not None}
     if weights and noise:
-        weights = {s: w * (SIZE_NOISE_FLOOR_PCT / max(SIZE_NOISE_FLOOR_PCT, noise.get(s, 0.0))) ** 2
+        unknown = statistics.median(noise.values())
+        weights = {s: w * (SIZE_NOISE_FLOOR_PCT / max(SIZE_NOISE_FLOOR_PCT, noise.get(s, unknown))) ** 2
                    for s, w in weights.items()}
     terms, notes = [], []
     for sid in steps:

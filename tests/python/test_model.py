@@ -114,6 +114,14 @@ def test_a_size_whose_traced_rounds_spread_widely_does_not_bend_the_fit():
     weighed = M.fit(costs)
     assert worst(weighed) < 0.5 and worst(plain) > 2.0, (worst(weighed), worst(plain))
     assert weighed.params["size_noise_pct"][4016] == 15.0
+    # A size whose noise is unknown (one round in its level) weighs as the median of the others, not as
+    # the quietest.
+    costs.params["size_noise_pct"] = {s: 3.0 for s in sizes if s != 4016} | {0: 2.0, 1392: 5.0}
+    unknown = M.fit(costs)
+    costs.params["size_noise_pct"][4016] = 3.0
+    assert unknown.calculated(4016) == pytest.approx(M.fit(costs).calculated(4016))
+    costs.params["size_noise_pct"][4016] = 1.0
+    assert unknown.calculated(4016) != pytest.approx(M.fit(costs).calculated(4016))
 
 
 def test_a_falling_slope_is_refused_as_the_hosts_drift():

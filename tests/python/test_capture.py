@@ -264,12 +264,16 @@ def test_run_directory_is_complete(run):
         # Five rounds (the default --repeats) in sweeps over each transport's sizes; every kind of the
         # kept round stands for the case, and that round's traced run keeps its traces.
         rep, sw = c["repeats"], m["sweeps"][c["transport"]]
-        from rpcscope.collectors.capture import MAX_EXTRA_ROUNDS, SWEEP_AGREE_PCT, choose_sweep, sweeps_settled
+        from rpcscope.collectors.capture import (MAX_EXTRA_ROUNDS, SWEEP_AGREE_PCT, choose_sweep, settled_rounds,
+                                                 sweeps_settled)
         x, kept = rep["extra_rounds"], rep["kept_round"]
         assert 0 <= x <= MAX_EXTRA_ROUNDS and x == sw["extra_rounds"] and kept == sw["kept_by_case"][c["id"]], (rep, sw)
         assert sw["kept_straddle_pct"][c["id"]] >= 0.0
-        if sw["settled"]:                        # else each size's fastest whole round (fastest_round)
-            assert kept == sw["kept_round"] and rep["agreeing_rounds"] == sw["agreeing_rounds"], (rep, sw)
+        if sw["settled"]:       # the sweep's round, less a kind's burst (else each size's round in one level)
+            mine = {(c["id"], k): rep[f"{k}_p50_ns"] for k in ("untraced", "ust", "traced")}
+            assert (kept, rep["agreeing_rounds"]) == settled_rounds(mine, c["id"], sw["kept_round"],
+                                                                    sw["agreeing_rounds"]), (rep, sw)
+            assert set(rep["agreeing_rounds"]) <= set(sw["agreeing_rounds"])
         assert m["params"]["repeats"] == rep["rounds"] == 5
         for kind, got in (("untraced", c["untraced"]), ("ust", c["ust_only"]), ("traced", c["traced"])):
             assert len(rep[f"{kind}_p50_ns"]) == 5 + x and got["p50"] == rep[f"{kind}_p50_ns"][kept], (kind, rep)

@@ -1176,8 +1176,8 @@ def run_levels(p50s, order=None):
     both = {k: lv for k, lv in levels.items() if any(lv)}
     if not both:
         return levels
-    n = len(order)
-    timeline = sorted((r * n + order.index(k), lv) for k, lvs in both.items() for r, lv in enumerate(lvs))
+    n, pos = len(order), {k: i for i, k in enumerate(order)}
+    timeline = sorted((r * n + pos[k], lv) for k, lvs in both.items() for r, lv in enumerate(lvs))
     times = [t for t, _ in timeline]
 
     def nearest(t):
@@ -1185,7 +1185,7 @@ def run_levels(p50s, order=None):
         return [timeline[j][1] for j in (i - 1, i) if 0 <= j < len(timeline)]
     for k, lv in levels.items():
         if k not in both:
-            votes = [x for r in range(len(lv)) for x in nearest(r * n + order.index(k))]
+            votes = [x for r in range(len(lv)) for x in nearest(r * n + pos[k])]
             levels[k] = [int(2 * sum(votes) > len(votes))] * len(lv)
     return levels
 
@@ -1225,8 +1225,7 @@ def level_rounds(p50s, cases):
         if not rs:
             out[c] = fastest_round(mine)
             continue
-        med = {k: statistics.median(math.log(v[r]) for r in rs) for k, v in mine.items()}
-        r = min(rs, key=lambda q: (sum(abs(math.log(v[q]) - med[k]) for k, v in mine.items()), q))
+        r = most_central(mine, rs)
         dist = sweep_distances(mine)
         out[c] = (r, [q for q in rs if dist[r][q] <= SWEEP_AGREE_PCT])
     return level, out
@@ -1248,10 +1247,14 @@ def settled_rounds(p50s, case, kept, agreeing):
     whole = [r for r in agreeing if stray[r] <= STRADDLE_LEVEL_PCT]
     if not whole:
         return kept, agreeing
-    if kept in whole:
-        return kept, whole
-    med = {k: statistics.median(math.log(v[r]) for r in whole) for k, v in mine.items()}
-    return min(whole, key=lambda q: (sum(abs(math.log(v[q]) - med[k]) for k, v in mine.items()), q)), whole
+    return (kept if kept in whole else most_central(mine, whole)), whole
+
+
+def most_central(p50s, rounds):
+    """Of rounds, the one nearest the middle of them all: the least sum over its kinds of |ln p50 - the
+    kind's median over rounds| (the earliest of equals). p50s: {(case, kind): [p50 per round]} of one case."""
+    med = {k: statistics.median(math.log(v[r]) for r in rounds) for k, v in p50s.items()}
+    return min(rounds, key=lambda q: (sum(abs(math.log(v[q]) - med[k]) for k, v in p50s.items()), q))
 
 
 def sweeps_settled(agreeing, rounds):
@@ -1279,7 +1282,7 @@ def unsettled_transports(manifest, transports):
 def _kept_note(sweep):
     if sweep.get("settled"):
         other = {c: k for c, k in (sweep.get("kept_by_case") or {}).items() if k != sweep.get("kept_round")}
-        return ("; a kind of the kept round strayed, so instead (rounds " +
+        return ("; sizes whose kept round had a kind off its level keep another (rounds " +
                 ", ".join(f"{c.split('-')[-1]}: {k}" for c, k in other.items()) + ")") if other else ""
     note = f", NOT settled: fewer than {SWEEP_SETTLE_ROUNDS} rounds agreed, the host's speed level kept changing"
     if sweep.get("kept_by_case"):

@@ -496,4 +496,4 @@ def test_a_settled_sweeps_round_whose_kind_caught_a_burst_is_not_kept_for_that_s
     assert settled_rounds(p50s, "udp-0", 4, [3, 4, 7]) == (4, [3, 4, 7])
     sweep = {"rounds": 5, "extra_rounds": 3, "kept_round": 4, "agreeing_rounds": [3, 4, 7], "agree_pct": 3.0,
              "settled": True, "kept_by_case": {"udp-maxarg-0": 4, "udp-maxarg-16064": 7}}
-    assert sweeps_summary({"udp": sweep}).endswith("a kind of the kept round strayed, so instead (rounds 16064: 7)")
+    assert sweeps_summary({"udp": sweep}).endswith("sizes whose kept round had a kind off its level keep another (rounds 16064: 7)")

@@ -213,7 +213,7 @@ def register(subparsers):
     # 5000, not the capture's 2000: one run's p50 moves less from the next identical run's the longer it
     # lasts (untraced, fresh processes, alternating, 12 runs each, session 19: the spread of p50s 0.97 ->
     # 0.80 % at 0 bytes, 1.18 -> 0.54 % at 8032, 0.84 -> 0.24 % at 24096 from 2000 to 8000 calls), and
-    # the model's goals are that tight. It costs the capture about 2 s a sweep of the sizes per 1000 calls.
+    # the model's goals are that tight. It costs the capture 2-3 s a sweep of the sizes per 1000 calls.
     ap.add_argument("--calls", type=int, default=RUN_CALLS, help=f"measured calls per size (default {RUN_CALLS})")
     ap.add_argument("--warmup", type=int, default=200, help="warm-up calls per size (default 200)")
     ap.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,

@@ -439,7 +439,7 @@ class Costs:
 # No size is credited with less noise than this (% of its RTT) when the fit weighs the sizes by how far
 # their traced runs moved. 2, not 1 (session 19): since the step costs are scaled to their speed level's
 # median traced p50 (level_figures), a round's overall speed no longer reaches them, and a null call whose
-# traced rounds spread by 1.8 us of its 21 had weighed a fifth of the others and was extrapolated from
+# traced rounds spread by 1.8 us of its 21 had weighed a fifteenth of most others and was extrapolated from
 # the large sizes (UDP 0 at -3.4 % in runs/run-20261126-034449, -1.4 % with 2). Re-fitted over the 58
 # captures of sessions 14-19 in runs/: 778 against 772 of 928 sizes, every size met in 13 runs
 # against 12; without the weighting, 775.

@@ -123,8 +123,8 @@ class RunData:
         if (m.get("calibration_in_situ") or {}).get("method") == "per case":
             models = "".join(f"; {t}: {v.get('method')}" for t, v in
                              (Run(self.path).probe.get("transports") or {}).items())
-            add("in-situ probe calibration", "per case: every round also ran with user events only; "
-                "each case corrected with the per-class costs solved from the other cases of its transport "
+            add("in-situ probe calibration", "per case: each case corrected with the costs of a user and a kernel event on its path "
+                "solved from the other cases' probe effects (traced minus untraced p50) of its transport "
                 "(analysis/probe.json)" + models,
                 "manifest.json calibration_in_situ.method, cases[].ust_only; analysis/probe.json transports.*.method")
         elif ins:

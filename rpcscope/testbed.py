@@ -673,7 +673,12 @@ Subsystem sftp {SFTP_SERVER}
 # A module's temporary files (Ansible's AnsiballZ payload, anything else that honours TMPDIR) go under
 # this host's own directory: a module killed mid-run (a deploy stopped, the host torn down) cannot
 # leave them in the machine's /tmp, which the namespace hosts share; `testbed down` removes them.
-SetEnv TMPDIR={d}/tmp
+# SHLVL=1: every command Ansible sends runs through root's login shell, and bash started by sshd reads
+# ~/.bashrc unless it is nested (bash's shell.c, run_startup_files). The namespace hosts share the
+# machine's home; a .bashrc that runs `pyenv rehash` takes a lock file there, a deploy stopped mid-command
+# leaves it, and every later command of every deploy then waits its 60 s timeout. The testbed's
+# commands need nothing from a user's shell start-up.
+SetEnv TMPDIR={d}/tmp SHLVL=1
 """
 
 

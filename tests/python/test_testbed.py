@@ -17,6 +17,7 @@ import glob
 import json
 import os
 import pathlib
+import pwd
 import shutil
 import signal
 import subprocess
@@ -248,6 +249,13 @@ class TestLifeCycle:
         # A module's temporary files stay in the host's own directory, gone with the testbed.
         assert f"SetEnv TMPDIR={STATE_DIR / 'hosts' / SERVER / 'tmp'}" in sshd_conf
         assert (STATE_DIR / "hosts" / SERVER / "tmp").is_dir()
+        # A command runs without the login shell's start-up files: bash started by sshd reads ~/.bashrc
+        # only at SHLVL 1, and the host's sessions start nested (a .bashrc's `pyenv rehash` lock, left by
+        # a stopped deploy, had made every later command wait 60 s).
+        from rpcscope.testbed import ssh_argv
+        p = sh(*ssh_argv(None), f"root@{SERVER_ADDR}", "echo $SHLVL")
+        bash = os.path.basename(pwd.getpwnam("root").pw_shell) == "bash"
+        assert p.returncode == 0 and p.stdout.strip() == ("2" if bash else "1"), (p.stdout, p.stderr)
 
     def test_up_or_down_from_outside_the_test_is_refused(self, testbed):
         """A `testbed down` typed in a shell while a test run uses the testbed would pull the hosts from

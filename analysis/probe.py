@@ -364,7 +364,8 @@ def solve(per, form=None):
         fragile |= fits["apart"] is None
         for k, c in fits.items():
             c = c or fits["pooled"]
-            err[k].append((c[0] * nu[i] + c[1] * nk[i] - d[i]) / d[i] if d[i] else 0.0)
+            # A left-out fit with nothing to solve from (no events on the other paths) misses by all of d.
+            err[k].append(((c[0] * nu[i] + c[1] * nk[i] if c else 0.0) - d[i]) / d[i] if d[i] else 0.0)
     rms = {k: _wrms(v, w) for k, v in err.items()}
     why = f"a left-out point's probe effect predicted within {rms['pooled']:.1f} % rms pooled, {rms['apart']:.1f} % apart"
     if fragile:

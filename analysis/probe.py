@@ -311,8 +311,7 @@ def _fit(nu, nk, d, w, form):
     """Weighted least squares of the probe effects d over user events nu and kernel events nk:
     (c_user, c_kernel), equal in form "pooled"; None in form "apart" unless both come out positive."""
     if form == "pooled":
-        n = nu + nk
-        c = float((w * d) @ n / ((w * n) @ n)) if n @ n else None
+        c = _per_event(nu + nk, d, w)
         return None if c is None else (c, c)
     if len(d) < 2:
         return None
@@ -388,5 +387,10 @@ def _user_alone(per):
     user events on the path), for the record: the correction charges the traced runs' costs."""
     nu = np.array([p["path_events_per_call"]["ust"] for p in per.values()], float)
     du = np.array([p["d_user_ns"] for p in per.values()], float)
-    w = _weights(per, "d_user")
-    return float((w * du) @ nu / ((w * nu) @ nu)) if nu @ nu else None
+    return _per_event(nu, du, _weights(per, "d_user"))
+
+
+def _per_event(n, d, w):
+    """The weighted least-squares cost of one event for differences d over n events each; None without
+    events."""
+    return float((w * d) @ n / ((w * n) @ n)) if n @ n else None

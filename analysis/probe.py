@@ -1,9 +1,9 @@
 """The probe effect where it is measured: the effective cost of one event of each class on the
 round-trip path, from the capture's in-situ calibration.
 
-Every case of the capture ran, in each of its rounds, untraced, with user events only and with user
-and kernel events (collectors/capture.py sweeps), between the testbed's hosts with the run's
-placement, and kept the traces of its kept round's traced run. Here the round-trip path of every
+Every case of the capture ran, in each of its rounds, untraced and with user and kernel events (and,
+with capture --user-only-runs, with user events only: collectors/capture.py sweeps), between the
+testbed's hosts with the run's placement, and kept the traces of its kept round's traced run. Here the round-trip path of every
 call of those traces is walked (analysis/rtp.py) and the events on it counted per class: user, kernel
 network device (one per packet per device), other kernel (syscalls, scheduler, softirq). Then, with a
 case's probe effect d = user+kernel - untraced p50 (medians of the rounds in the kept round's speed
@@ -12,10 +12,10 @@ level: case_point),
     d = (n_user + n_kernel) x c                 (one cost for every event), or
       = n_user x c_user + n_kernel x c_kernel   (user and kernel events apart)
 
-least squares over the cases of a transport (solve). The user-only runs do not enter: a user event
-costs more beside recorded kernel events than alone (~200 against ~140 ns over UDP; probe.json keeps
-the cost alone as `ust_alone_event_ns`), and the correction removes what the traced run carries. Each point weighs 1 /
-noise^2, its noise the spread of the case's own rounds in the kept round's speed level (point_noise):
+least squares over the cases of a transport (solve). User-only runs do not enter: a user event
+costs more beside recorded kernel events than alone (~200 against ~140 ns over UDP; where the capture
+made them, probe.json keeps the cost alone as `ust_alone_event_ns`), and the correction removes what
+the traced run carries. Each point weighs 1 / noise^2, its noise the spread of the case's own rounds in the kept round's speed level (point_noise):
 a case whose rounds caught a burst of host noise must not set the costs the others are corrected
 with; nor may a held-out size (capture --holdout) set any. A case is corrected with the costs solved
 from the other cases of its transport (leave one out), so its corrected RTT is a prediction; the model
@@ -120,16 +120,19 @@ def _path_events(case):
 def _point(case, untraced, ust, both, rounds=None):
     """One calibration point: the case's events per class on its path and its p50 differences (untraced,
     user events only, user and kernel events), with how far each difference moves (noise_ns, from the
-    rounds' p50s); None when fewer than half the sample could be walked."""
+    rounds' p50s); None when fewer than half the sample could be walked. ust is None for a capture
+    without user-only runs (the default since session 21): the point then has only d_total_ns."""
     n, ev, quart = _path_events(case)
     if n < PATH_SAMPLE_RPCS // 2:
         return None
+    split = ust is not None
     return {"transport": case.transport, "size": case.size, "rpcs_walked": n,
             "noise_ns": point_noise(untraced, rounds),
             "path_events_per_call": {"ust": ev[0], "kernel_net": ev[1], "kernel_other": ev[2]},
             "path_events_quartiles": {"ust": quart[:, 0].tolist(), "kernel_net": quart[:, 1].tolist(),
                                       "kernel_other": quart[:, 2].tolist()},
-            "d_total_ns": both - untraced, "d_user_ns": ust - untraced, "d_kernel_ns": both - ust,
+            "d_total_ns": both - untraced, "d_user_ns": ust - untraced if split else None,
+            "d_kernel_ns": both - ust if split else None,
             "p50_ns": {"untraced": untraced, "ust": ust, "both": both}}
 
 
@@ -152,8 +155,10 @@ def point_noise(untraced, rounds):
         x = (rounds or {}).get(k) or []
         return (max(x) - min(x)) / 2 if len(x) > 1 else 0.0
     u, s, t = half("untraced"), half("ust"), half("traced")
-    return {"d_total": max(floor, float(np.hypot(u, t))), "d_user": max(floor, float(np.hypot(u, s))),
-            "d_kernel": max(floor, float(np.hypot(s, t)))}
+    out = {"d_total": max(floor, float(np.hypot(u, t)))}
+    if (rounds or {}).get("ust"):
+        out.update(d_user=max(floor, float(np.hypot(u, s))), d_kernel=max(floor, float(np.hypot(s, t))))
+    return out
 
 
 def _rounds(case):
@@ -164,8 +169,9 @@ def _rounds(case):
 
 
 def _per_case(run):
-    """Every case ran, in each round, untraced, with user events only and with user and kernel events
-    (collectors/capture.py sweeps): its own p50 differences and the events on its path are one point.
+    """Every case ran, in each round, untraced and with user and kernel events (and with user events
+    only, in captures with user-only runs: collectors/capture.py sweeps): its own p50 differences and the
+    events on its path are one point.
     A case is corrected with the costs solved from the OTHER cases of its transport (leave one out), so
     that its corrected RTT is a prediction, not a fit to itself."""
     key = _per_case_key(run)
@@ -184,12 +190,12 @@ def _holdout_ids(run):
 
 
 def _per_case_cases(run):
-    return [c for c in run.cases if c.complete and c.meta.get("ust_only") and not c.meta.get("lossy")
-            and c.has_kernel()]
+    return [c for c in run.cases if c.complete and not c.meta.get("lossy") and c.has_kernel()]
 
 
 def _per_case_key(run):
-    key = {c.id: [c.meta["untraced"]["p50"], c.meta["ust_only"]["p50"], c.meta["traced"]["p50"], c.meta.get("pids")]
+    key = {c.id: [c.meta["untraced"]["p50"], (c.meta.get("ust_only") or {}).get("p50"), c.meta["traced"]["p50"],
+                  c.meta.get("pids")]
            for c in _per_case_cases(run)}
     held = _holdout_ids(run)
     if key and held:
@@ -217,12 +223,13 @@ def case_point(case):
     the kept round's differences, and the corrected traced p50 was within 5 % of the untraced one in 95
     cases against 94."""
     from .run import level_p50_ns
-    p50 = {"untraced": case.meta["untraced"]["p50"], "ust": case.meta["ust_only"]["p50"],
-           "traced": case.meta["traced"]["p50"]}
+    p50 = {"untraced": case.meta["untraced"]["p50"], "traced": case.meta["traced"]["p50"]}
+    if case.meta.get("ust_only"):
+        p50["ust"] = case.meta["ust_only"]["p50"]
     level = {k: level_p50_ns(case.meta, k) for k in p50}
     if all(v is not None for v in level.values()):
         p50 = level
-    return _point(case, p50["untraced"], p50["ust"], p50["traced"], _rounds(case))
+    return _point(case, p50["untraced"], p50.get("ust"), p50["traced"], _rounds(case))
 
 
 def per_case_solve(run, key, points):
@@ -323,7 +330,8 @@ def _arrays(per):
     ev = [p["path_events_per_call"] for p in per.values()]
     nu = np.array([e["ust"] for e in ev], float)
     nk = np.array([e["kernel_net"] + e["kernel_other"] for e in ev], float)
-    d = np.array([p["d_user_ns"] + p["d_kernel_ns"] for p in per.values()], float)
+    d = np.array([p["d_total_ns"] if p.get("d_total_ns") is not None else p["d_user_ns"] + p["d_kernel_ns"]
+                  for p in per.values()], float)
     return nu, nk, d
 
 
@@ -385,6 +393,9 @@ def _result(form, apart, pooled, n, why):
 def _user_alone(per):
     """What one user event costs with no kernel event recorded (user-only minus untraced p50 over the
     user events on the path), for the record: the correction charges the traced runs' costs."""
+    per = {k: p for k, p in per.items() if p.get("d_user_ns") is not None}
+    if not per:
+        return None        # no user-only runs (capture --user-only-runs makes them)
     nu = np.array([p["path_events_per_call"]["ust"] for p in per.values()], float)
     du = np.array([p["d_user_ns"] for p in per.values()], float)
     return _per_event(nu, du, _weights(per, "d_user"))

@@ -46,8 +46,9 @@ FORMAT = 1
 PROCS = ("null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway")
 ASLR_SETTINGS = ("off", "on")   # --aslr: address-space layout randomization of the RPC processes
 MAX_MSG = 256 << 10           # rpc-client/rpc-server --max-msg default
-# Rounds per case: the median of more rounds moves less (see Capture.repeats); each costs ~1.2 s.
-DEFAULT_REPEATS = 5
+# Rounds per case: the median of more rounds moves less (see Capture.sweeps); a round of a case (its
+# untraced and traced runs) costs ~1.2-1.8 s.
+DEFAULT_REPEATS = 7
 BASE_PORT = 7300
 SERVER_SAFETY_S = 900         # a server left behind exits on its own after this long
 UDP_FRAG_BODY = 4016          # body bytes per 4096-byte PDU
@@ -717,8 +718,8 @@ class Capture:
 
         Why rounds: on this VM one run's p50 moves by up to 25 % from the next identical one (its calls
         uniformly slower or faster), so a single run cannot stand for the configuration. Why each round
-        runs every kind once (untraced, user-only, traced): this VM's speed switches between levels
-        ~20-30 % apart that hold for seconds to minutes (a TCP case's untraced rounds 25.4, 25.2, 25.3,
+        runs every kind once (untraced and traced; user-only too with --user-only-runs): this VM's speed
+        switches between levels ~20-30 % apart that hold for seconds to minutes (a TCP case's untraced rounds 25.4, 25.2, 25.3,
         18.0, 18.1 us, session 13); a level touches the round trip, not a CPU-bound loop (session 14:
         a fixed Python loop took 0.19 s in either level while the null call went from 22.0 to 26.5 us).
         Why sweeps: the model fits each step's unit cost over the sizes of a transport, so every size
@@ -902,8 +903,8 @@ class Capture:
 
     def run_transport(self, transport):
         """Every size of one transport: the rounds in sweeps (sweeps()), then each case from the kept
-        round: its untraced, user-only and traced runs (the traced one's traces kept, converted and
-        counted), the other rounds' traces deleted. Calls after_case for each case once it is complete."""
+        round: its untraced and traced runs (and user-only ones, with --user-only-runs), the traced one's
+        traces kept, converted and counted, the other rounds' traces deleted. Calls after_case for each case once it is complete."""
         cases = [self.new_case(transport, size) for size in self.p["sizes"]]
         self.write_manifest()
         n = self.p.get("repeats", 1)
@@ -1012,10 +1013,11 @@ class Capture:
             if self.p["calibration"] != "none":
                 self.manifest["calibration"] = self.calibrate()
                 self.write_manifest()
-            if "ust" in case_kinds(self.p, self.kernel):
-                # In situ: every case's rounds add a user-events-only run (sweeps); the analysis
-                # solves the p50 differences of the cases for the cost of each event class.
-                self.manifest["calibration_in_situ"] = {"method": "per case", "complete": True}
+            if in_situ(self.p, self.kernel):
+                # In situ: the analysis solves the cases' traced minus untraced p50s for the cost of
+                # each event class on the path (analysis/probe.py).
+                self.manifest["calibration_in_situ"] = {"method": "per case", "complete": True,
+                                                        "user_only_runs": "ust" in case_kinds(self.p, self.kernel)}
                 self.write_manifest()
             for transport in self.p["transports"]:
                 self.run_transport(transport)
@@ -1059,11 +1061,21 @@ class Capture:
                 self.discard(self.out / case["dir"])
 
 
+def in_situ(p, kernel):
+    """Whether the analysis solves the probe effect from the cases' own runs (analysis/probe.py): with a
+    calibration and a kernel collector, every case's traced minus untraced p50 is one point."""
+    return p["calibration"] != "none" and kernel != "none"
+
+
 def case_kinds(p, kernel):
-    """The runs of each round of a case: untraced, user events only (the in-situ probe calibration,
-    when there is a calibration and a kernel collector), traced."""
-    in_situ = p["calibration"] != "none" and kernel != "none"
-    return ("untraced", "ust", "traced") if in_situ else ("untraced", "traced")
+    """The runs of each round of a case: untraced, user events only (capture --user-only-runs, with an
+    in-situ calibration), traced. Why user-only runs are not made by default (session 21): since session
+    20 the probe correction is solved from traced minus untraced alone, and a user-only run only records
+    what a user event costs with no kernel event recorded; it took a third of every round, time that
+    now goes to more rounds, so that more sizes have three or more rounds in one speed level of the
+    host."""
+    ust = in_situ(p, kernel) and p.get("user_only_runs")
+    return ("untraced", "ust", "traced") if ust else ("untraced", "traced")
 
 
 # Two rounds agree when their runs' p50s differ by at most this much (root mean square of the % differences
@@ -1073,7 +1085,7 @@ SWEEP_AGREE_PCT = 3.0
 # The sweeps are settled when this many rounds (or every round, with fewer) agree with the kept one,
 # itself included; else up to MAX_EXTRA_ROUNDS more sweeps are made.
 SWEEP_SETTLE_ROUNDS = 3
-MAX_EXTRA_ROUNDS = 4
+MAX_EXTRA_ROUNDS = 6
 
 
 def _p50s(runs):
@@ -1107,10 +1119,10 @@ KIND_ORDER = ("untraced", "ust", "traced")
 
 
 def straddle_pct(p50s, among=None):
-    """Per round of one case, how far the differences between its consecutive kinds (user-only minus
-    untraced, traced minus user-only: the probe effect, CPU work that a level of the host's speed
-    barely moves) stray from their medians over the rounds, the larger of the two, as % of the median
-    untraced p50. A round whose kinds ran in different levels strays by the jump between levels
+    """Per round of one case, how far the differences between its consecutive kinds (traced minus
+    untraced; with user-only runs, user-only minus untraced and traced minus user-only: the probe
+    effect, CPU work that a level of the host's speed barely moves) stray from their medians over the
+    rounds, the largest, as % of the median untraced p50. A round whose kinds ran in different levels strays by the jump between levels
     (session 17, runs/run-20261125-220603, UDP 1392, round 0: untraced 21.0 us in the faster level,
     user-only and traced in the slower one; its user share 8.8 us against a median 5.0: 14 %).
     p50s: {(case, kind): [p50 per round]} of one case; among: the rounds whose medians count (default

@@ -63,9 +63,13 @@ def add_common(ap, default_calls, default_sizes):
     ap.add_argument("--calibration", choices=("full", "quick", "none"), default="full",
                     help="per host: cost of a user event, and of each kernel event (full) or of all together (quick)")
     ap.add_argument("--repeats", type=int, default=cap.DEFAULT_REPEATS,
-                    help="local testbed: rounds of untraced, user-only and traced runs of every size, in sweeps over "
+                    help="local testbed: rounds of untraced and traced runs of every size, in sweeps over "
                          "the sizes; the round most others agree with is kept for every size (default "
                          f"{cap.DEFAULT_REPEATS}; one run's p50 can differ from the next identical one's by 10-25%%)")
+    ap.add_argument("--user-only-runs", action="store_true",
+                    help="local testbed, with a calibration: add a run with user events only to every round, which "
+                         "records what a user event costs with no kernel event recorded (probe.json "
+                         "ust_alone_event_ns); the correction does not use it, and each round takes half as long again")
     ap.add_argument("--calibration-calls", type=int, default=3000, help="calls per loopback calibration run (default 3000; the in-situ calibration uses --calls and --warmup)")
     ap.add_argument("--keep-perf-data", action="store_true", help="keep perf.data next to the kernel CTF")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
@@ -79,7 +83,7 @@ def params_from(args):
         "kernel": args.kernel, "placement": args.placement, "wait": args.wait, "idle": args.idle, "aslr": args.aslr,
         "executors": args.executors,
         "untraced": args.untraced, "calibration": args.calibration, "calibration_calls": args.calibration_calls,
-        "repeats": args.repeats, "keep_perf_data": args.keep_perf_data, "replace": args.replace,
+        "repeats": args.repeats, "user_only_runs": args.user_only_runs, "keep_perf_data": args.keep_perf_data, "replace": args.replace,
         "holdout": cap.parse_sizes(args.holdout) if getattr(args, "holdout", None) else [],
     }
     stray = sorted(set(p["holdout"]) - set(p["sizes"]))

@@ -126,7 +126,7 @@ class RunData:
             add("in-situ probe calibration", "per case: each case corrected with the costs of a user and a kernel event on its path "
                 "solved from the other cases' probe effects (traced minus untraced p50) of its transport "
                 "(analysis/probe.json)" + models,
-                "manifest.json calibration_in_situ.method, cases[].ust_only; analysis/probe.json transports.*.method")
+                "manifest.json calibration_in_situ.method, cases[].untraced, cases[].traced; analysis/probe.json transports.*.method")
         elif ins:
             add("in-situ probe calibration", "; ".join(
                 f"{t} size {z}: p50 untraced {v['p50_median_ns']['untraced'] / 1e3:.2f} us, user events "

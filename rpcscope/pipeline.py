@@ -217,7 +217,7 @@ def register(subparsers):
     ap.add_argument("--calls", type=int, default=RUN_CALLS, help=f"measured calls per size (default {RUN_CALLS})")
     ap.add_argument("--warmup", type=int, default=200, help="warm-up calls per size (default 200)")
     ap.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
-                    help=f"rounds of untraced, user-only and traced runs per size (default {DEFAULT_REPEATS})")
+                    help=f"rounds of untraced and traced runs per size (default {DEFAULT_REPEATS})")
     ap.add_argument("--kernel", choices=("auto", "perf", "ftrace", "lttng"), default="auto",
                     help="kernel collector (default auto: LTTng's kernel tracer where it loads, else ftrace, "
                          "else perf; collectors/README.md)")

@@ -261,34 +261,37 @@ def test_run_directory_is_complete(run):
         assert c["events"]["ust"] > 0 and c["events"]["kernel"] > 0
         assert c["trace_bytes"]["ust"] > 0 and c["trace_bytes"]["kernel"] > 0
         assert set(c["pids"]) == {"server", "client"}
-        # Five rounds (the default --repeats) in sweeps over each transport's sizes; every kind of the
-        # kept round stands for the case, and that round's traced run keeps its traces.
+        # DEFAULT_REPEATS rounds in sweeps over each transport's sizes, each an untraced and a traced run
+        # (no user-only runs unless asked: test_ftrace_capture); every kind of the kept round stands for
+        # the case, and that round's traced run keeps its traces.
         rep, sw = c["repeats"], m["sweeps"][c["transport"]]
-        from rpcscope.collectors.capture import (MAX_EXTRA_ROUNDS, SWEEP_AGREE_PCT, choose_sweep, settled_rounds,
-                                                 sweeps_settled)
+        from rpcscope.collectors.capture import (DEFAULT_REPEATS, MAX_EXTRA_ROUNDS, SWEEP_AGREE_PCT, choose_sweep,
+                                                 settled_rounds, sweeps_settled)
+        n, kinds = DEFAULT_REPEATS, ("untraced", "traced")
+        assert "ust_only" not in c and "ust_p50_ns" not in rep
         x, kept = rep["extra_rounds"], rep["kept_round"]
         assert 0 <= x <= MAX_EXTRA_ROUNDS and x == sw["extra_rounds"] and kept == sw["kept_by_case"][c["id"]], (rep, sw)
         assert sw["kept_straddle_pct"][c["id"]] >= 0.0
         if sw["settled"]:       # the sweep's round, less a kind's burst (else each size's round in one level)
-            mine = {(c["id"], k): rep[f"{k}_p50_ns"] for k in ("untraced", "ust", "traced")}
+            mine = {(c["id"], k): rep[f"{k}_p50_ns"] for k in kinds}
             assert (kept, rep["agreeing_rounds"]) == settled_rounds(mine, c["id"], sw["kept_round"],
                                                                     sw["agreeing_rounds"]), (rep, sw)
             assert set(rep["agreeing_rounds"]) <= set(sw["agreeing_rounds"])
-        assert m["params"]["repeats"] == rep["rounds"] == 5
-        for kind, got in (("untraced", c["untraced"]), ("ust", c["ust_only"]), ("traced", c["traced"])):
-            assert len(rep[f"{kind}_p50_ns"]) == 5 + x and got["p50"] == rep[f"{kind}_p50_ns"][kept], (kind, rep)
+        assert m["params"]["repeats"] == rep["rounds"] == n
+        for kind, got in (("untraced", c["untraced"]), ("traced", c["traced"])):
+            assert len(rep[f"{kind}_p50_ns"]) == n + x and got["p50"] == rep[f"{kind}_p50_ns"][kept], (kind, rep)
         assert sw["kept_round"] in sw["agreeing_rounds"] and kept in rep["agreeing_rounds"]
         assert all(sw["distance_pct"][sw["kept_round"]][q] <= SWEEP_AGREE_PCT for q in sw["agreeing_rounds"])
         # Extra sweeps only while too few rounds agreed.
-        assert sw["settled"] == sweeps_settled(sw["agreeing_rounds"], 5 + x)
+        assert sw["settled"] == sweeps_settled(sw["agreeing_rounds"], n + x)
         if x:
-            first = {(e["id"], k): e["repeats"][f"{k}_p50_ns"][:5] for e in m["cases"]
-                     if e["transport"] == c["transport"] for k in ("untraced", "ust", "traced")}
-            assert not sweeps_settled(choose_sweep(first)[1], 5), sw
-        assert len(sw["seconds"]) == 5 + x and sw["cases"] == [i for i in (e["id"] for e in m["cases"])
+            first = {(e["id"], k): e["repeats"][f"{k}_p50_ns"][:n] for e in m["cases"]
+                     if e["transport"] == c["transport"] for k in kinds}
+            assert not sweeps_settled(choose_sweep(first)[1], n), sw
+        assert len(sw["seconds"]) == n + x and sw["cases"] == [i for i in (e["id"] for e in m["cases"])
                                                                if i.startswith(c["transport"] + "-")]
         # Each round runs every kind once, so that a change of the host's speed touches every kind alike.
-        assert rep["order"] == [f"{k}-{r}" for r in range(5 + x) for k in ("untraced", "ust", "traced")], rep
+        assert rep["order"] == [f"{k}-{r}" for r in range(n + x) for k in kinds], rep
         assert not list(d.glob("repeat-*")) and not list(d.rglob("*.perf.data*")), c["id"]
     # Sweeps: round r of every size of a transport ran before round r + 1 of any (the servers' logs are
     # written as each run ends and kept with their times).
@@ -298,10 +301,10 @@ def test_run_directory_is_complete(run):
             if c["transport"] == t:
                 for f in (run / c["dir"]).glob("server-*-*.log"):
                     ends.setdefault(int(f.stem.rsplit("-", 1)[1]), []).append(f.stat().st_mtime)
-        assert sorted(ends) == list(range(len(ends))) and len(ends) >= 5, (t, sorted(ends))
+        assert sorted(ends) == list(range(len(ends))) and len(ends) >= DEFAULT_REPEATS, (t, sorted(ends))
         assert all(max(ends[r]) <= min(ends[r + 1]) for r in range(len(ends) - 1)), t
     assert not (run / ".perf").exists()       # the capture's one perf leaves nothing behind
-    assert m["calibration_in_situ"] == {"method": "per case", "complete": True}
+    assert m["calibration_in_situ"] == {"method": "per case", "complete": True, "user_only_runs": False}
 
 
 def test_babeltrace_reads_every_trace_with_nothing_discarded(run):
@@ -435,9 +438,14 @@ def test_ftrace_collector_records_every_packet_and_the_calls_rebuild(testbed, tm
     before = _ftrace_instances()
     rpcscope("capture", "--sizes", "0,4016", "--transport", "udp,tcp", "--calls", "300", "--warmup", "30",
              "--kernel", "ftrace", "--calibration", "quick", "--calibration-calls", "500", "--repeats", "1",
-             "--out", str(out), timeout=600)
+             "--user-only-runs", "--out", str(out), timeout=600)
     assert _ftrace_instances() == before
     m = json.loads((out / "manifest.json").read_text())
+    # --user-only-runs: every round also ran with user events only, kept for the record.
+    assert m["calibration_in_situ"] == {"method": "per case", "complete": True, "user_only_runs": True}
+    for c in m["cases"]:
+        assert c["repeats"]["order"] == ["untraced-0", "ust-0", "traced-0"], c["repeats"]
+        assert c["ust_only"]["p50"] == c["repeats"]["ust_p50_ns"][0] > 0, c
     assert m["complete"] and m["kernel_collector"] == "ftrace" and m["kernel_clock_aligned_to_ust"]
     assert all("all" in h["kernel_event_ns"] for h in m["calibration"].values()), m["calibration"]
     devs = {h["role"]: h["ifname"] for h in m["hosts"].values()}

@@ -250,6 +250,36 @@ def test_per_case_costs_leave_the_case_out(tmp_path, monkeypatch):
     # Cached: a second call reads probe.json (no walk).
     monkeypatch.setattr(probe, "_path_events", lambda c: (_ for _ in ()).throw(AssertionError("walked again")))
     assert probe.in_situ(run) == got
+    assert got["transports"]["udp"]["ust_alone_event_ns"] == true[0]     # the user-only runs' own cost
+
+
+def test_per_case_costs_need_no_user_only_runs(tmp_path, monkeypatch):
+    """A capture without user-only runs (the default since session 21) solves the same costs from
+    traced minus untraced alone; there is then no user-only cost to record, and its points say so."""
+    import types
+    true = (180.0, 290.0)
+    counts = {0: (33, 12, 12), 4016: (49, 36, 29), 16064: (71, 90, 64), 24096: (75, 126, 82)}
+    cases = []
+    for size, (u, n, o) in counts.items():
+        base = 10000 + size
+        meta = {"untraced": {"p50": base}, "traced": {"p50": base + u * true[0] + (n + o) * true[1]},
+                "pids": {"client": size}}
+        cases.append(types.SimpleNamespace(id=f"udp-maxarg-{size}", transport="udp", size=size, complete=True,
+                                           meta=meta, has_kernel=lambda: True))
+    run = types.SimpleNamespace(manifest={"calibration_in_situ": {"method": "per case", "complete": True,
+                                                                  "user_only_runs": False}},
+                                cases=cases, out_dir=tmp_path / "analysis", params={})
+    monkeypatch.setattr(probe, "_path_events",
+                        lambda c: (64, np.array(counts[c.size], float), np.array([counts[c.size]] * 2, float)))
+    got = probe.in_situ(run)
+    every = got["transports"]["udp"]
+    assert every["ust_event_ns"] == true[0] and every["kernel_event_ns"] == {"net": true[1], "other": true[1]}
+    assert every["ust_alone_event_ns"] is None
+    for cid, pt in every["points"].items():
+        assert pt["d_user_ns"] is None and pt["d_kernel_ns"] is None and pt["p50_ns"]["ust"] is None, cid
+        assert set(pt["noise_ns"]) == {"d_total"}, cid
+    for c in cases:
+        assert got["cases"][c.id]["ust_event_ns"] == pytest.approx(true[0])
 
 
 def test_each_case_is_solved_in_the_model_chosen_over_its_whole_transport():
@@ -319,6 +349,12 @@ def test_a_points_differences_are_the_medians_of_its_level(monkeypatch):
     rep["agreeing_rounds"] = [1, 2]                       # two rounds in the level: the kept round's own
     pt = probe.case_point(case)
     assert pt["d_user_ns"] == 4_000 and pt["d_kernel_ns"] == 12_000
+    # Without user-only runs: the same medians of the other two kinds, the total difference alone.
+    del meta["ust_only"], rep["ust_p50_ns"]
+    rep["agreeing_rounds"] = [1, 2, 4]
+    pt = probe.case_point(case)
+    assert pt["p50_ns"] == {"untraced": 20_200, "ust": None, "both": 36_400}
+    assert pt["d_total_ns"] == 16_200 and pt["d_user_ns"] is None
 
 
 def test_with_no_settled_sweep_every_size_keeps_a_round_in_one_level():

@@ -3,23 +3,24 @@ round-trip path, from the capture's in-situ calibration.
 
 Every case of the capture ran, in each of its rounds, untraced and with user and kernel events (and,
 with capture --user-only-runs, with user events only: collectors/capture.py sweeps), between the
-testbed's hosts with the run's placement, and kept the traces of its kept round's traced run. Here the round-trip path of every
-call of those traces is walked (analysis/rtp.py) and the events on it counted per class: user, kernel
-network device (one per packet per device), other kernel (syscalls, scheduler, softirq). Then, with a
-case's probe effect d = user+kernel - untraced p50 (medians of the rounds in the kept round's speed
-level: case_point),
+testbed's hosts with the run's placement, and kept the traces of its kept round's traced run. Here
+the round-trip path of every call of those traces is walked (analysis/rtp.py) and the events on it
+counted per class: user, kernel network device (one per packet per device), other kernel (syscalls,
+scheduler, softirq). Then, with a case's probe effect d = user+kernel - untraced p50 (medians of the
+rounds in the kept round's speed level: case_point),
 
     d = (n_user + n_kernel) x c                 (one cost for every event), or
       = n_user x c_user + n_kernel x c_kernel   (user and kernel events apart)
 
-least squares over the cases of a transport (solve). User-only runs do not enter: a user event
-costs more beside recorded kernel events than alone (~200 against ~140 ns over UDP; where the capture
-made them, probe.json keeps the cost alone as `ust_alone_event_ns`), and the correction removes what
-the traced run carries. Each point weighs 1 / noise^2, its noise the spread of the case's own rounds in the kept round's speed level (point_noise):
-a case whose rounds caught a burst of host noise must not set the costs the others are corrected
-with; nor may a held-out size (capture --holdout) set any. A case is corrected with the costs solved
-from the other cases of its transport (leave one out), so its corrected RTT is a prediction; the model
-those costs take is the one chosen over every case of the transport (solve_cases).
+least squares over the cases of a transport (solve). User-only runs do not enter: a user event costs
+more beside recorded kernel events than alone (~200 against ~140 ns over UDP; where the capture made
+them, probe.json keeps the cost alone as `ust_alone_event_ns`), and the correction removes what the
+traced run carries. Each point weighs 1 / noise^2, its noise the spread of the case's own rounds in
+the kept round's speed level (point_noise): a case whose rounds caught a burst of host noise must
+not set the costs the others are corrected with; nor may a held-out size (capture --holdout) set
+any. A case is corrected with the costs solved from the other cases of its transport (leave one
+out), so its corrected RTT is a prediction; the model those costs take is the one chosen over every
+case of the transport (solve_cases).
 
 Those costs are what the analysis charges to the path (Case.calibration). An event off the path
 costs the RTT nothing; what an event costs beyond its own instructions where the call really runs

@@ -721,8 +721,8 @@ class Capture:
         Why rounds: on this VM one run's p50 moves by up to 25 % from the next identical one (its calls
         uniformly slower or faster), so a single run cannot stand for the configuration. Why each round
         runs every kind once (untraced and traced; user-only too with --user-only-runs): this VM's speed
-        switches between levels ~20-30 % apart that hold for seconds to minutes (a TCP case's untraced rounds 25.4, 25.2, 25.3,
-        18.0, 18.1 us, session 13); a level touches the round trip, not a CPU-bound loop (session 14:
+        switches between levels ~20-30 % apart that hold for seconds to minutes (a TCP case's untraced
+        rounds 25.4, 25.2, 25.3, 18.0, 18.1 us, session 13); a level touches the round trip, not a CPU-bound loop (session 14:
         a fixed Python loop took 0.19 s in either level while the null call went from 22.0 to 26.5 us).
         Why sweeps: the model fits each step's unit cost over the sizes of a transport, so every size
         must be measured in the same level. When each case ran its rounds before the next case, a
@@ -906,7 +906,8 @@ class Capture:
     def run_transport(self, transport):
         """Every size of one transport: the rounds in sweeps (sweeps()), then each case from the kept
         round: its untraced and traced runs (and user-only ones, with --user-only-runs), the traced one's
-        traces kept, converted and counted, the other rounds' traces deleted. Calls after_case for each case once it is complete."""
+        traces kept, converted and counted, the other rounds' traces deleted. Calls after_case for each
+        case once it is complete."""
         cases = [self.new_case(transport, size) for size in self.p["sizes"]]
         self.write_manifest()
         n = self.p.get("repeats", 1)
@@ -1124,8 +1125,8 @@ def straddle_pct(p50s, among=None):
     """Per round of one case, how far the differences between its consecutive kinds (traced minus
     untraced; with user-only runs, user-only minus untraced and traced minus user-only: the probe
     effect, CPU work that a level of the host's speed barely moves) stray from their medians over the
-    rounds, the largest, as % of the median untraced p50. A round whose kinds ran in different levels strays by the jump between levels
-    (session 17, runs/run-20261125-220603, UDP 1392, round 0: untraced 21.0 us in the faster level,
+    rounds, the largest, as % of the median untraced p50. A round whose kinds ran in different levels
+    strays by the jump between levels (session 17, runs/run-20261125-220603, UDP 1392, round 0: untraced 21.0 us in the faster level,
     user-only and traced in the slower one; its user share 8.8 us against a median 5.0: 14 %).
     p50s: {(case, kind): [p50 per round]} of one case; among: the rounds whose medians count (default
     every round)."""

@@ -83,7 +83,8 @@ def params_from(args):
         "kernel": args.kernel, "placement": args.placement, "wait": args.wait, "idle": args.idle, "aslr": args.aslr,
         "executors": args.executors,
         "untraced": args.untraced, "calibration": args.calibration, "calibration_calls": args.calibration_calls,
-        "repeats": args.repeats, "user_only_runs": args.user_only_runs, "keep_perf_data": args.keep_perf_data, "replace": args.replace,
+        "repeats": args.repeats, "user_only_runs": args.user_only_runs, "keep_perf_data": args.keep_perf_data,
+        "replace": args.replace,
         "holdout": cap.parse_sizes(args.holdout) if getattr(args, "holdout", None) else [],
     }
     stray = sorted(set(p["holdout"]) - set(p["sizes"]))
@@ -91,6 +92,10 @@ def params_from(args):
         raise UserError(f"--holdout {','.join(map(str, stray))}: not among --sizes; a held-out size is captured too")
     if args.executors < 0 or args.executors > 64:
         raise UserError(f"--executors {args.executors}: use 0 (inline) to 64")
+    if args.user_only_runs and (args.calibration == "none" or args.kernel == "none"
+                                or getattr(args, "inventory", None)):
+        raise UserError("--user-only-runs: the local testbed's in-situ calibration makes them, which needs a "
+                        "calibration and a kernel collector; drop --calibration none, --kernel none or --inventory")
     if not 1 <= args.repeats <= 15:
         raise UserError(f"--repeats {args.repeats}: use 1 to 15 rounds per size")
     if args.calibration_calls < 100:

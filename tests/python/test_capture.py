@@ -111,6 +111,7 @@ def test_bad_input_fails_before_anything_starts(tmp_path):
         (["--transport", "sctp"], "--transport"),
         (["--sizes", "0,4016", "--holdout", "6000"], "not among --sizes"),
         (["--aslr", "sometimes"], "--aslr"),
+        (["--user-only-runs", "--calibration", "none"], "--user-only-runs"),
     ]:
         p = rpcscope("capture", *args, "--out", str(out), check=False)
         assert p.returncode == 2, (args, p.stdout, p.stderr)

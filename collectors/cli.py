@@ -92,8 +92,7 @@ def params_from(args):
         raise UserError(f"--holdout {','.join(map(str, stray))}: not among --sizes; a held-out size is captured too")
     if args.executors < 0 or args.executors > 64:
         raise UserError(f"--executors {args.executors}: use 0 (inline) to 64")
-    if args.user_only_runs and (args.calibration == "none" or args.kernel == "none"
-                                or getattr(args, "inventory", None)):
+    if p["user_only_runs"] and (not cap.in_situ(p, p["kernel"]) or getattr(args, "inventory", None)):
         raise UserError("--user-only-runs: the local testbed's in-situ calibration makes them, which needs a "
                         "calibration and a kernel collector; drop --calibration none, --kernel none or --inventory")
     if not 1 <= args.repeats <= 15:

@@ -233,6 +233,8 @@ def run(testbed, tmp_path_factory):
 
 
 def test_run_directory_is_complete(run):
+    from rpcscope.collectors.capture import (DEFAULT_REPEATS, MAX_EXTRA_ROUNDS, SWEEP_AGREE_PCT, choose_sweep,
+                                             settled_rounds, sweeps_settled)
     m = json.loads((run / "manifest.json").read_text())
     assert m["format"] == 1 and m["complete"] and not m["interrupted"]
     assert m["kernel_collector"] == "perf" and m["testbed"]["kind"] == "local" and m["testbed"]["shared_kernel"]
@@ -266,8 +268,6 @@ def test_run_directory_is_complete(run):
         # (no user-only runs unless asked: test_ftrace_capture); every kind of the kept round stands for
         # the case, and that round's traced run keeps its traces.
         rep, sw = c["repeats"], m["sweeps"][c["transport"]]
-        from rpcscope.collectors.capture import (DEFAULT_REPEATS, MAX_EXTRA_ROUNDS, SWEEP_AGREE_PCT, choose_sweep,
-                                                 settled_rounds, sweeps_settled)
         n, kinds = DEFAULT_REPEATS, ("untraced", "traced")
         assert "ust_only" not in c and "ust_p50_ns" not in rep
         x, kept = rep["extra_rounds"], rep["kept_round"]

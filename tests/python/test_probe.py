@@ -217,24 +217,38 @@ def test_in_situ_calibrations_per_transport_and_in_the_older_form(tmp_path):
     assert Run(tmp_path).probe == {}
 
 
+# Events per class (user, kernel net, kernel other) on the path of each UDP size of the per-case tests.
+PER_CASE_COUNTS = {0: (33, 12, 12), 4016: (49, 36, 29), 16064: (71, 90, 64), 24096: (75, 126, 82)}
+
+
+def _per_case_run(tmp_path, monkeypatch, true, user_only_runs):
+    """(run, cases): a capture's UDP cases whose p50s follow exactly the per-event costs true (user, net,
+    other) over PER_CASE_COUNTS, with or without user-only runs, their path walks stubbed."""
+    import types
+    cases = []
+    for size, (u, n, o) in PER_CASE_COUNTS.items():
+        base = 10000 + size
+        ust = base + u * true[0]
+        meta = {"untraced": {"p50": base}, "traced": {"p50": ust + n * true[1] + o * true[2]},
+                "pids": {"client": size}}
+        if user_only_runs:
+            meta["ust_only"] = {"p50": ust}
+        cases.append(types.SimpleNamespace(id=f"udp-maxarg-{size}", transport="udp", size=size, complete=True,
+                                           meta=meta, has_kernel=lambda: True))
+    in_situ = {"method": "per case", "complete": True, "user_only_runs": user_only_runs}
+    run = types.SimpleNamespace(manifest={"calibration_in_situ": in_situ}, cases=cases,
+                                out_dir=tmp_path / "analysis", params={})
+    monkeypatch.setattr(probe, "_path_events", lambda c: (64, np.array(PER_CASE_COUNTS[c.size], float),
+                                                          np.array([PER_CASE_COUNTS[c.size]] * 2, float)))
+    return run, cases
+
+
 def test_per_case_costs_leave_the_case_out(tmp_path, monkeypatch):
     """With the per-case calibration each case is corrected with costs solved from the OTHER cases of
     its transport; on exact data every such solution is the true one."""
     import types
     true = (150.0, 390.0, 390.0)
-    counts = {0: (33, 12, 12), 4016: (49, 36, 29), 16064: (71, 90, 64), 24096: (75, 126, 82)}
-    cases = []
-    for size, (u, n, o) in counts.items():
-        base = 10000 + size
-        ust = base + u * true[0]
-        meta = {"untraced": {"p50": base}, "ust_only": {"p50": ust},
-                "traced": {"p50": ust + n * true[1] + o * true[2]}, "pids": {"client": size}}
-        cases.append(types.SimpleNamespace(id=f"udp-maxarg-{size}", transport="udp", size=size, complete=True,
-                                           meta=meta, has_kernel=lambda: True))
-    run = types.SimpleNamespace(manifest={"calibration_in_situ": {"method": "per case", "complete": True}},
-                                cases=cases, out_dir=tmp_path / "analysis", params={})
-    monkeypatch.setattr(probe, "_path_events",
-                        lambda c: (64, np.array(counts[c.size], float), np.array([counts[c.size]] * 2, float)))
+    run, cases = _per_case_run(tmp_path, monkeypatch, true, user_only_runs=True)
     got = probe.in_situ(run)
     assert set(got["cases"]) == {c.id for c in cases}
     for c in cases:
@@ -244,7 +258,7 @@ def test_per_case_costs_leave_the_case_out(tmp_path, monkeypatch):
     assert got["transports"]["udp"]["kernel_event_ns"] == {"net": true[1], "other": true[2]}
     # The probe cost on a case's path (`rpcscope analyze`'s corrected RTT): its path events x its costs.
     for c in cases:
-        want = sum(n * k for n, k in zip(counts[c.size], true))
+        want = sum(n * k for n, k in zip(PER_CASE_COUNTS[c.size], true))
         assert probe.path_probe_ns(types.SimpleNamespace(probe=got), c.id) == pytest.approx(want)
     assert probe.path_probe_ns(types.SimpleNamespace(probe={}), cases[0].id) is None
     # Cached: a second call reads probe.json (no walk).
@@ -256,24 +270,11 @@ def test_per_case_costs_leave_the_case_out(tmp_path, monkeypatch):
 def test_per_case_costs_need_no_user_only_runs(tmp_path, monkeypatch):
     """A capture without user-only runs (the default since session 21) solves the same costs from
     traced minus untraced alone; there is then no user-only cost to record, and its points say so."""
-    import types
-    true = (180.0, 290.0)
-    counts = {0: (33, 12, 12), 4016: (49, 36, 29), 16064: (71, 90, 64), 24096: (75, 126, 82)}
-    cases = []
-    for size, (u, n, o) in counts.items():
-        base = 10000 + size
-        meta = {"untraced": {"p50": base}, "traced": {"p50": base + u * true[0] + (n + o) * true[1]},
-                "pids": {"client": size}}
-        cases.append(types.SimpleNamespace(id=f"udp-maxarg-{size}", transport="udp", size=size, complete=True,
-                                           meta=meta, has_kernel=lambda: True))
-    run = types.SimpleNamespace(manifest={"calibration_in_situ": {"method": "per case", "complete": True,
-                                                                  "user_only_runs": False}},
-                                cases=cases, out_dir=tmp_path / "analysis", params={})
-    monkeypatch.setattr(probe, "_path_events",
-                        lambda c: (64, np.array(counts[c.size], float), np.array([counts[c.size]] * 2, float)))
+    true = (180.0, 290.0, 290.0)
+    run, cases = _per_case_run(tmp_path, monkeypatch, true, user_only_runs=False)
     got = probe.in_situ(run)
     every = got["transports"]["udp"]
-    assert every["ust_event_ns"] == true[0] and every["kernel_event_ns"] == {"net": true[1], "other": true[1]}
+    assert every["ust_event_ns"] == true[0] and every["kernel_event_ns"] == {"net": true[1], "other": true[2]}
     assert every["ust_alone_event_ns"] is None
     for cid, pt in every["points"].items():
         assert pt["d_user_ns"] is None and pt["d_kernel_ns"] is None and pt["p50_ns"]["ust"] is None, cid

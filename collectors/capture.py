@@ -112,6 +112,8 @@ def validate(p):
         pass  # the client sleeps in recv; the server has no recv mode on TCP and uses select (recorded)
     if p.get("idle", "poll") not in idle.POLICIES:
         raise UserError(f"--idle {p.get('idle')!r}: use poll or os")
+    if p.get("kernel_events", "lean") not in perf.KERNEL_EVENT_SETS:
+        raise UserError(f"--kernel-events {p.get('kernel_events')!r}: use lean (the default) or full")
     if p.get("aslr", "off") not in ASLR_SETTINGS:
         raise UserError(f"--aslr {p.get('aslr')!r}: use off (one address layout for every run) or on")
     if p["placement"] == "split" and len(os.sched_getaffinity(0)) < 2:
@@ -470,11 +472,17 @@ class Capture:
         return self.hosts[role]["address"]
 
     def devices(self):
+        """The devices whose packets the kernel collector records: each host's own interface, and with
+        --kernel-events full the bridge's side of its veth pair as well (the hop in between)."""
         devs = []
         for role in ("client", "server"):
             h = self.hosts[role]
-            devs += [h["ifname"], h["peer_ifname"]]
+            devs += [h["ifname"], h["peer_ifname"]] if self.kernel_events == "full" else [h["ifname"]]
         return devs
+
+    @property
+    def kernel_events(self):
+        return self.p.get("kernel_events", "lean")
 
     def server_wait(self, transport):
         w = self.p["wait"]
@@ -618,7 +626,9 @@ class Capture:
             # perf's tracepoints cost the calls even while disabled). In a case's rounds every traced
             # run is followed by an untraced one, so each has a recorder of its own.
             evs = perf.event_set(self.p["executors"], bool(self.tb["link"].get("rate_bit")),
-                                 available={e for e in perf.event_set(1, True) if perf.tracepoint_available(e)})
+                                 available={e for e in perf.event_set(1, True, detail="full")
+                                            if perf.tracepoint_available(e)},
+                                 detail=self.kernel_events)
             if self.kernel == "perf":
                 if self.case_perf is None:
                     work = self.out / ".perf"
@@ -636,7 +646,7 @@ class Capture:
             return evs
         if self.kernel == "lttng":
             name = f"rpcs-capture-k-{self.tag}-{len(self.sessions)}"
-            evs = perf.event_set(self.p["executors"], False)
+            evs = perf.event_set(self.p["executors"], False, detail=self.kernel_events)
             sysc = sorted({e.split("_", 2)[2] for e in evs if e.startswith("syscalls:")})
             self.sessions.append(name)
             for cmd in lttng.lttng_kernel_commands(name, out_dir / "kernel", [e for e in evs if not e.startswith("syscalls:")],
@@ -854,7 +864,8 @@ class Capture:
                       "ust_events_per_call": round(n_ust / total, 2), "kernel_event_ns": {},
                       "kernel_events_per_call": {}, "baseline_p50_ns": base[0], "calls": calls}
             if self.kernel in ("perf", "ftrace") and self.p["calibration"] != "none":
-                avail = [e for e in perf.event_set(self.p["executors"]) if perf.tracepoint_available(e)]
+                avail = [e for e in perf.event_set(self.p["executors"], detail=self.kernel_events)
+                         if perf.tracepoint_available(e)]
                 groups = [[e] for e in avail] if self.p["calibration"] == "full" else [avail]
                 for evs in groups:
                     label = evs[0] if len(evs) == 1 else "all"

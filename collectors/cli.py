@@ -9,7 +9,7 @@ import sys
 from rpcscope import ROOT
 from rpcscope.output import UserError, emit_json, table
 
-from . import capture as cap
+from . import capture as cap, perf
 
 EPILOG = """examples:
   rpcscope testbed up && make && make TRACE=0
@@ -57,6 +57,10 @@ def add_common(ap, default_calls, default_sizes):
                     help="off: rpc-server and rpc-client run with address-space layout randomization off "
                          "(setarch -R), so every run of a build has the same addresses and the layout adds no "
                          "spread between runs (default); on: the kernel's policy (rpcscope bench-layout compares)")
+    ap.add_argument("--kernel-events", choices=perf.KERNEL_EVENT_SETS, default="lean",
+                    help="lean: the kernel events the analysis needs, packets on each host's own interface (default); "
+                         "full: also each device's start of transmit and sched_wakeup, and on the local testbed the "
+                         "bridge's side of each veth pair (about 9 more events a UDP null call, 8 on its path)")
     ap.add_argument("--executors", type=int, default=0, help="server executor threads; 0 = inline (default)")
     ap.add_argument("--untraced", choices=("notrace", "stopped"), default="notrace",
                     help="untraced calls with the TRACE=0 build (default) or the traced build with no session")
@@ -81,7 +85,7 @@ def params_from(args):
         "sizes": cap.parse_sizes(args.sizes), "proc": args.proc,
         "transports": cap.parse_transports(args.transport), "calls": args.calls, "warmup": args.warmup,
         "kernel": args.kernel, "placement": args.placement, "wait": args.wait, "idle": args.idle, "aslr": args.aslr,
-        "executors": args.executors,
+        "kernel_events": args.kernel_events, "executors": args.executors,
         "untraced": args.untraced, "calibration": args.calibration, "calibration_calls": args.calibration_calls,
         "repeats": args.repeats, "user_only_runs": args.user_only_runs, "keep_perf_data": args.keep_perf_data,
         "replace": args.replace,

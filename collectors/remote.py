@@ -61,7 +61,8 @@ def run(p, out, inventory, progress=None, echo=lambda s: None):
                       "capture_proc": p["proc"], "capture_size": size, "capture_calls": p["calls"],
                       "capture_warmup": p["warmup"], "capture_kernel": p["kernel"], "capture_port": port,
                       "capture_wait": p["wait"], "capture_server_executors": p["executors"],
-                      "capture_aslr": p.get("aslr", "off")}
+                      "capture_aslr": p.get("aslr", "off"),
+                      "capture_kernel_events": p.get("kernel_events", "lean")}
                 try:
                     summary = run_playbook("capture.yml", inventory, extra_vars=xv, timeout=3600, echo=echo)
                 except BaseException:

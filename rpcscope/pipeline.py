@@ -108,7 +108,7 @@ def cmd_run(args):
             cap = ["capture", "--sizes", ",".join(map(str, all_sizes)), "--proc", args.proc,
                    "--transport", ",".join(transports), "--calls", str(args.calls), "--warmup", str(args.warmup),
                    "--kernel", args.kernel, "--placement", args.placement, "--idle", args.idle,
-                   "--aslr", args.aslr,
+                   "--aslr", args.aslr, "--kernel-events", args.kernel_events,
                    "--calibration", "quick", "--repeats", str(args.repeats), "--out", str(out)] + \
                 (["--holdout", ",".join(map(str, holdout))] if holdout else []) + (["--replace"] if args.replace else [])
             st.run("capture", cap)
@@ -226,6 +226,9 @@ def register(subparsers):
     ap.add_argument("--aslr", choices=("off", "on"), default="off",
                     help="address-space layout randomization of the RPC processes (default off: one layout for "
                          "every run; collectors/README.md)")
+    ap.add_argument("--kernel-events", choices=("lean", "full"), default="lean",
+                    help="lean: the kernel events the analysis needs (default); full: also each device's start of "
+                         "transmit, sched_wakeup and the bridge's side of each veth pair (collectors/README.md)")
     ap.add_argument("--out", metavar="runs/NAME", help="run directory (default runs/run-DATE-TIME)")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
     ap.add_argument("--keep-testbed", action="store_true", help="leave the testbed up at the end")

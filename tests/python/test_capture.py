@@ -357,8 +357,14 @@ def test_analysis_in_workers_equals_the_analysis_in_one_process(run, tmp_path):
 def test_kernel_trace_holds_both_hosts_syscalls_and_every_packet(run):
     m = json.loads((run / "manifest.json").read_text())
     devs = {h["role"]: h["ifname"] for h in m["hosts"].values()}
+    # The lean event set (the default): packets on the hosts' own interfaces only, no start of transmit
+    # beside the hand-off, no sched_wakeup beside sched_waking.
+    assert m["params"]["kernel_events"] == "lean" and sorted(m["testbed"]["devices"]) == sorted(devs.values())
     for c in m["cases"]:
         events = _kernel_events(run / c["dir"] / "kernel")
+        names = {e for e, _, _ in events}
+        assert not names & set(cperf.FULL_ONLY_EVENTS), (c["id"], sorted(names))
+        assert {d for _, _, d in events if d} <= set(devs.values()), c["id"]
         by_pid = collections.Counter((e, pid) for e, pid, _ in events)
         total = CALLS + WARMUP
         cp, sp = c["pids"]["client"], c["pids"]["server"]
@@ -439,7 +445,7 @@ def test_ftrace_collector_records_every_packet_and_the_calls_rebuild(testbed, tm
     before = _ftrace_instances()
     rpcscope("capture", "--sizes", "0,4016", "--transport", "udp,tcp", "--calls", "300", "--warmup", "30",
              "--kernel", "ftrace", "--calibration", "quick", "--calibration-calls", "500", "--repeats", "1",
-             "--user-only-runs", "--out", str(out), timeout=600)
+             "--user-only-runs", "--kernel-events", "full", "--out", str(out), timeout=600)
     assert _ftrace_instances() == before
     m = json.loads((out / "manifest.json").read_text())
     # --user-only-runs: every round also ran with user events only, kept for the record.
@@ -461,6 +467,12 @@ def test_ftrace_collector_records_every_packet_and_the_calls_rebuild(testbed, tm
         dev = collections.Counter((e, d) for e, _, d in events if d)
         assert dev[("net:net_dev_xmit", devs["client"])] == dev[("net:netif_receive_skb", devs["server"])] >= total
         assert dev[("net:net_dev_xmit", devs["server"])] == dev[("net:netif_receive_skb", devs["client"])] >= total
+        # --kernel-events full: every device of the path, the bridge's side of each veth pair too, with
+        # its start of transmit, and the scheduler's sched_wakeup.
+        assert sorted(m["testbed"]["devices"]) == sorted({d for _, _, d in events if d}), (c["id"], dev)
+        for d in m["testbed"]["devices"]:
+            assert dev[("net:net_dev_start_xmit", d)] == dev[("net:net_dev_xmit", d)] > 0, (c["id"], d, dev)
+        assert sum(1 for e, _, _ in events if e == "sched:sched_wakeup") > 0, c["id"]
         assert not list((out / c["dir"]).rglob("kernel.ftrace"))          # the raw dump is converted, then gone
     res = analyze(out, write=False)
     for x in res["rtt"]:

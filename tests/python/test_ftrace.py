@@ -133,3 +133,15 @@ def test_formats_json_round_trips(tmp_path):
     assert counts == {"net:x": 1} and lost == 0
     out = subprocess.run(["babeltrace2", str(tmp_path / "ctf")], capture_output=True, text=True, check=True).stdout
     assert 'cpu_id = 1' in out and 'perf_tid = 9, perf_pid = 8, name = "eth0", len = 1500, comm = "comm"' in out, out
+
+
+def test_the_lean_event_set_leaves_out_only_what_full_adds():
+    """perf.event_set, shared by the perf, ftrace and LTTng kernel collectors: "full" is "lean" plus
+    FULL_ONLY_EVENTS, in one stable order; an unknown set is refused."""
+    lean, full = perf.event_set(0), perf.event_set(0, detail="full")
+    assert set(full) - set(lean) == set(perf.FULL_ONLY_EVENTS) and set(lean) < set(full)
+    assert lean == [e for e in full if e in lean]
+    assert {"net:net_dev_xmit", "net:netif_receive_skb", "sched:sched_waking", "sched:sched_switch"} <= set(lean)
+    assert perf.event_set(1, True, detail="lean")[-2:] == list(perf.QDISC_EVENTS)
+    with pytest.raises(ValueError, match="kernel event set 'some'"):
+        perf.event_set(0, detail="some")

@@ -103,6 +103,8 @@ class RunData:
             "manifest.json wait, server_wait, server_executors")
         add("kernel collector, clock", f"{m.get('kernel_collector')}, {m.get('clock')}, kernel clock aligned to UST: "
             f"{m.get('kernel_clock_aligned_to_ust')}", "manifest.json kernel_collector, clock, kernel_clock_aligned_to_ust")
+        # Captures before session 22 recorded the full set and did not say so.
+        add("kernel event set", p.get("kernel_events", "full (not recorded)"), "manifest.json params.kernel_events")
         add("tool versions", ", ".join(f"{k} {v}" for k, v in (m.get("tools") or {}).items()), "manifest.json tools")
         readers = {}
         for r in self.rtt:

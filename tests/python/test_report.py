@@ -50,6 +50,8 @@ def test_report_writes_md_html_and_svgs(run, capsys):
     assert 'class="step overlapped"' in html and 'class="step rtp"' in html
     assert "Verdict: model goals met at " in md and "Verdict: model goals met at " in html
     assert "1388/1389" in html        # maxarg: body 1392/1396 = first extra IP packet
+    # The fixture was captured before the manifest recorded its kernel event set (all events, then).
+    assert re.search(r"kernel event set \| full \(not recorded\) \|", md), md[:3000]
 
 
 def test_report_shows_every_transports_model(run, tmp_path, capsys):

@@ -17,6 +17,7 @@ EPILOG = """examples:
       --kernel auto --out runs/maxarg-udp
   rpcscope capture --sizes 0,4016 --proc echo --transport udp,tcp --placement same --wait recv --out runs/x
   rpcscope capture --sizes 0,1392,1393,4016 --holdout 1393 --out runs/y   1393 corrects no other size
+  rpcscope capture --sizes 0 --kernel-events full --out runs/z   also start of transmit, sched_wakeup, bridge side
   rpcscope capture ... --out runs/x --replace          overwrite an earlier run of that name
   rpcscope capture ... --json                          print the manifest as JSON
 
@@ -60,7 +61,7 @@ def add_common(ap, default_calls, default_sizes):
     ap.add_argument("--kernel-events", choices=perf.KERNEL_EVENT_SETS, default="lean",
                     help="lean: the kernel events the analysis needs, packets on each host's own interface (default); "
                          "full: also each device's start of transmit and sched_wakeup, and on the local testbed the "
-                         "bridge's side of each veth pair (about 9 more events a UDP null call, 8 on its path)")
+                         "bridge's side of each veth pair (9 more events a UDP null call, all on its round-trip path)")
     ap.add_argument("--executors", type=int, default=0, help="server executor threads; 0 = inline (default)")
     ap.add_argument("--untraced", choices=("notrace", "stopped"), default="notrace",
                     help="untraced calls with the TRACE=0 build (default) or the traced build with no session")

@@ -34,7 +34,7 @@ NET_RX_SOFTIRQ = 3
 # packets on the bridge's side of each veth pair (capture.py devices). Why lean by default: every event
 # recorded on the round-trip path lengthens the traced calls (~0.3 us each in situ on this VM), and
 # the probe correction that takes that length off again is the model's largest error term. These add
-# 9 events to a UDP null call (39 -> 30 kernel events; 8 of the 9 on its path) and say nothing the
+# 9 kernel events to a UDP null call (29 -> 38 a call, 15 -> 24 on its path) and say nothing the
 # analysis needs: the path goes from the sender's hand-off to the receiver's netif_receive_skb of the
 # same skb either way (session 22, collectors/README.md).
 FULL_ONLY_EVENTS = ("net:net_dev_start_xmit", "sched:sched_wakeup")

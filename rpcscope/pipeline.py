@@ -17,6 +17,7 @@ from contextlib import redirect_stdout
 
 from . import ROOT
 from .collectors.capture import DEFAULT_REPEATS, unsettled_transports
+from .collectors.perf import KERNEL_EVENT_SETS
 from .interrupts import interruptible, uninterrupted
 from .output import UserError, emit_json, table
 
@@ -226,7 +227,7 @@ def register(subparsers):
     ap.add_argument("--aslr", choices=("off", "on"), default="off",
                     help="address-space layout randomization of the RPC processes (default off: one layout for "
                          "every run; collectors/README.md)")
-    ap.add_argument("--kernel-events", choices=("lean", "full"), default="lean",
+    ap.add_argument("--kernel-events", choices=KERNEL_EVENT_SETS, default="lean",
                     help="lean: the kernel events the analysis needs (default); full: also each device's start of "
                          "transmit, sched_wakeup and the bridge's side of each veth pair (collectors/README.md)")
     ap.add_argument("--out", metavar="runs/NAME", help="run directory (default runs/run-DATE-TIME)")

@@ -8,7 +8,7 @@ import argparse
 import importlib
 import sys
 
-from .output import UserError
+from .output import ReaderGoneSafe, UserError
 
 # Modules that provide subcommands, in the order `rpcscope --help` lists them.
 COMMAND_MODULES = [
@@ -44,6 +44,19 @@ def build_parser():
 
 
 def main(argv=None):
+    if isinstance(sys.stdout, ReaderGoneSafe):        # main() called from within main() (rpcscope run)
+        return _main(argv)
+    sys.stdout = ReaderGoneSafe(sys.stdout)
+    try:
+        return _main(argv)
+    finally:
+        safe = sys.stdout
+        if isinstance(safe, ReaderGoneSafe):
+            safe.flush()                # what is still buffered, while a gone reader is still caught
+            sys.stdout = safe._stream
+
+
+def _main(argv):
     ap = build_parser()
     args = ap.parse_args(argv)
     if not getattr(args, "func", None):

@@ -1,5 +1,6 @@
 """Shared output helpers for CLI commands: a human table or JSON, and clear errors."""
 import json
+import os
 import sys
 
 
@@ -36,3 +37,41 @@ def _numeric(s):
         return True
     except ValueError:
         return False
+
+
+class ReaderGoneSafe:
+    """Standard output that, once the reader of its pipe has gone (`rpcscope goals runs/* | head`),
+    drops what is written instead of raising BrokenPipeError: the command goes on to its end, and its
+    clean-up (a capture's sessions and processes, `rpcscope run` taking the testbed down) is not cut
+    short by a print on the way. From then on file descriptor 1 is /dev/null, for this process and the
+    programs it starts."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.reader_gone = False
+
+    def write(self, text):
+        if not self.reader_gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._drop()
+        return len(text)
+
+    def flush(self):
+        if not self.reader_gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._drop()
+
+    def _drop(self):
+        self.reader_gone = True
+        fd = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(fd, self._stream.fileno())     # what the stream still buffers goes there at exit
+        finally:
+            os.close(fd)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)

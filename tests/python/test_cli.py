@@ -27,3 +27,32 @@ def test_every_command_has_help_with_examples(command):
                        timeout=60)
     assert r.returncode == 0, r.stderr
     assert "example" in r.stdout.lower(), f"rpcscope {command} --help has no examples"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["model", "--help"], ["model", "--paper", "dce"]])
+def test_a_reader_that_goes_away_is_no_error(argv):
+    """`rpcscope goals runs/* | head`: the reader of the output closes its end early. The command ends
+    as it would have (exit 0), with no BrokenPipeError traceback."""
+    p = subprocess.Popen([sys.executable, "-m", "rpcscope.cli"] + argv, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.close()                        # gone before the first line is written
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 0, err
+    assert "BrokenPipeError" not in err and "Traceback" not in err, err
+
+
+def test_output_goes_on_after_its_reader_has_gone():
+    """ReaderGoneSafe: the write that meets the closed pipe and every later one succeed (dropped), so
+    what follows a print, such as a clean-up, still runs; the descriptor then leads to /dev/null."""
+    import io
+    import os
+
+    from rpcscope.output import ReaderGoneSafe
+    r, w = os.pipe()
+    os.close(r)
+    out = ReaderGoneSafe(io.TextIOWrapper(os.fdopen(w, "wb", buffering=0), line_buffering=True))
+    assert out.write("first line\n") == len("first line\n")
+    assert out.reader_gone
+    print("second line", file=out, flush=True)
+    assert os.readlink(f"/proc/self/fd/{out.fileno()}") == os.devnull
+    out.close()

@@ -67,9 +67,13 @@ class ReaderGoneSafe:
 
     def _drop(self):
         self.reader_gone = True
+        try:
+            target = self._stream.fileno()
+        except (OSError, ValueError):               # a stream with no descriptor: dropping is enough
+            return
         fd = os.open(os.devnull, os.O_WRONLY)
         try:
-            os.dup2(fd, self._stream.fileno())     # what the stream still buffers goes there at exit
+            os.dup2(fd, target)                     # what the stream still buffers goes there at exit
         finally:
             os.close(fd)
 

@@ -16,6 +16,24 @@ from pathlib import Path
 from . import model as M
 
 
+def _with_paths(run, errs, manifest=None):
+    """errs with each row's untraced_path_same (analysis/run.py path_shape of the run's case of that
+    transport and size: False where its untraced run took another path than the traced one)."""
+    from .run import untraced_path_same
+    if manifest is None:
+        try:
+            manifest = json.loads((Path(run) / "manifest.json").read_text())
+        except (OSError, ValueError):
+            manifest = {}
+    proc = (manifest.get("params") or {}).get("proc")
+    cases = {(c.get("transport"), c.get("size")): c for c in manifest.get("cases") or []
+             if proc is None or c.get("proc") == proc}
+    for t, rows in errs.items():
+        for r in rows:
+            r["untraced_path_same"] = untraced_path_same(cases.get((t, r["size"])) or {})
+    return errs
+
+
 def saved_errors(run):
     """{transport: [error rows]} from a run's model files (analysis/model.json, model-T.json)."""
     out = {}
@@ -26,7 +44,7 @@ def saved_errors(run):
     if not out:
         raise ValueError(f"{run}: no model file in analysis/ (run `rpcscope model {run} --corrected`, "
                          f"or give --refit)")
-    return out
+    return _with_paths(run, out)
 
 
 def refit_errors(run, holdout=None):
@@ -48,16 +66,19 @@ def refit_errors(run, holdout=None):
             raise ValueError(f"{run}: no round-trip path for {t} (run `rpcscope rtp {run}` first)")
         costs, steps = M.with_rtp(costs, path, corrected=True)
         out[t] = M.fit(costs, holdout=[s for s in held if s in costs.sizes], steps=steps).error_rows()
-    return out
+    return _with_paths(run, out, manifest)
 
 
 def gather(per_run):
     """per_run: [(run name, {transport: [error rows]})] -> (run rows, size rows). A run row: run, met,
-    sizes, misses ("udp 1392: +2.4"); a size row: transport, size, fit, goal, runs, median, least and
-    greatest % error, runs that met the goal."""
+    sizes, misses ("udp 1392: +2.4", "udp 8032: +25.2 other path" where the untraced run took another
+    path than the traced one: untraced_path_same False), other_path (how many such sizes); a size row:
+    transport, size, fit, goal, runs, median, least and greatest % error, runs that met the goal,
+    other_path (runs whose untraced run took another path there) and met_same_path (of the others, the
+    runs that met it)."""
     runs, by_size = [], {}
     for name, errs in per_run:
-        met = sizes = 0
+        met = sizes = other = 0
         misses = []
         for t, rows in errs.items():
             for r in rows:
@@ -65,10 +86,12 @@ def gather(per_run):
                     continue
                 sizes += 1
                 met += bool(r["goal_met"])
+                away = r.get("untraced_path_same") is False
+                other += away
                 if not r["goal_met"]:
-                    misses.append(f"{t} {r['size']}: {r['percent_error']:+.1f}")
+                    misses.append(f"{t} {r['size']}: {r['percent_error']:+.1f}" + (" other path" if away else ""))
                 by_size.setdefault((t, r["size"], r["holdout"], r["goal_pct"]), []).append(r)
-        runs.append({"run": name, "met": met, "sizes": sizes, "misses": misses})
+        runs.append({"run": name, "met": met, "sizes": sizes, "misses": misses, "other_path": other})
     order = {t: i for i, t in enumerate(("udp", "tcp"))}
     sizes = []
     for (t, s, held, goal), rows in sorted(by_size.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][0],
@@ -76,5 +99,7 @@ def gather(per_run):
         e = [r["percent_error"] for r in rows]
         sizes.append({"transport": t, "size": s, "fit": "holdout" if held else "fitted", "goal_pct": goal,
                       "runs": len(e), "median_pct": statistics.median(e), "least_pct": min(e),
-                      "greatest_pct": max(e), "met": sum(bool(r["goal_met"]) for r in rows)})
+                      "greatest_pct": max(e), "met": sum(bool(r["goal_met"]) for r in rows),
+                      "other_path": sum(r.get("untraced_path_same") is False for r in rows),
+                      "met_same_path": sum(bool(r["goal_met"]) for r in rows if r.get("untraced_path_same") is not False)})
     return runs, sizes

@@ -290,7 +290,10 @@ def goal_verdict(models, unsettled=()):
     rounds' spread) cannot show the model within that goal except by chance; nor can a transport whose
     capture never settled (unsettled: the host's speed level changed inside every sweep). {"met",
     "sizes", "judgeable" (sizes whose noise is within their goal), "met_judgeable" (of those, the ones
-    that met it: the figure a noisy run can still give), "median_noise_pct", "unsettled", "text"}."""
+    that met it: the figure a noisy run can still give), "median_noise_pct", "unsettled", "other_path"
+    (the sizes, "udp 8032", whose untraced run took another path than the traced one: an error row's
+    untraced_path_same False, analysis/run.py path_shape), "met_same_path" (of the others, the ones that
+    met their goal), "text"}."""
     errs = [e for m in models.values() for e in m["errors"] if e.get("goal_met") is not None]
     if not errs:
         return None
@@ -308,13 +311,23 @@ def goal_verdict(models, unsettled=()):
             text += (". The host was too noisy for this run to judge the model: a goal of 2 % cannot be "
                      "told from a measurement that moves more; run again when the host is quiet "
                      "(the noise_% columns say which sizes)")
+    other = [(t, e) for t, m in models.items() for e in m["errors"]
+             if e.get("goal_met") is not None and e.get("untraced_path_same") is False]
+    met_same = sum(bool(e["goal_met"]) for e in errs if e.get("untraced_path_same") is not False)
+    if other:
+        named = ", ".join(f"{t} {e['size']}" if t != "model" else str(e["size"]) for t, e in other)
+        text += (f". At {len(other)} size(s) ({named}) the untraced run took another path than the traced one "
+                 f"(it blocked, or was woken by an interrupt, where the traced run did not: the sleeps and ipis "
+                 f"columns), which no step cost of the traced path follows; of the other "
+                 f"{len(errs) - len(other)} sizes, {met_same} met their goal")
     if unsettled:
         text += (f". {', '.join(t.upper() for t in unsettled)}: the capture never settled (the host's speed "
                  f"level changed inside every sweep of the sizes), so each size's figures come from a round of "
                  f"its own in one level (the report's run summary says which), minutes apart; run again when the "
                  f"host is quiet")
     return {"met": met, "sizes": len(errs), "judgeable": judgeable, "met_judgeable": met_quiet,
-            "median_noise_pct": med, "unsettled": list(unsettled), "text": text + "."}
+            "median_noise_pct": med, "unsettled": list(unsettled),
+            "other_path": [f"{t} {e['size']}" for t, e in other], "met_same_path": met_same, "text": text + "."}
 
 
 def unit_formula(a_us, b_us_per_byte=0.0, c_us_per_extra_ip_packet=0.0, d_us_per_piggybacked_ack=0.0,

@@ -98,6 +98,42 @@ def untraced_noise_pct(case_meta):
     return _rounds_noise_pct(case_meta, "untraced")
 
 
+SLEEPS_SAME_PATH = 0.5   # sleeps per call: closer than this, the median call of both runs blocked alike
+# IPIs per call: an interrupt-borne wake-up costs this VM ~12 us (session 24), so a fifth of the calls
+# taking one moves the p50 (TCP 4016: 0.32 a call and +2 us; traced runs get up to 0.11 from the tracers)
+IPI_SAME_PATH = 0.2
+
+
+def path_shape(case_meta):
+    """The kept round's sleeps per call, untraced and traced (collectors/capture.py sleeps_per_call: the
+    client's and the server's voluntary context switches per call), and whether the two runs blocked
+    in the same waits and were woken alike: {"untraced": "C/S", "traced": "C/S", "same": bool} (and
+    "untraced_ipi", "traced_ipi": the IPIs per call the client's and the server's CPU got, where the
+    capture counted them), or None where the capture predates the counts. A run that slept more or
+    less often than the traced one, or whose wake-ups came by interrupt where the traced run's did not,
+    took another path (a fragment or reply that came before, or after, its reader waited), which the
+    traced run's step costs do not describe: its Measured is not the traced path's RTT without probes.
+    Sleeps closer than SLEEPS_SAME_PATH per call, IPIs closer than IPI_SAME_PATH: the same path."""
+    sp = case_meta.get("sleeps_per_call") or {}
+    u, t = sp.get("untraced"), sp.get("traced")
+    if not u or not t:
+        return None
+    ipi = ("client_ipi", "server_ipi")
+    keys = ["client", "server"] + (list(ipi) if all(k in u and k in t for k in ipi) else [])
+    same = all(abs(u[k] - t[k]) < (IPI_SAME_PATH if k in ipi else SLEEPS_SAME_PATH) for k in keys)
+    out = {"untraced": f"{u['client']:.2f}/{u['server']:.2f}", "traced": f"{t['client']:.2f}/{t['server']:.2f}",
+           "same": same}
+    if len(keys) > 2:
+        out.update(untraced_ipi=f"{u['client_ipi']:.2f}/{u['server_ipi']:.2f}",
+                   traced_ipi=f"{t['client_ipi']:.2f}/{t['server_ipi']:.2f}")
+    return out
+
+
+def untraced_path_same(case_meta):
+    """path_shape's verdict alone: True, False, or None where the capture did not count."""
+    return (path_shape(case_meta) or {}).get("same")
+
+
 def call_edges_ns(case_meta, traced_rtts_ns):
     """The time per call that the client's clock measures outside the traced span C1 .. C21 (rpc/bench.c
     reads the clock each side of the call; the trace's RTT runs from C1's timestamp to C21's): the

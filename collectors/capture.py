@@ -455,6 +455,7 @@ class Capture:
         self.tag = uuid.uuid4().hex[:8]
         self.manifest = None
         self.port = BASE_PORT
+        self.last_ipis = None          # run_pair's IPIs per CPU role while its client ran (ipi_delta)
 
     # ------------------------------------------------------------ helpers
     def step(self, desc):
@@ -566,7 +567,9 @@ class Capture:
             cl = self.spawn_client(argv, log_dir / f"client-{tag}.log")
             if trace_hook:
                 stop_trace = trace_hook(srv.pid, cl.pid)
+            irq0 = ipi_counts()
             res = self.release_and_wait(cl, timeout, f"{transport} {self.p['proc']} {size} ({tag})")
+            self.last_ipis = ipi_delta(irq0, ipi_counts(), cpus)
             if stop_trace:
                 st, stop_trace = stop_trace, None
                 st()
@@ -765,7 +768,9 @@ class Capture:
                                       self.p["untraced"] == "stopped", rdir, f"{kind}-{r}", hook)
             if kind == "ust":
                 shutil.rmtree(ust, ignore_errors=True)   # only its p50 is used: no disk held for it
-            runs[case["id"]][kind].append({"res": res, "pids": pids, "got": got, "dir": rdir, "ust": ust})
+            sleeps = sleeps_per_call(res, rdir / f"server-{kind}-{r}-stats.json", self.last_ipis, calls + warmup)
+            runs[case["id"]][kind].append({"res": res, "pids": pids, "got": got, "dir": rdir, "ust": ust,
+                                           "sleeps": sleeps})
             order[case["id"]].append(f"{kind}-{r}")
             self.advance()
 
@@ -951,7 +956,9 @@ class Capture:
         case["traced"] = _rtt(res_t)
         case["repeats"] = {"rounds": record["rounds"], "extra_rounds": record["extra_rounds"], "kept_round": kept,
                            "agreeing_rounds": agreeing, "order": order,
-                           **{f"{k}_p50_ns": [r["res"]["rtt_ns"]["p50"] for r in v] for k, v in runs.items()}}
+                           **{f"{k}_p50_ns": [r["res"]["rtt_ns"]["p50"] for r in v] for k, v in runs.items()},
+                           **{f"{k}_sleeps_per_call": [r.get("sleeps") for r in v] for k, v in runs.items()}}
+        case["sleeps_per_call"] = {k: v[kept].get("sleeps") for k, v in runs.items()}
         if "ust" in runs:
             case["ust_only"] = _rtt(runs["ust"][kept]["res"])
         n_ust, d_ust, dp_ust = bt_count(ust_dir)
@@ -1317,6 +1324,67 @@ def _kept_note(sweep):
         note += (f"; each size's {how} kept instead (rounds " +
                  ", ".join(f"{c.split('-')[-1]}: {k}" for c, k in sweep["kept_by_case"].items()) + ")")
     return note
+
+
+def sleeps_per_call(res, server_stats_path, ipis=None, calls=None):
+    """How often the client and the server slept per call in one run: the client's voluntary context
+    switches over its measured calls (rpc-client --json "switches") and the server's since it started
+    (--stats-json, all threads) per request it received. A sleep is a wait that blocked, so two runs
+    whose counts differ took different paths (a reply or fragment that came before or after its reader
+    waited), which no tracing is needed to see. With ipis (ipi_delta over the client's run of `calls`
+    calls, warm-up included): the interrupts per call each CPU got from the other, "client_ipi" and
+    "server_ipi": a wake-up whose wakee had not yet left its CPU, or whose CPU was not polling, is sent
+    as an interrupt, which costs this VM ~12 us (session 24) where a polling CPU's costs about none.
+    None where the binaries predate the counts."""
+    sw = res.get("switches")
+    try:
+        st = json.loads(pathlib.Path(server_stats_path).read_text())
+    except (OSError, ValueError):
+        st = {}
+    if not sw or not res.get("calls") or "voluntary_switches" not in st or not st.get("requests"):
+        return None
+    out = {"client": round(sw["voluntary"] / res["calls"], 3),
+           "server": round(st["voluntary_switches"] / st["requests"], 3)}
+    if ipis and calls:
+        out.update({f"{role}_ipi": round(n / calls, 3) for role, n in ipis.items()})
+    return out
+
+
+# The inter-processor interrupts that carry a wake-up to another CPU (/proc/interrupts): RES,
+# rescheduling; CAL, function call (the scheduler's queued wake-ups, ttwu_queue_wakelist).
+IPI_ROWS = ("RES", "CAL")
+
+
+def ipi_counts(path="/proc/interrupts"):
+    """{cpu number: RES + CAL so far}; {} where the file cannot be read. One kernel serves both hosts
+    of the local testbed, so this counts both."""
+    try:
+        lines = pathlib.Path(path).read_text().splitlines()
+    except OSError:
+        return {}
+    if not lines:
+        return {}
+    cpus = [int(c[3:]) for c in lines[0].split() if c.startswith("CPU")]
+    out = dict.fromkeys(cpus, 0)
+    for line in lines[1:]:
+        parts = line.split()
+        if parts and parts[0].rstrip(":") in IPI_ROWS:
+            for cpu, n in zip(cpus, parts[1:]):
+                if n.isdigit():
+                    out[cpu] += int(n)
+    return out
+
+
+def ipi_delta(before, after, cpus):
+    """{"client": n, "server": n}: the IPIs each role's CPU got between the two ipi_counts; None when
+    either count is missing or both roles share a CPU (the count could not say whose it was)."""
+    if not before or not after or cpus["client"] == cpus["server"]:
+        return None
+    try:
+        return {role: after[cpu] - before[cpu] for role, cpu in (("client", cpus["client"]),
+                                                                   ("server", cpus["server"]))}
+    except KeyError:
+        return None
 
 
 def _rtt(res):

@@ -134,6 +134,11 @@ def _model_items(s, d, transport, fname, m):
              if c.get("transport") == params.get("transport") and c.get("proc") == params.get("proc")}
     rows.append({"device": "measured noise (± %)",
                  **{f"us@{z}": _f(untraced_noise_pct(cases.get(z, {})), 1) for z in sizes}})
+    from rpcscope.analysis.run import untraced_path_same
+    same = {z: untraced_path_same(cases.get(z, {})) for z in sizes}
+    if any(v is not None for v in same.values()):
+        rows.append({"device": "untraced path (sleeps, ipis)",
+                     **{f"us@{z}": {True: "same", False: "OTHER"}.get(same[z], "") for z in sizes}})
     s.items.append(Table(
         f"Calculated vs measured RTT per size{', ' + transport.upper() if transport else ''} (model: "
         f"{m.get('source', '')})", cols, rows,
@@ -148,8 +153,10 @@ def _model_items(s, d, transport, fname, m):
         "held out (predicted, not fitted): " + ", ".join(map(str, m.get("holdout", []))) if m.get("holdout") else ""))
     from rpcscope.analysis.model import Model, goal_verdict
     errors = Model.from_json(m).error_rows()
+    from rpcscope.analysis.run import untraced_path_same
     for e in errors:
         e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"], {}))
+        e["untraced_path_same"] = untraced_path_same(cases.get(e["size"], {}))
     from rpcscope.collectors.capture import unsettled_transports
     verdict = goal_verdict({"model": {"errors": errors}}, unsettled_transports(d.manifest, [params.get("transport")]))
     if verdict:
@@ -402,9 +409,11 @@ def rtt_section(d: RunData):
             path_corr[c["case"]] = c["rtt_corrected_median_ns"] / 1000
         if (c.get("probe_retimed") or {}).get("absorbed_median_ns") is not None:
             absorbed[c["case"]] = c["probe_retimed"]["absorbed_median_ns"] / 1000
-    from rpcscope.analysis.run import traced_noise_pct
+    from rpcscope.analysis.run import path_shape, traced_noise_pct
+    shapes = {}
     for c in d.cases:
         noise[c.get("id")] = traced_noise_pct(c)
+        shapes[c.get("id")] = path_shape(c) or {}
     if path_corr:
         src += "; corrected: analysis/rtp.json cases[].rtt_corrected_median_ns (probes on the round-trip path)"
         for rows in groups.values():
@@ -431,7 +440,8 @@ def rtt_section(d: RunData):
         s.items.append(Figure(f"rtt-{tr}-{proc}", f"RTT vs size ({tr} {proc})", fig, src, note))
         s.items.append(Table(f"Traced vs untraced, {tr} {proc}",
                              ["size", "rpcs", "complete", "traced_p50_us", "corrected_p50_us", "untraced_p50_us",
-                              "traced_vs_untraced_%", "corrected_vs_untraced_%", "noise_%", "overlap_absorbed_us"],
+                              "traced_vs_untraced_%", "corrected_vs_untraced_%", "noise_%", "overlap_absorbed_us",
+                              "sleeps_untraced", "sleeps_traced", "ipis_untraced", "ipis_traced", "same_path"],
                              [{"size": r["size"], "rpcs": r.get("rpcs", ""), "complete": r.get("complete_rpcs", ""),
                                "traced_p50_us": _f(r["traced_rtt_median_us"]),
                                "corrected_p50_us": _f(r.get("corrected_rtt_median_us")),
@@ -439,15 +449,30 @@ def rtt_section(d: RunData):
                                "traced_vs_untraced_%": _f(r.get("traced_vs_untraced_pct"), 1),
                                "corrected_vs_untraced_%": _f(r.get("corrected_vs_untraced_pct"), 1),
                                "noise_%": _f(noise.get(r.get("case")), 1),
-                               "overlap_absorbed_us": _f(absorbed.get(r.get("case")))} for r in rows],
+                               "overlap_absorbed_us": _f(absorbed.get(r.get("case"))),
+                               "sleeps_untraced": shapes.get(r.get("case"), {}).get("untraced", ""),
+                               "sleeps_traced": shapes.get(r.get("case"), {}).get("traced", ""),
+                               "ipis_untraced": shapes.get(r.get("case"), {}).get("untraced_ipi", ""),
+                               "ipis_traced": shapes.get(r.get("case"), {}).get("traced_ipi", ""),
+                               "same_path": {True: "yes", False: "NO"}.get(
+                                   shapes.get(r.get("case"), {}).get("same"), "")} for r in rows],
                              src + "; traced_vs_untraced_pct, corrected_vs_untraced_pct; noise: manifest.json "
                                    "cases[].repeats.traced_p50_ns, half their spread as % of the untraced p50; "
-                                   "overlap_absorbed: analysis/rtp.json cases[].probe_retimed.absorbed_median_ns",
+                                   "overlap_absorbed: analysis/rtp.json cases[].probe_retimed.absorbed_median_ns; "
+                                   "sleeps, ipis: manifest.json cases[].sleeps_per_call (client/server voluntary "
+                                   "context switches and IPIs per call, the kept round's runs)",
                              "noise: how far one traced run of the case moves from the next identical one; a "
                              "corrected-vs-untraced difference within about twice it is not a fault of the "
                              "correction. overlap absorbed: how much of the probe cost charged to the walked path "
                              "a branch beside it would take back with every wake-up still waiting for its waker "
-                             "(analysis/rtp.py retime; 0: the correction's path is the path without probes too)"))
+                             "(analysis/rtp.py retime; 0: the correction's path is the path without probes too). "
+                             "sleeps: how often the client and the server blocked per call (client/server); "
+                             "ipis: the interrupts per call their CPUs got from each other (a wake-up sent as an "
+                             "interrupt, ~12 µs on this VM in session 24, where a polling CPU's costs about "
+                             "nothing); same_path NO: the untraced run blocked in other waits than the traced "
+                             "one, or was woken otherwise (a fragment or reply came before, or after, its reader "
+                             "waited), so its RTT is not the traced path's without probes and no step cost of "
+                             "the traced run can follow it"))
     return s
 
 

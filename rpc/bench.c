@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/personality.h>
+#include <sys/resource.h>
 
 #include "procs.h"
 #include "stubcall.h"
@@ -19,7 +20,22 @@ struct bench_thread {
     int cpu;
     char error[256];
     uint64_t start_ns, end_ns;
+    /* Context switches over the measured calls: voluntary ones are the thread's sleeps, so
+     * per call they show which waits blocked (the path's shape) without tracing anything. */
+    uint64_t vol_switches, invol_switches;
 };
+
+/* The calling thread's voluntary and involuntary context switches so far. */
+static void thread_switches(uint64_t *vol, uint64_t *invol)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru)) {
+        *vol = *invol = 0;
+        return;
+    }
+    *vol = (uint64_t)ru.ru_nvcsw;
+    *invol = (uint64_t)ru.ru_nivcsw;
+}
 
 /* The workload's arguments, varied per call so that a stale reply cannot pass the check. */
 struct workload {
@@ -147,8 +163,8 @@ static void *bench_thread_main(void *arg)
     struct workload w;
     struct proc_args a;
     struct proc_result r;
-    uint64_t stop_at;
-    int rc;
+    uint64_t stop_at, vol0 = 0, invol0 = 0, vol1, invol1;
+    int rc, counting = 0;
 
     if (cfg->ncpus && util_pin_cpu(cfg->cpus[t->index % cfg->ncpus])) {
         snprintf(t->error, sizeof t->error, "%s", util_error());
@@ -163,6 +179,10 @@ static void *bench_thread_main(void *arg)
     stop_at = util_now_ns() + (uint64_t)(cfg->max_seconds * 1e9);
     for (uint64_t i = 0; i < 1 + cfg->warmup + cfg->calls; i++) {
         uint64_t t0, t1;
+        if (i == 1 + cfg->warmup) {
+            thread_switches(&vol0, &invol0);
+            counting = 1;
+        }
         make_args(&w, cfg->proc, cfg->size, c.seq + 1, &a);
         t0 = util_now_ns();
         rc = proc_call(&c, cfg->proc, &a, &r);
@@ -190,6 +210,11 @@ static void *bench_thread_main(void *arg)
         t->end_ns = t1;
         if (t1 > stop_at)
             break;
+    }
+    thread_switches(&vol1, &invol1);
+    if (counting) {
+        t->vol_switches = vol1 - vol0;
+        t->invol_switches = invol1 - invol0;
     }
     t->stats = c.stats;
     t->cpu = util_current_cpu();
@@ -258,6 +283,8 @@ int bench_run(const struct bench_config *cfg, struct bench_result *res)
         res->client.bad_packets += t->stats.bad_packets;
         res->client.acks += t->stats.acks;
         res->client.rejects += t->stats.rejects;
+        res->vol_switches += t->vol_switches;
+        res->invol_switches += t->invol_switches;
         res->placement[i] = t->cpu;
         if (t->start_ns && t->start_ns < start)
             start = t->start_ns;
@@ -301,7 +328,8 @@ void bench_print(const struct bench_config *cfg, const struct bench_result *r, F
                    "\"p90\": %llu, \"p99\": %llu, \"max\": %llu}, \"calls_per_s\": %.1f, \"wall_s\": %.6f, "
                    "\"last_counter\": %llu, \"client_stats\": {\"timeouts\": %llu, \"pings\": %llu, "
                    "\"retransmitted_frags\": %llu, \"stale_packets\": %llu, \"bad_packets\": %llu, "
-                   "\"acks\": %llu, \"rejects\": %llu}, \"aslr\": \"%s\", \"cpus\": [",
+                   "\"acks\": %llu, \"rejects\": %llu}, \"switches\": {\"voluntary\": %llu, "
+                   "\"involuntary\": %llu}, \"aslr\": \"%s\", \"cpus\": [",
                 xport_kind_name(cfg->client.transport), proc_name(cfg->proc), cfg->size,
                 (unsigned long long)r->calls, (unsigned long long)r->errors, (unsigned long long)r->mismatches,
                 cfg->threads, wait, wire, cfg->client.max_pdu, cfg->client.nb_select ? "true" : "false",
@@ -312,7 +340,8 @@ void bench_print(const struct bench_config *cfg, const struct bench_result *r, F
                 (unsigned long long)r->client.timeouts, (unsigned long long)r->client.pings,
                 (unsigned long long)r->client.retransmitted_frags, (unsigned long long)r->client.stale_packets,
                 (unsigned long long)r->client.bad_packets, (unsigned long long)r->client.acks,
-                (unsigned long long)r->client.rejects, r->aslr_off ? "off" : "on");
+                (unsigned long long)r->client.rejects, (unsigned long long)r->vol_switches,
+                (unsigned long long)r->invol_switches, r->aslr_off ? "off" : "on");
         for (int i = 0; i < cfg->threads; i++)
             fprintf(f, "%s%d", i ? ", " : "", r->placement[i]);
         fprintf(f, "], \"first_error\": \"");
@@ -333,6 +362,9 @@ void bench_print(const struct bench_config *cfg, const struct bench_result *r, F
     fprintf(f, "calls %llu, errors %llu, mismatches %llu, timeouts %llu, retransmitted fragments %llu\n",
             (unsigned long long)r->calls, (unsigned long long)r->errors, (unsigned long long)r->mismatches,
             (unsigned long long)r->client.timeouts, (unsigned long long)r->client.retransmitted_frags);
+    if (r->calls)
+        fprintf(f, "context switches per call: %.2f voluntary (sleeps), %.2f involuntary\n",
+                (double)r->vol_switches / (double)r->calls, (double)r->invol_switches / (double)r->calls);
     if (r->first_error[0])
         fprintf(f, "first error: %s\n", r->first_error);
 }

@@ -33,6 +33,8 @@ struct bench_result {
     double mean_ns, calls_per_s, wall_s;
     uint64_t last_counter; /* incr: the counter after this run's last call */
     struct client_stats client;
+    /* Context switches of the client threads over the measured calls (not the warm-up). */
+    uint64_t vol_switches, invol_switches;
     int placement[BENCH_MAX_THREADS]; /* CPU each thread ran on at the end */
     int aslr_off; /* address-space layout randomization was off for this process (setarch -R) */
     char first_error[256];

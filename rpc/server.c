@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/uio.h>
@@ -759,6 +760,13 @@ void server_get_stats(struct server *s, struct server_stats *out)
     SERVER_STATS(SERVER_STAT_COPY)
 #undef SERVER_STAT_COPY
     out->reassembly_expired = s->reasm.stats.expired;
+    /* The process's context switches since it started, all threads: the voluntary ones are
+     * sleeps, so per request they show how often the server waited for a packet. */
+    struct rusage ru;
+    if (!getrusage(RUSAGE_SELF, &ru)) {
+        out->voluntary_switches = (uint64_t)ru.ru_nvcsw;
+        out->involuntary_switches = (uint64_t)ru.ru_nivcsw;
+    }
 }
 
 void server_print_stats(const struct server_stats *st, FILE *f, int json)

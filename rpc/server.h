@@ -44,7 +44,8 @@ struct server_config {
     X(unknown_proc) X(bad_args) X(reassembly_full) X(reassembly_conflict)                \
     X(reassembly_expired) X(fragments_stored) X(duplicate_fragments) X(acks_sent)        \
     X(pings) X(rejects_sent) X(busy) X(unexpected_type) X(tcp_accepted) X(tcp_closed)    \
-    X(tcp_refused) X(tcp_bad_record) X(send_errors) X(dropped_by_test_option)
+    X(tcp_refused) X(tcp_bad_record) X(send_errors) X(dropped_by_test_option)           \
+    X(voluntary_switches) X(involuntary_switches)
 
 struct server_stats {
 #define SERVER_STAT_FIELD(name) uint64_t name;

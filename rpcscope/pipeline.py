@@ -124,11 +124,12 @@ def cmd_run(args):
                     argv += ["--holdout", ",".join(map(str, holdout))]
                 st.run(f"model ({t})", argv + ["--json"], capture_output=True)
                 from .analysis import model as M
-                from .analysis.run import untraced_noise_pct
+                from .analysis.run import untraced_noise_pct, untraced_path_same
                 errors = M.load_model(mfile).error_rows()
                 cases = {c["size"]: c for c in manifest["cases"] if c["transport"] == t and c["proc"] == args.proc}
                 for e in errors:
                     e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"]) or {})
+                    e["untraced_path_same"] = untraced_path_same(cases.get(e["size"]) or {})
                 result["models"][t] = {"file": str(mfile), "errors": errors}
             from .analysis.model import goal_verdict
             result["verdict"] = goal_verdict(result["models"], unsettled_transports(manifest, transports))
@@ -152,8 +153,12 @@ def cmd_run(args):
         print("\nProbe effect removed (issue 5: corrected traced p50 within 5 % of the untraced p50). noise: half the "
               "spread of the case's traced rounds' p50s in the kept round's speed level, as % of the untraced p50 "
               "(how far one traced run moves)")
+        print("sleeps, ipis: how often the client/server blocked per call in the kept round's runs, and the "
+              "interrupts per call their CPUs got; same_path NO: the untraced run blocked in other waits than the "
+              "traced one or was woken otherwise, a path no step cost of the traced run follows")
         table(result["corrected_vs_untraced"], ["case", "traced_p50_us", "corrected_p50_us", "untraced_p50_us",
-                                                "corrected_%", "noise_%", "within_5%"])
+                                                "corrected_%", "noise_%", "within_5%", "sleeps_untraced",
+                                                "sleeps_traced", "ipis_untraced", "ipis_traced", "same_path"])
     for t, m in result["models"].items():
         print(f"\n% error, {t.upper()} ({args.proc}; Measured = untraced p50, the median of the rounds in the kept round's "
               f"speed level where three or more ran there, Calculated = the model from "
@@ -164,9 +169,10 @@ def cmd_run(args):
                 "%error": round(e["percent_error"], 2) if e["percent_error"] is not None else None,
                 "noise_%": None if e["measured_noise_pct"] is None else round(e["measured_noise_pct"], 1),
                 "fit": "holdout" if e["holdout"] else "fitted", "goal": f"<= {e['goal_pct']:g} %",
-                "met": "" if e["goal_met"] is None else ("yes" if e["goal_met"] else "NO")}
+                "met": "" if e["goal_met"] is None else ("yes" if e["goal_met"] else "NO"),
+                "untraced_path": {True: "same", False: "OTHER"}.get(e.get("untraced_path_same"), "")}
                for e in m["errors"]], ["size", "calculated_us", "measured_us", "%error", "noise_%", "fit", "goal",
-                                       "met"])
+                                       "met", "untraced_path"])
     if result.get("verdict"):
         print("\n" + result["verdict"]["text"])
     print(f"\nreport: {result['report']}")
@@ -179,7 +185,7 @@ def cmd_run(args):
 def corrected_vs_untraced(out):
     """Per case: traced, probe-corrected and untraced p50 RTT (analysis/rtp.json), and the noise of one
     traced run (half the spread of the traced rounds that agree with the kept one, manifest.json cases[].repeats)."""
-    from .analysis.run import traced_noise_pct
+    from .analysis.run import path_shape, traced_noise_pct
     try:
         rtp = json.loads((out / "analysis" / "rtp.json").read_text())
         cases = {c["id"]: c for c in json.loads((out / "manifest.json").read_text())["cases"]}
@@ -191,12 +197,16 @@ def corrected_vs_untraced(out):
         if not u or corr is None:
             continue
         noise = traced_noise_pct(cases.get(c["case"]) or {})
+        shape = path_shape(cases.get(c["case"]) or {}) or {}
         pct = 100 * (corr - u) / u
         traced = c["rtt_median_ns"] + (c.get("call_edges_ns") or 0.0)     # as the client's clock measures it
         rows.append({"case": c["case"], "traced_p50_us": round(traced / 1e3, 2),
                      "corrected_p50_us": round(corr / 1e3, 2), "untraced_p50_us": round(u / 1e3, 2),
                      "corrected_%": round(pct, 1), "noise_%": None if noise is None else round(noise, 1),
-                     "within_5%": "yes" if abs(pct) <= 5 else "NO"})
+                     "within_5%": "yes" if abs(pct) <= 5 else "NO",
+                     "sleeps_untraced": shape.get("untraced", ""), "sleeps_traced": shape.get("traced", ""),
+                     "ipis_untraced": shape.get("untraced_ipi", ""), "ipis_traced": shape.get("traced_ipi", ""),
+                     "same_path": {True: "yes", False: "NO"}.get(shape.get("same"), "")})
     return rows
 
 

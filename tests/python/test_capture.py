@@ -293,6 +293,14 @@ def test_run_directory_is_complete(run):
                                                                if i.startswith(c["transport"] + "-")]
         # Each round runs every kind once, so that a change of the host's speed touches every kind alike.
         assert rep["order"] == [f"{k}-{r}" for r in range(n + x) for k in kinds], rep
+        # Every run's sleeps per call (client and server), the kept round's as the case's path shape.
+        from rpcscope.analysis.run import path_shape
+        for kind in kinds:
+            sl = rep[f"{kind}_sleeps_per_call"]
+            assert len(sl) == n + x and all(0 < v["client"] < 10 and 0 < v["server"] < 10 for v in sl), (kind, sl)
+            assert all(0 <= v["client_ipi"] < 10 and 0 <= v["server_ipi"] < 10 for v in sl), (kind, sl)
+            assert c["sleeps_per_call"][kind] == sl[kept], (kind, c["sleeps_per_call"])
+        assert path_shape(c)["same"] in (True, False)
         assert not list(d.glob("repeat-*")) and not list(d.rglob("*.perf.data*")), c["id"]
     # Sweeps: round r of every size of a transport ran before round r + 1 of any (the servers' logs are
     # written as each run ends and kept with their times).

@@ -59,3 +59,17 @@ def test_a_transport_whose_capture_never_settled_is_named():
     assert v["unsettled"] == ["udp"] and v["met"] == 2
     assert "UDP: the capture never settled" in v["text"] and v["text"].endswith("run again when the host is quiet.")
     assert "never settled" not in goal_verdict({"tcp": {"errors": [_err(0, True, 0.6)]}})["text"]
+
+
+def test_sizes_whose_untraced_run_took_another_path_are_named():
+    """A size whose untraced run blocked or was woken otherwise than its traced run (analysis/run.py
+    path_shape) is named, and the goals are counted over the other sizes too."""
+    other = dict(_err(8032, False, 0.9), untraced_path_same=False)
+    v = goal_verdict({"udp": {"errors": [dict(_err(0, True, 0.4), untraced_path_same=True), other,
+                                         dict(_err(4016, False, 0.5), untraced_path_same=True)]},
+                      "tcp": {"errors": [_err(0, True, 0.6)]}})
+    assert v["other_path"] == ["udp 8032"] and v["met_same_path"] == 2 and v["met"] == 2
+    assert "At 1 size(s) (udp 8032) the untraced run took another path" in v["text"]
+    assert "of the other 3 sizes, 2 met their goal" in v["text"]
+    v = goal_verdict({"udp": {"errors": [dict(_err(0, True, 0.4), untraced_path_same=None)]}})
+    assert v["other_path"] == [] and "another path" not in v["text"]

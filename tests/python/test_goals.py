@@ -29,6 +29,18 @@ def test_gather_counts_misses_per_run_and_spreads_per_size():
     assert (sizes[0]["median_pct"], sizes[0]["least_pct"], sizes[0]["greatest_pct"]) == (0.5, -4.5, 1.5)
 
 
+def test_gather_names_sizes_whose_untraced_run_took_another_path():
+    away = dict(_row(8032, 25.2), untraced_path_same=False)
+    per_run = [("a", {"udp": [dict(_row(0, 0.5), untraced_path_same=True), away]}),
+               ("b", {"udp": [_row(0, 3.0), dict(_row(8032, 1.0), untraced_path_same=True)]})]
+    runs, sizes = G.gather(per_run)
+    assert runs[0]["misses"] == ["udp 8032: +25.2 other path"] and runs[0]["other_path"] == 1
+    assert runs[1]["misses"] == ["udp 0: +3.0"] and runs[1]["other_path"] == 0
+    z = {x["size"]: x for x in sizes}
+    assert (z[8032]["met"], z[8032]["other_path"], z[8032]["met_same_path"]) == (1, 1, 1)
+    assert (z[0]["met"], z[0]["other_path"], z[0]["met_same_path"]) == (1, 0, 1)
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     d = tmp_path_factory.mktemp("goals") / "run"

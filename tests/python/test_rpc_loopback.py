@@ -210,6 +210,26 @@ def test_untraced_build_serves(rpc_server, rpc_client, transport):
                    timeout=60).assert_ok(20)
 
 
+def test_client_and_server_count_their_sleeps(rpc_server, rpc_client):
+    """rpc-client --json "switches" (the measured calls only) and the server's voluntary_switches: the
+    sleeps a capture compares between its untraced and traced runs (collectors/capture.py
+    sleeps_per_call). A client that waits in epoll_wait sleeps about once per wait, a busy-waiting
+    one almost never; the server's count grows with the requests it waited for."""
+    srv = rpc_server(trace=False)
+    before = srv.stats()
+    calls = 300
+    sleeping = rpc_client(srv, proc="maxarg", size=8032, calls=calls, warmup=20, trace=False,
+                          timeout=60).assert_ok(calls)
+    busy = rpc_client(srv, proc="maxarg", size=8032, calls=calls, warmup=20, trace=False,
+                      extra=["--wait", "busy"], timeout=60).assert_ok(calls)
+    after = srv.stats()
+    # 8032 bytes: an acknowledged first window, then the rest, then the reply; two waits a call.
+    assert 0.5 <= sleeping["switches"]["voluntary"] / calls <= 2.5, sleeping["switches"]
+    assert busy["switches"]["voluntary"] / calls < 0.1, busy["switches"]
+    assert after["voluntary_switches"] - before["voluntary_switches"] >= calls // 2, (before, after)
+    assert after["involuntary_switches"] >= before["involuntary_switches"]
+
+
 def boundary_sizes(proc: str, nfrags: int = 8) -> list[int]:
     """For each of the first nfrags fragment edges, the largest size whose request (or reply)
     still ends on this side of it, and that size plus one."""

@@ -248,11 +248,11 @@ def solve_cases(points, holdout=()):
     (one cost for every event, or user and kernel events apart: solve) is the one chosen over every case
     of the transport, each predicting every case from the others; a case's costs are then solved in that
     model from the other cases alone.
-    Nor does a case whose untraced run blocked in other waits than its traced run (took_another_path):
-    its traced minus untraced difference is then not the probes' cost but that and the other path's
-    difference (session 24: over UDP at 8032 bytes and more, in the host's faster level, the untraced
-    server slept once more per call and took 10-12 us longer, so the costs solved with those cases
-    were off for every size)."""
+    Nor does a case whose untraced run blocked in other waits than its traced run, or was woken by
+    interrupts where it was not (took_another_path): its traced minus untraced difference is then not
+    the probes' cost but that and the other path's difference (session 24: over UDP at 8032 bytes and
+    more, in the host's faster level, the untraced server slept once more per call and took 10-15 us
+    longer, so the costs solved with those cases were off for every size)."""
     points = {cid: pt for cid, pt in points.items() if pt}
     out = {"transports": {}, "cases": {}}
     for transport in sorted({p["transport"] for p in points.values()}):
@@ -278,9 +278,9 @@ def solve_cases(points, holdout=()):
 
 
 def took_another_path(point):
-    """Whether the point's untraced run blocked in other waits than its traced run (analysis/run.py
-    path_shape: sleeps per call of the client and the server); False where the capture did not count
-    them."""
+    """Whether the point's untraced run took another path than its traced run (analysis/run.py
+    path_shape: sleeps and IPIs per call of the client and the server); False where the capture did
+    not count them."""
     return (point.get("untraced_path") or {}).get("same") is False
 
 

@@ -128,13 +128,12 @@ def _model_items(s, d, transport, fname, m):
     for label, vals in (("sum (calculated)", calc), ("measured (untraced p50)", meas)):
         rows.append({"device": label, **{f"us@{z}": _f(vals.get(str(z))) for z in sizes}})
     rows.append({"device": "% error", **{f"us@{z}": _f(err.get(str(z))) for z in sizes}})
-    from rpcscope.analysis.run import untraced_noise_pct
+    from rpcscope.analysis.run import untraced_noise_pct, untraced_path_same
     params = m.get("params") or {}
     cases = {int(c.get("size", -1)): c for c in d.cases
              if c.get("transport") == params.get("transport") and c.get("proc") == params.get("proc")}
     rows.append({"device": "measured noise (± %)",
                  **{f"us@{z}": _f(untraced_noise_pct(cases.get(z, {})), 1) for z in sizes}})
-    from rpcscope.analysis.run import untraced_path_same
     same = {z: untraced_path_same(cases.get(z, {})) for z in sizes}
     if any(v is not None for v in same.values()):
         rows.append({"device": "untraced path (sleeps, ipis)",
@@ -153,7 +152,6 @@ def _model_items(s, d, transport, fname, m):
         "held out (predicted, not fitted): " + ", ".join(map(str, m.get("holdout", []))) if m.get("holdout") else ""))
     from rpcscope.analysis.model import Model, goal_verdict
     errors = Model.from_json(m).error_rows()
-    from rpcscope.analysis.run import untraced_path_same
     for e in errors:
         e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"], {}))
         e["untraced_path_same"] = untraced_path_same(cases.get(e["size"], {}))

@@ -224,7 +224,10 @@ GOALS_EPILOG = """examples:
 
 Goals (issue 6): |% error| <= 2 % at fitted sizes, <= 5 % at held-out sizes, UDP and TCP. Without
 --refit the errors are the runs' own model files (analysis/model.json, model-TRANSPORT.json, written
-by `rpcscope run` or `rpcscope model RUN --corrected`).
+by `rpcscope run` or `rpcscope model RUN --corrected`). A size whose untraced run took another path
+than the traced one (it slept, or was woken by an interrupt, where the traced run was not: the
+capture's sleeps_per_call, from session 24 on) is marked "other path" and counted apart
+(other_path, met_same_path): the model of the traced path does not describe it.
 """
 
 

@@ -116,6 +116,18 @@ class RunData:
         from rpcscope.collectors.capture import sweeps_summary
         add("rounds, kept round", sweeps_summary(m.get("sweeps")),
             "manifest.json sweeps (collectors/capture.py choose_sweep); every round's p50s: cases[].repeats")
+        from rpcscope.analysis.run import path_shape
+        shapes = [(c.get("id"), path_shape(c)) for c in m.get("cases") or []]
+        counted = [(cid, sh) for cid, sh in shapes if sh]
+        if counted:
+            other = [f"{cid} (sleeps client/server {sh['untraced']} untraced, {sh['traced']} traced"
+                     + (f"; IPIs {sh['untraced_ipi']} against {sh['traced_ipi']}" if "untraced_ipi" in sh else "")
+                     + ")" for cid, sh in counted if not sh["same"]]
+            add("untraced runs' path", (f"another path than the traced run's at {len(other)} of {len(counted)} "
+                                        f"cases: " + "; ".join(other) + ". The model of the traced path does "
+                                        "not describe those (analysis/MODEL.md, session 24)") if other else
+                f"the traced run's path at all {len(counted)} cases (the same sleeps and IPIs per call)",
+                "manifest.json cases[].sleeps_per_call (analysis/run.py path_shape)")
         add("calibration", ", ".join(f"{h}: UST event {c.get('ust_event_ns')} ns, kernel event "
                                      f"{(c.get('kernel_event_ns') or {}).get('all')} ns"
                                      for h, c in (m.get("calibration") or {}).items()) or "none (corrected = raw)",

@@ -74,6 +74,28 @@ def test_report_shows_every_transports_model(run, tmp_path, capsys):
     assert "Verdict, every transport: model goals met at " in md and f" of {2 * n} sizes" in md
 
 
+def test_report_names_the_cases_whose_untraced_run_took_another_path(run, tmp_path, capsys):
+    """The run summary, the traced-vs-untraced table, the Table-2 table and the verdict say where the
+    untraced run slept or was woken otherwise than the traced one (manifest.json cases[].sleeps_per_call;
+    the fixture predates the counts, so they are written in here as a capture records them)."""
+    d = tmp_path / "run"
+    shutil.copytree(run, d)
+    m = json.loads((d / "manifest.json").read_text())
+    same = {"client": 2.0, "server": 2.0, "client_ipi": 0.0, "server_ipi": 0.0}
+    for c in m["cases"]:
+        c["sleeps_per_call"] = {"untraced": dict(same), "traced": dict(same, server=2.03, server_ipi=0.01)}
+    m["cases"][-1]["sleeps_per_call"]["untraced"].update(server=3.0, server_ipi=0.9)
+    (d / "manifest.json").write_text(json.dumps(m))
+    assert main(["report", str(d), "--json"]) == 0
+    md = Path(json.loads(capsys.readouterr().out)["markdown"]).read_text()
+    last = m["cases"][-1]
+    assert (f"another path than the traced run's at 1 of {len(m['cases'])} cases: {last['id']} (sleeps "
+            "client/server 2.00/3.00 untraced, 2.00/2.03 traced; IPIs 0.00/0.90 against 0.00/0.01)") in md
+    assert "| untraced path (sleeps, ipis) |" in md and "OTHER" in md
+    assert f"At 1 size(s) ({last['size']}) the untraced run took another path" in md
+    assert "| 2.00/3.00 | 2.00/2.03 | 0.00/0.90 | 0.00/0.01 | NO |" in md
+
+
 def test_report_without_analysis_says_how(tmp_path, capsys):
     d = tmp_path / "run"
     shutil.copytree(FIX, d)

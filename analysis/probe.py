@@ -263,7 +263,7 @@ def solve_cases(points, holdout=()):
             other_path, solvers = [], {cid: p for cid, p in pts.items() if cid not in holdout}
         form = None
         if len(solvers) >= 2:
-            but = [w for w, there in (("the held-out ones", len(solvers) + len(other_path) < len(pts)),
+            but = [w for w, there in (("the held-out ones", any(cid in holdout for cid in pts)),
                                       ("those whose untraced run took another path", other_path)) if there]
             every = out["transports"][transport] = _costs(solvers, "in-situ, every case" + (
                 " but " + " and ".join(but) if but else ""), transport)

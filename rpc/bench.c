@@ -281,6 +281,8 @@ int bench_run(const struct bench_config *cfg, struct bench_result *res)
         res->client.retransmitted_frags += t->stats.retransmitted_frags;
         res->client.stale_packets += t->stats.stale_packets;
         res->client.bad_packets += t->stats.bad_packets;
+        if (t->stats.first_bad[0] && !res->client.first_bad[0])
+            memcpy(res->client.first_bad, t->stats.first_bad, sizeof res->client.first_bad);
         res->client.acks += t->stats.acks;
         res->client.rejects += t->stats.rejects;
         res->vol_switches += t->vol_switches;
@@ -317,6 +319,21 @@ out:
     return rc;
 }
 
+/* A JSON string: quotes, backslashes and control characters escaped. */
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", (unsigned char)*s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
 void bench_print(const struct bench_config *cfg, const struct bench_result *r, FILE *f, int json)
 {
     const char *wire = cfg->client.drep == WIRE_DREP_BIG ? "network" : "native";
@@ -344,10 +361,11 @@ void bench_print(const struct bench_config *cfg, const struct bench_result *r, F
                 (unsigned long long)r->invol_switches, r->aslr_off ? "off" : "on");
         for (int i = 0; i < cfg->threads; i++)
             fprintf(f, "%s%d", i ? ", " : "", r->placement[i]);
-        fprintf(f, "], \"first_error\": \"");
-        for (const char *p = r->first_error; *p; p++)
-            fprintf(f, *p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
-        fprintf(f, "\"}\n");
+        fprintf(f, "], \"first_error\": ");
+        json_string(f, r->first_error);
+        fprintf(f, ", \"first_bad_packet\": ");
+        json_string(f, r->client.first_bad);
+        fprintf(f, "}\n");
         return;
     }
     fprintf(f, "rpc-client: %s %s size=%u threads=%d wait=%s wire=%s max_pdu=%u nb_select=%s\n",
@@ -367,4 +385,6 @@ void bench_print(const struct bench_config *cfg, const struct bench_result *r, F
                 (double)r->vol_switches / (double)r->calls, (double)r->invol_switches / (double)r->calls);
     if (r->first_error[0])
         fprintf(f, "first error: %s\n", r->first_error);
+    if (r->client.first_bad[0])
+        fprintf(f, "first bad packet: %s\n", r->client.first_bad);
 }

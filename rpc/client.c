@@ -1,6 +1,8 @@
 #include "client.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <sys/epoll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +211,19 @@ static int send_ping(struct client *c, uint32_t total, uint32_t last_sent)
     return xport_udp_send(c->fd, buf, sizeof buf, NULL, &c->drop);
 }
 
+/* Counts a received packet the call cannot use; the first one's reason is kept, so that a call that
+ * times out with only bad packets in can say what it got instead of its reply. */
+static void bad_packet(struct client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void bad_packet(struct client *c, const char *fmt, ...)
+{
+    va_list ap;
+    if (!c->stats.bad_packets++) {
+        va_start(ap, fmt);
+        vsnprintf(c->stats.first_bad, sizeof c->stats.first_bad, fmt, ap);
+        va_end(ap);
+    }
+}
+
 static int invoke_udp(struct client *c, uint32_t total, uint32_t nfrags, struct marshal_dec *result)
 {
     uint32_t body = wire_frag_body(c->cfg.max_pdu);
@@ -256,6 +271,10 @@ static int invoke_udp(struct client *c, uint32_t total, uint32_t nfrags, struct 
             if (!ready) {
                 uint64_t now = util_now_ns();
                 c->stats.timeouts++;
+                if (now >= call_deadline && c->stats.bad_packets)
+                    return util_fail(UTIL_ETIMEDOUT, "call %u (udp): no reply within %u ms; %llu bad packets came "
+                                     "in, the first: %s", c->seq, c->cfg.deadline_ms,
+                                     (unsigned long long)c->stats.bad_packets, c->stats.first_bad);
                 if (now >= call_deadline)
                     return util_fail(UTIL_ETIMEDOUT, "call %u (%s): no reply within %u ms", c->seq,
                                      "udp", c->cfg.deadline_ms);
@@ -280,7 +299,7 @@ static int invoke_udp(struct client *c, uint32_t total, uint32_t nfrags, struct 
                 h.seq != c->seq) {
                 RPCS_TRACE(c18_end, c->call_id, 0, (uint32_t)n);
                 if (wire_decode_hdr(c->pkt, (size_t)n, &h))
-                    c->stats.bad_packets++;
+                    bad_packet(c, "%zd-byte datagram: %s", n, util_error());
                 else
                     c->stats.stale_packets++;
                 continue;
@@ -289,7 +308,7 @@ static int invoke_udp(struct client *c, uint32_t total, uint32_t nfrags, struct 
             switch (h.type) {
             case WIRE_ACK:
                 if (h.window > nfrags) {
-                    c->stats.bad_packets++;
+                    bad_packet(c, "ACK of %u fragments for a request of %u", h.window, nfrags);
                     break;
                 }
                 c->stats.acks++;
@@ -311,9 +330,13 @@ static int invoke_udp(struct client *c, uint32_t total, uint32_t nfrags, struct 
                     until = util_now_ns() + rexmit_ns; /* all there: the server is working */
                 break;
             case WIRE_RESPONSE:
-                if (wire_check_frag(&h, c->cfg.max_pdu, c->cfg.max_msg) ||
-                    (rx_nfrags && h.total_len != rx_total)) {
-                    c->stats.bad_packets++;
+                if (wire_check_frag(&h, c->cfg.max_pdu, c->cfg.max_msg)) {
+                    bad_packet(c, "reply fragment %u: %s", h.frag_num, util_error());
+                    break;
+                }
+                if (rx_nfrags && h.total_len != rx_total) {
+                    bad_packet(c, "reply fragment %u of a %u-byte reply, the others of %u", h.frag_num, h.total_len,
+                               rx_total);
                     break;
                 }
                 if (!rx_nfrags) {
@@ -339,7 +362,7 @@ static int invoke_udp(struct client *c, uint32_t total, uint32_t nfrags, struct 
                 c->stats.rejects++;
                 return util_fail(UTIL_EREJECT, "call %u rejected by the server (reason %u)", c->seq, h.status);
             default:
-                c->stats.bad_packets++;
+                bad_packet(c, "PDU type %u in reply to a request", h.type);
                 break;
             }
         }

@@ -42,6 +42,7 @@ struct client_config {
 
 struct client_stats {
     uint64_t calls, timeouts, pings, retransmitted_frags, stale_packets, bad_packets, acks, rejects;
+    char first_bad[160]; /* why the first bad packet was dropped ("" if none was) */
 };
 
 struct client {

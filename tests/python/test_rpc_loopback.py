@@ -367,6 +367,39 @@ def test_mismatched_pdu_size_times_out_cleanly(rpc_server, rpc_client):
     rpc_client(srv, proc="echo", size=24096, calls=10, warmup=0, timeout=60).assert_ok(10)
 
 
+def test_timeout_names_the_first_bad_packet(rpc_client):
+    """A peer that answers every datagram with something that is not a PDU: the call times out, and its
+    error says how many bad packets came in and why the first was dropped (a flaky timeout in CI showed
+    only a count of bad packets, nothing to tell what they were)."""
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind(("127.0.0.1", 0))
+    peer.settimeout(0.2)
+    stop = threading.Event()
+
+    def answer_with_junk():
+        while not stop.is_set():
+            try:
+                _, addr = peer.recvfrom(70000)
+            except socket.timeout:
+                continue
+            peer.sendto(b"\x01\x02junk", addr)
+
+    t = threading.Thread(target=answer_with_junk, daemon=True)
+    t.start()
+    try:
+        run = rpc_client(peer.getsockname()[1], proc="null", calls=1, warmup=0,
+                         extra=["--deadline-ms", 300, "--rexmit-ms", 20], timeout=30)
+    finally:
+        stop.set()
+        t.join()
+        peer.close()
+    assert run.returncode == 1, run.describe()
+    first = run.result["first_bad_packet"]
+    assert first == "6-byte datagram: PDU of 6 bytes is shorter than the 80-byte header", run.describe()
+    bad = run.result["client_stats"]["bad_packets"]
+    assert bad >= 2 and f"{bad} bad packets came in, the first: {first}" in run.result["first_error"], run.describe()
+
+
 # ================================================================== 2. bad options
 
 CLIENT_BAD = [

@@ -47,20 +47,40 @@ static int bind_to(int fd, const struct sockaddr_in *local, const char *kind)
     return util_fail_errno("bind(%s %s:%u)", kind, a, ntohs(local->sin_port));
 }
 
+/* With no server on the peer's port, connect may give the socket that very port (loopback): it would then
+ * talk to itself, every request coming back as if it were an answer. */
+static int check_not_self(int fd, const struct sockaddr_in *peer)
+{
+    struct sockaddr_in me;
+    socklen_t len = sizeof me;
+    char a[INET_ADDRSTRLEN];
+    if (getsockname(fd, (struct sockaddr *)&me, &len) < 0)
+        return util_fail_errno("getsockname(udp)");
+    if (me.sin_port != peer->sin_port || me.sin_addr.s_addr != peer->sin_addr.s_addr)
+        return UTIL_OK;
+    inet_ntop(AF_INET, &peer->sin_addr, a, sizeof a);
+    return util_fail(UTIL_EINVAL, "connect(udp %s:%u) gave the socket that same address: no server is there; "
+                     "start rpc-server first or check --server/--port", a, ntohs(peer->sin_port));
+}
+
 int xport_udp_socket(const struct sockaddr_in *local, const struct sockaddr_in *peer, int *out)
 {
-    int rc = UTIL_OK, one = 1;
+    int rc = UTIL_OK;
     int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return util_fail_errno("socket(AF_INET, SOCK_DGRAM)");
     set_bufs(fd);
-    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    /* No SO_REUSEADDR on UDP: there it lets a second socket bind a port in use, and a client socket
+     * that had it was once given the server's own port by connect's autobind, then received its own
+     * requests back (loopback, 1 client in ~28000: a flaky timeout in the tests). */
     if (local && (rc = bind_to(fd, local, "udp")))
         goto out;
     if (peer && connect(fd, (const struct sockaddr *)peer, sizeof *peer) < 0) {
         rc = util_fail_errno("connect(udp)");
         goto out;
     }
+    if (peer && (rc = check_not_self(fd, peer)))
+        goto out;
     *out = fd;
     fd = -1;
 out:

@@ -16,6 +16,7 @@ Servers come from conftest.py's factories, which kill them at teardown whatever 
 from __future__ import annotations
 
 import collections
+import json
 import random
 import re
 import socket
@@ -399,6 +400,39 @@ def test_timeout_names_the_first_bad_packet(rpc_client):
     bad = run.result["client_stats"]["bad_packets"]
     assert bad >= 2 and f"{bad} bad packets came in, the first: {first}" in run.result["first_error"], run.describe()
 
+
+
+def test_client_never_talks_to_itself(rpc_bin, tmp_path):
+    """A UDP client's connect picks its local port; where that can be the server's own port, the client
+    must not end up sending its requests to itself. Each run is in a network namespace of its own whose
+    only local port is the server's, so connect has no other to give. With a server there: the client once
+    set SO_REUSEADDR, got the server's port, received its own requests as replies and timed out after
+    10 s with only "bad packets" (the flaky CI failure); now connect finds no free port and says so at
+    once. With no server: the socket would be given that address, which the client now refuses by name.
+    A second server on a UDP port in use fails to bind instead of sharing it."""
+    server, client = rpc_bin("rpc-server"), rpc_bin("rpc-client")
+    script = f"""
+ip link set lo up
+sysctl -qw net.ipv4.ip_local_port_range="40000 40000"
+{client} --server 127.0.0.1 --port 40000 --transport udp --calls 1 --warmup 0 --deadline-ms 2000 --json
+echo "alone rc=$?"
+{server} --bind 127.0.0.1 --port 40000 --transport udp --executors 0 --duration 10 --ready-file ready 2>/dev/null &
+first=$!
+for i in $(seq 100); do [ -e ready ] && break; sleep 0.05; done
+{client} --server 127.0.0.1 --port 40000 --transport udp --calls 1 --warmup 0 --deadline-ms 2000 --json
+echo "served rc=$?"
+{server} --bind 127.0.0.1 --port 40000 --transport udp --executors 0 --duration 1 >/dev/null 2>second.err
+echo "second rc=$?"
+cat second.err
+kill $first; wait
+"""
+    cp = subprocess.run(["unshare", "-n", "sh", "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    out = cp.stdout + cp.stderr
+    alone, served = (json.loads(line) for line in cp.stdout.splitlines() if line.startswith("{"))
+    assert "alone rc=1" in out and "gave the socket that same address: no server is there" in alone["first_error"], out
+    assert "served rc=1" in out and served["first_error"] == "connect(udp): Resource temporarily unavailable", out
+    assert served["client_stats"]["bad_packets"] == 0 and served["client_stats"]["timeouts"] == 0, out
+    assert "second rc=0" not in out and "bind(udp 127.0.0.1:40000)" in out, out
 
 # ================================================================== 2. bad options
 

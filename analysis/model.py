@@ -318,7 +318,8 @@ def goal_verdict(models, unsettled=()):
         named = ", ".join(f"{t} {e['size']}" if t != "model" else str(e["size"]) for t, e in other)
         text += (f". At {len(other)} size(s) ({named}) the untraced run took another path than the traced one "
                  f"(it blocked, or was woken by an interrupt, where the traced run did not: the sleeps and ipis "
-                 f"columns), which no step cost of the traced path follows; of the other "
+                 f"columns), which no step cost of the traced path follows (the model counts those wake-ups at the "
+                 f"wake-up calibration's costs where the capture has one: its other-path rows); of the other "
                  f"{len(errs) - len(other)} sizes, {met_same} met their goal")
     if unsettled:
         text += (f". {', '.join(t.upper() for t in unsettled)}: the capture never settled (the host's speed "
@@ -381,6 +382,10 @@ class Model:
                 continue
             fitted = [z for z in self.sizes if z not in self.holdout]
             for t in self.terms:
+                if t.rule == OTHER_PATH_RULE:       # no untraced run to count: the traced path
+                    t.per_size[s] = {"count": 0.0, "bytes": 0.0, "extra_ip_packets": 0, "piggybacked_acks": 0,
+                                     "fragmented_datagrams": 0}
+                    continue
                 if t.rule is None:
                     raise ValueError(f"term {t.label} has no occurrence rule: this model cannot predict size {s}")
                 if t.rule == NEAREST_RULE:
@@ -505,6 +510,9 @@ def fit(costs, holdout=(), steps=None, predict=()):
         if not pts:
             notes.append(f"{sid}: never measured at a fitted size with a count > 0; unit cost 0")
         terms.append(Term(_device(sid), sid, "", a, bb, rule, per_size, info, c, dd, e))
+    other, why = other_path_terms(sizes, params)
+    terms += other
+    notes += why
     level = params.get("level") or {}
     if level:
         scales = [v["traced_scale"] for v in level.values()]
@@ -516,6 +524,43 @@ def fit(costs, holdout=(), steps=None, predict=()):
                   holdout, params, costs.source, params.get("link_rate_bps"), notes)
     model.extend(sorted(set(predict) - set(sizes)))
     return model
+
+
+# The other path (session 25): where a size's untraced runs slept, or were woken by interrupt, more often
+# per call than its traced run (analysis/run.py other_path_counts: the runs' own counters, which need no
+# trace), each such wake-up costs what the capture's wake-up calibration measured on that role's CPU
+# (analysis/wakeup.py: a sleep over a reader that finds its datagram come, an interrupt over a wake-up
+# that finds the CPU polling). No step of the traced run pays them, and no unit cost is fitted to them:
+# count x calibrated unit, as Table 2's rows. A held-out size's counts are its own untraced run's, as its
+# Measured is; a size only predicted (--predict) has no untraced run and counts 0 (the traced path).
+OTHER_PATH_RULE = "counted_in_untraced_runs"
+OTHER_PATH_TERMS = (("client", "client_sleeps", "sleep_us", "other path: sleeps"),
+                    ("client", "client_ipis", "ipi_us", "other path: interrupts"),
+                    ("server", "server_sleeps", "sleep_us", "other path: sleeps"),
+                    ("server", "server_ipis", "ipi_us", "other path: interrupts"))
+
+
+def other_path_terms(sizes, params):
+    """([Term], [note]): one term per role and kind whose count is not 0 at some size (params
+    "other_path": {size: other_path_counts}, "wake_costs": {role: wakeup.wake_costs})."""
+    counts = {int(k): v for k, v in (params.get("other_path") or {}).items() if v}
+    wake = params.get("wake_costs") or {}
+    terms, notes = [], []
+    for device, key, unit, label in OTHER_PATH_TERMS:
+        per = {s: float((counts.get(s) or {}).get(key) or 0.0) for s in sizes}
+        if not any(per.values()):
+            continue
+        cost = (wake.get(device) or {}).get(unit)
+        if cost is None:
+            notes.append(f"{device} {label}: the untraced runs differ ({', '.join(f'{s}: {n:+.2f}' for s, n in per.items() if n)} "
+                         f"a call) but the capture has no wake-up calibration of its {unit[:-3]} cost: not counted")
+            continue
+        terms.append(Term(device, label, "", float(cost), 0.0, OTHER_PATH_RULE,
+                          {s: {"count": n, "bytes": 0.0, "extra_ip_packets": 0, "piggybacked_acks": 0,
+                               "fragmented_datagrams": 0} for s, n in per.items()},
+                          {"kind": "calibrated", "source": f"wake_costs.{device}.{unit} (rpc-wakecal)",
+                           "count_source": f"the untraced runs' {key} less the traced run's (other_path_counts)"}))
+    return terms, notes
 
 
 def _term_points(sid, rule, costs, sizes, fit_sizes, params):
@@ -896,6 +941,11 @@ def _from_analyze(d, p, corrected, proc, transport):
         meas.setdefault(s, None)
     reply = "same" if pr in ("echo",) else 0
     params = {"reply": reply, "transport": tr, "proc": pr}
+    other = {int(r["size"]): r["other_path"] for r in d["rtt"]
+             if r.get("proc") == pr and r.get("transport") == tr and r.get("other_path")}
+    if other and d.get("wake_costs") is not None:
+        params["other_path"] = other
+        params["wake_costs"] = d["wake_costs"]
     if noise:
         params["size_noise_pct"] = noise
     if level:

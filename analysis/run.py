@@ -129,6 +129,38 @@ def path_shape(case_meta):
     return out
 
 
+OTHER_PATH_KEYS = {"client_sleeps": "client", "server_sleeps": "server", "client_ipis": "client_ipi",
+                   "server_ipis": "server_ipi"}
+
+
+def other_path_counts(case_meta):
+    """What the untraced runs blocked and were interrupted beyond the traced run, per call:
+    {"client_sleeps", "server_sleeps", "client_ipis", "server_ipis"} (the model's other-path counts,
+    analysis/model.py OTHER_PATH_RULE), or None where the capture did not count them. Untraced: the
+    median of the rounds in the kept round's speed level where LEVEL_MEDIAN_ROUNDS or more ran there
+    (as Measured, level_p50_ns), else the kept round's; traced: the kept round's, whose traces give the
+    step costs. A difference closer than SLEEPS_SAME_PATH or IPI_SAME_PATH counts 0, the same path:
+    the traced run's own tracer threads add up to ~0.03 sleeps and ~0.1 interrupts a call, which no
+    wake-up on the round trip pays."""
+    sp = case_meta.get("sleeps_per_call") or {}
+    traced = sp.get("traced")
+    if not traced:
+        return None
+    rep = case_meta.get("repeats") or {}
+    rounds = rep.get("untraced_sleeps_per_call") or []
+    agreeing = rep.get("agreeing_rounds") or []
+    level = [rounds[r] for r in agreeing if r < len(rounds) and rounds[r]]
+    untraced = level if len(level) >= LEVEL_MEDIAN_ROUNDS else [sp.get("untraced")] if sp.get("untraced") else []
+    out = {}
+    for name, key in OTHER_PATH_KEYS.items():
+        vals = [u[key] for u in untraced if u.get(key) is not None]
+        if not vals or traced.get(key) is None:
+            continue
+        d = float(np.median(vals)) - traced[key]
+        out[name] = round(d, 3) if abs(d) >= (IPI_SAME_PATH if key.endswith("_ipi") else SLEEPS_SAME_PATH) else 0.0
+    return out or None
+
+
 def untraced_path_same(case_meta):
     """path_shape's verdict alone: True, False, or None where the capture did not count."""
     return (path_shape(case_meta) or {}).get("same")

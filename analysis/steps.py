@@ -23,7 +23,9 @@ from . import traceread
 from .clocksync import USER_PACKET_MARKS, estimate, match_user_packets
 from .probe import path_probe_ns
 from .rpcs import EXTRA_ROWS, MEASURED, MISSING, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
-from .run import Run, call_edges_ns, level_p50_ns, level_rounds_p50s, load_run, traced_noise_pct
+from .run import (Run, call_edges_ns, level_p50_ns, level_rounds_p50s, load_run, other_path_counts,
+                  traced_noise_pct)
+from .wakeup import run_wake_costs
 from .workers import CaseWorkers, cpu_workers
 
 _STEP = {s["id"]: s for s in STEPS}
@@ -117,6 +119,9 @@ def rtt_summary(rpcs):
             "untraced_level_p50_us": _us(level_p50_ns(case.meta, "untraced")),
             "traced_level_p50_us": _us(level_p50_ns(case.meta, "traced")),
             "level_rounds": len(level_rounds_p50s(case.meta, "untraced")),
+            # The sleeps and interrupts per call its untraced runs had beyond the traced run (0 where
+            # the same): the model's other-path counts (analysis/run.py other_path_counts).
+            "other_path": other_path_counts(case.meta),
             "corrected_vs_untraced_pct": pct(corrected),
             "client_steps_sum_median_us": float(np.median(tot)) / 1000 if len(tot) else None,
             "conditions": {k: sorted(v) for k, v in rpcs.conditions.items()},
@@ -213,6 +218,9 @@ def analyze(run_path, progress=None, write=True, kernel=True, workers=None):
               "server_executors": run.manifest.get("server_executors"),
               "skipped_cases": [c.id for c in run.cases if not c.complete],
               "clock_sync": clock_sync_summary(rtts, run),
+              # A wake-up's unit costs per role's CPU, from the capture's rpc-wakecal (the model's
+              # other-path terms; analysis/wakeup.py).
+              "wake_costs": run_wake_costs(run.manifest),
               "steps": steps, "rtt": rtts}
     if write:
         run.out_dir.mkdir(parents=True, exist_ok=True)
@@ -223,7 +231,7 @@ def analyze(run_path, progress=None, write=True, kernel=True, workers=None):
                 w.writerow({k: json.dumps(v) if isinstance(v, dict) else ("" if v is None else v)
                             for k, v in d.items()})
         with open(run.out_dir / "rtt.csv", "w", newline="") as f:
-            cols = [k for k in rtts[0] if k not in ("excluded", "conditions", "problems",
+            cols = [k for k in rtts[0] if k not in ("excluded", "conditions", "problems", "other_path",
                                                      "incomplete_by_first_missing_step", "clock_sync")] if rtts else []
             cols += ["clock_quality", "clock_offset_ns", "clock_accuracy_ns"] if rtts else []
             w = csv.DictWriter(f, cols, extrasaction="ignore")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from .model import OTHER_PATH_RULE
+
 UNITS = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 RATE_UNITS = {"": 1, "bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "k": 1e3, "m": 1e6, "g": 1e9}
 
@@ -96,6 +98,9 @@ def busy_wait(model, cost_us=0.0):
     for s in BUSY_WAIT_STEPS:
         if any(matches(t, s) for t in model.terms):
             out += apply(model, s, "set", cost_us, f"busy wait: {s} = {cost_us:g} us")
+    # A reader that spins never sleeps: the untraced runs' extra sleeps and interrupts go too.
+    for label in dict.fromkeys(t.step for t in model.terms if t.rule == OTHER_PATH_RULE):
+        out += apply(model, label, "set", 0.0, f"busy wait: no {label}")
     if not out:
         raise ValueError("the model has no wake-up steps (C16, S2) to drop")
     return out

@@ -56,6 +56,7 @@ SERVER_SAFETY_S = 900         # a server left behind exits on its own after this
 UDP_FRAG_BODY = 4016          # body bytes per 4096-byte PDU
 TRACE_BIN = ROOT / "build" / "trace" / "bin"
 NOTRACE_BIN = ROOT / "build" / "notrace" / "bin"
+WAKECAL_SECONDS = 20           # rpc-wakecal's own bound (it takes ~0.5 s a role here)
 
 
 # ---------------------------------------------------------------- input
@@ -910,6 +911,31 @@ class Capture:
         shutil.rmtree(cdir, ignore_errors=True)
         return out
 
+    def wake_calibration(self):
+        """What a wake-up costs each role's CPU (rpc-wakecal, rpc/wakecal.h), for the model's other-path
+        terms (analysis/wakeup.py): {role: rpc-wakecal's JSON with the reader on that role's CPU and the
+        sender on the other's}, in the server's namespace, under the capture's idle policy. Half a second
+        a role. A role it could not run for holds {"error": why}: the model then has no other-path
+        terms, and the capture goes on."""
+        out = {}
+        if self.cpus["client"] == self.cpus["server"]:
+            return {"skipped": "client and server share a CPU: a wake-up within one CPU takes no interrupt"}
+        binary = NOTRACE_BIN / "rpc-wakecal"
+        for role, other in (("server", "client"), ("client", "server")):
+            self.step(f"wake-up calibration: reader on the {role}'s CPU {self.cpus[role]}")
+            argv = ["ip", "netns", "exec", self.ns("server"), str(binary), "--sender-cpu", str(self.cpus[other]),
+                    "--receiver-cpu", str(self.cpus[role]), "--max-seconds", str(WAKECAL_SECONDS), "--json"]
+            try:
+                cp = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                    timeout=WAKECAL_SECONDS + 10)
+                if cp.returncode != 0:
+                    raise ValueError((cp.stderr.strip() or f"exit {cp.returncode}")[-300:])
+                out[role] = json.loads(cp.stdout)
+            except (OSError, ValueError, subprocess.TimeoutExpired) as e:
+                out[role] = {"error": f"{binary.name}: {e} (run `make` for the binary; the model gets no "
+                                      f"other-path terms)"}
+        return out
+
     # ------------------------------------------------------------ the cases of a transport
     def new_case(self, transport, size):
         cid = case_id(transport, self.p["proc"], size)
@@ -1035,6 +1061,8 @@ class Capture:
             if self.p["calibration"] != "none":
                 self.manifest["calibration"] = self.calibrate()
                 self.write_manifest()
+            self.manifest["wake_calibration"] = self.wake_calibration()
+            self.write_manifest()
             if in_situ(self.p, self.kernel):
                 # In situ: the analysis solves the cases' traced minus untraced p50s for the cost of
                 # each event class on the path (analysis/probe.py).

@@ -124,10 +124,21 @@ class RunData:
                      + (f"; IPIs {sh['untraced_ipi']} against {sh['traced_ipi']}" if "untraced_ipi" in sh else "")
                      + ")" for cid, sh in counted if not sh["same"]]
             add("untraced runs' path", (f"another path than the traced run's at {len(other)} of {len(counted)} "
-                                        f"cases: " + "; ".join(other) + ". The model of the traced path does "
-                                        "not describe those (analysis/MODEL.md, session 24)") if other else
+                                        f"cases: " + "; ".join(other) + ". The model counts their extra "
+                                        "sleeps and interrupts at the wake-up calibration's costs (its other-path "
+                                        "rows; analysis/MODEL.md, session 25)") if other else
                 f"the traced run's path at all {len(counted)} cases (the same sleeps and IPIs per call)",
                 "manifest.json cases[].sleeps_per_call (analysis/run.py path_shape)")
+        from rpcscope.analysis.wakeup import run_wake_costs
+        wake = run_wake_costs(m)
+        cal = m.get("wake_calibration") or {}
+        if wake or cal:
+            add("wake-up calibration", "; ".join(
+                f"reader on the {role}'s CPU: a sleep {c['sleep_us']:.2f} us over a spinning reader, an interrupt-borne "
+                f"wake-up " + (f"{c['ipi_us']:.2f} us more" if c.get("ipi_us") is not None else "not seen")
+                for role, c in wake.items()) or "; ".join(f"{r}: {v.get('error') or v.get('skipped') or v}"
+                                                          for r, v in cal.items()),
+                "manifest.json wake_calibration (rpc-wakecal; analysis/wakeup.py wake_costs)")
         add("calibration", ", ".join(f"{h}: UST event {c.get('ust_event_ns')} ns, kernel event "
                                      f"{(c.get('kernel_event_ns') or {}).get('all')} ns"
                                      for h, c in (m.get("calibration") or {}).items()) or "none (corrected = raw)",

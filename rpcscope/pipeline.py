@@ -155,7 +155,8 @@ def cmd_run(args):
               "(how far one traced run moves)")
         print("sleeps, ipis: how often the client/server blocked per call in the kept round's runs, and the "
               "interrupts per call their CPUs got; same_path NO: the untraced run blocked in other waits than the "
-              "traced one or was woken otherwise, a path no step cost of the traced run follows")
+              "traced one or was woken otherwise, a path no step cost of the traced run follows (the model's other-path "
+              "rows count those wake-ups at the wake-up calibration's costs)")
         table(result["corrected_vs_untraced"], ["case", "traced_p50_us", "corrected_p50_us", "untraced_p50_us",
                                                 "corrected_%", "noise_%", "within_5%", "sleeps_untraced",
                                                 "sleeps_traced", "ipis_untraced", "ipis_traced", "same_path"])

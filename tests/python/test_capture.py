@@ -314,6 +314,16 @@ def test_run_directory_is_complete(run):
         assert all(max(ends[r]) <= min(ends[r + 1]) for r in range(len(ends) - 1)), t
     assert not (run / ".perf").exists()       # the capture's one perf leaves nothing behind
     assert m["calibration_in_situ"] == {"method": "per case", "complete": True, "user_only_runs": False}
+    # The wake-up calibration ran on each role's CPU, woken from the other's, and gives unit costs.
+    from rpcscope.analysis.wakeup import run_wake_costs
+    from rpcscope.collectors.capture import placement_cpus
+    cpus = placement_cpus(m["params"]["placement"])
+    for role, other in (("server", "client"), ("client", "server")):
+        w = m["wake_calibration"][role]
+        assert (w["receiver_cpu"], w["sender_cpu"]) == (cpus[role], cpus[other]), w
+        assert w["points"][0]["busy"] and len(w["points"]) > 10, w["points"][:2]
+    costs = run_wake_costs(m)
+    assert set(costs) == {"client", "server"} and all(c["sleep_us"] > 0 for c in costs.values()), costs
 
 
 def test_babeltrace_reads_every_trace_with_nothing_discarded(run):

@@ -1,0 +1,67 @@
+"""The unit costs of a wake-up, from the capture's wake-up calibration (rpc-wakecal, rpc/wakecal.h;
+manifest.json "wake_calibration"), for the model's other-path terms (model.py OTHER_PATH_RULE).
+
+rpc-wakecal times a datagram from its send to the return of a reader on another CPU, per offset of
+the send against the reader's heading for its wait: a reader that never sleeps (the busy row), one
+woken from its sleep by a CPU found polling idle, and one whose wake-up lands while it is still leaving
+its CPU and goes by an inter-processor interrupt (RES/CAL). Over the points where the reader slept at
+every iteration (sleeps >= FULL_SLEEP), the mean time is a line in the interrupts per wake-up:
+intercept = the polling wake-up, slope = one interrupt's cost. A sleep's cost is that intercept less
+the busy reader's time: what a wait that blocks adds over one that finds its datagram come.
+
+    wake_costs(points) -> {"busy_us", "wake_us", "sleep_us", "ipi_us", ...} or None
+
+wake_us is the intercept (a wake-up without interrupt) where the points' interrupts spread; where every
+wake-up came by interrupt (a CPU left to halt when idle, capture --idle default) or none did, it is
+their median time and sleep_us holds whatever each wake-up cost.
+
+Measured on this VM (2 vCPUs, idle polling held): busy 2.9-3.5 us, wake_us 6.2, sleep_us 2.8, ipi_us
+11.8-12.1 (rms about the line 0.08-0.14 us), either direction; the race window ~1.5 us wide, 1-2.5 us
+before the reader's mark.
+"""
+import numpy as np
+
+FULL_SLEEP = 0.95        # the reader slept at (almost) every iteration of the point
+# Points with interrupts per wake-up spread at least this far are needed for the interrupt's slope; a
+# calibration whose wake-ups never raced the sleeper's going (its race window missed by every offset)
+# has no interrupt cost.
+MIN_IPI_SPREAD = 0.3
+
+
+def wake_costs(points):
+    """The unit costs from one rpc-wakecal run's points ({"offset_ns", "busy", "mean_ns", "sleeps", "ipis"}),
+    or None where the run has no busy row or no point that slept. ipi_us is None where no point's
+    wake-ups raced the sleeper (see MIN_IPI_SPREAD) or the interrupts could not be counted."""
+    busy = [p for p in points if p.get("busy")]
+    slept = [p for p in points if not p.get("busy") and p.get("sleeps", 0) >= FULL_SLEEP]
+    if not busy or not slept:
+        return None
+    b = float(busy[0]["mean_ns"]) / 1000.0
+    x = np.array([p.get("ipis", -1) for p in slept], float)
+    y = np.array([p["mean_ns"] for p in slept], float) / 1000.0
+    out = {"busy_us": round(b, 3), "slept_points": len(slept), "ipi_us": None, "raced_points": 0}
+    counted = x >= 0
+    if counted.all() and x.max() - x.min() >= MIN_IPI_SPREAD:
+        slope, intercept = np.polyfit(x, y, 1)
+        out.update(wake_us=round(float(intercept), 3), ipi_us=round(float(slope), 3),
+                   raced_points=int((x >= MIN_IPI_SPREAD).sum()),
+                   fit_rms_us=round(float(np.sqrt(np.mean((y - (intercept + slope * x)) ** 2))), 3))
+    else:
+        calm = y[x < MIN_IPI_SPREAD] if counted.any() else y
+        out["wake_us"] = round(float(np.median(calm if len(calm) else y)), 3)
+    out["sleep_us"] = round(out["wake_us"] - b, 3)
+    return out
+
+
+def run_wake_costs(manifest):
+    """{role: wake_costs} for the roles whose CPU the capture's wake-up calibration woke ("client",
+    "server"); {} where the capture has none (older captures, or rpc-wakecal failed: its error is kept
+    in the manifest)."""
+    cal = (manifest or {}).get("wake_calibration") or {}
+    out = {}
+    for role in ("client", "server"):
+        r = cal.get(role) or {}
+        costs = wake_costs(r.get("points") or [])
+        if costs:
+            out[role] = costs
+    return out

@@ -1,0 +1,309 @@
+#include "wakecal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* One offset's run, shared by the sender (the calling thread) and the receiver thread. */
+struct wakecal_shared {
+    int rx_fd, tx_fd, epfd, cpu;
+    struct sockaddr_in to;
+    uint32_t iterations;
+    uint64_t spin_ns, delay_ns, deadline;
+    int busy;
+    _Atomic uint64_t mark;     /* the receiver heads for its wait (0: taken by the sender) */
+    _Atomic uint64_t sent;     /* when the sender sent (0: not yet) */
+    _Atomic int failed;
+    uint64_t *lat;
+    long sleeps;
+    char error[160];
+};
+
+void wakecal_config_defaults(struct wakecal_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->sender_cpu = 0;
+    cfg->receiver_cpu = 1;
+    cfg->iterations = 1000;
+    /* The race window lies ~1.5-2.5 us before the mark on this VM (the receiver's way into epoll_wait
+     * and off its CPU); 125 ns steps put several points in it. */
+    cfg->offset_first_ns = -4000;
+    cfg->offset_last_ns = 1000;
+    cfg->offset_step_ns = 125;
+    cfg->max_seconds = 30;
+}
+
+int wakecal_check(const struct wakecal_config *cfg)
+{
+    long n;
+    if (cfg->sender_cpu < 0 || cfg->receiver_cpu < 0 || cfg->sender_cpu == cfg->receiver_cpu)
+        return util_fail(UTIL_EINVAL, "sender CPU %d and receiver CPU %d: give two different CPUs (a wake-up "
+                         "within one CPU needs no interrupt)", cfg->sender_cpu, cfg->receiver_cpu);
+    if (cfg->offset_step_ns <= 0 || cfg->offset_last_ns < cfg->offset_first_ns)
+        return util_fail(UTIL_EINVAL, "offsets %d..%d step %d: the step must be > 0 and the last >= the first",
+                         cfg->offset_first_ns, cfg->offset_last_ns, cfg->offset_step_ns);
+    n = (cfg->offset_last_ns - cfg->offset_first_ns) / cfg->offset_step_ns + 2;   /* + the busy point */
+    if (n > WAKECAL_MAX_POINTS)
+        return util_fail(UTIL_EINVAL, "%ld points: at most %d (a larger step or a shorter range)", n,
+                         WAKECAL_MAX_POINTS);
+    if (cfg->iterations < 10 || cfg->iterations > 1000000)
+        return util_fail(UTIL_EINVAL, "%u iterations per point: give 10 to 1000000", cfg->iterations);
+    if (!(cfg->max_seconds > 0))
+        return util_fail(UTIL_EINVAL, "max seconds %g: give > 0", cfg->max_seconds);
+    return UTIL_OK;
+}
+
+/* RES + CAL on one CPU so far (the interrupts that carry a wake-up to another CPU), or -1. */
+static long ipi_count(int cpu)
+{
+    FILE *f = fopen("/proc/interrupts", "r");
+    char line[8192];
+    long total = -1;
+    if (!f)
+        return -1;
+    if (!fgets(line, sizeof line, f))
+        goto out;
+    while (fgets(line, sizeof line, f)) {
+        char *p = line, *end;
+        while (*p == ' ')
+            p++;
+        if (strncmp(p, "RES:", 4) && strncmp(p, "CAL:", 4))
+            continue;
+        p += 4;
+        for (int c = 0; c <= cpu; c++) {
+            long v = strtol(p, &end, 10);
+            if (end == p)
+                goto out;
+            p = end;
+            if (c == cpu)
+                total = (total < 0 ? 0 : total) + v;
+        }
+    }
+out:
+    fclose(f);
+    return total;
+}
+
+static long thread_sleeps(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_THREAD, &u);
+    return u.ru_nvcsw;
+}
+
+static int past(const struct wakecal_shared *sh)
+{
+    return util_now_ns() > sh->deadline || atomic_load(&sh->failed);
+}
+
+static void *receiver(void *arg)
+{
+    struct wakecal_shared *sh = arg;
+    struct epoll_event ev;
+    char byte[16];
+    long before;
+    if (util_pin_cpu(sh->cpu)) {
+        snprintf(sh->error, sizeof sh->error, "%s", util_error());
+        atomic_store(&sh->failed, 1);
+        return NULL;
+    }
+    before = thread_sleeps();
+    for (uint32_t i = 0; i < sh->iterations; i++) {
+        uint64_t mark = util_now_ns(), back, sent;
+        int n = 0;
+        atomic_store(&sh->mark, mark);
+        while (util_now_ns() < mark + sh->spin_ns) {
+        }
+        if (sh->busy) {
+            while (n == 0 && !past(sh))
+                n = epoll_wait(sh->epfd, &ev, 1, 0);
+        } else {
+            n = epoll_wait(sh->epfd, &ev, 1, 1000);
+        }
+        back = util_now_ns();
+        if (n <= 0) {
+            snprintf(sh->error, sizeof sh->error, "iteration %u: no datagram within 1 s (epoll_wait %s)", i,
+                     n < 0 ? strerror(errno) : "timed out");
+            atomic_store(&sh->failed, 1);
+            return NULL;
+        }
+        (void)recv(sh->rx_fd, byte, sizeof byte, MSG_DONTWAIT);
+        while ((sent = atomic_load(&sh->sent)) == 0 && !past(sh)) {
+        }
+        atomic_store(&sh->sent, 0);
+        sh->lat[i] = back > sent ? back - sent : 0;
+    }
+    sh->sleeps = thread_sleeps() - before;
+    return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One point: a receiver thread for its iterations, the calling thread sending. */
+static int run_point(struct wakecal_shared *sh, int offset_ns, int busy, struct wakecal_point *pt)
+{
+    pthread_t th;
+    int rc = UTIL_OK, started = 0;
+    long ipis0, ipis1;
+    uint32_t n = sh->iterations, keep;
+    double sum = 0;
+
+    sh->busy = busy;
+    sh->spin_ns = offset_ns < 0 ? (uint64_t)-offset_ns : 0;
+    sh->delay_ns = offset_ns > 0 ? (uint64_t)offset_ns : 0;
+    atomic_store(&sh->mark, 0);
+    atomic_store(&sh->sent, 0);
+    ipis0 = ipi_count(sh->cpu);
+    if ((errno = pthread_create(&th, NULL, receiver, sh))) {
+        rc = util_fail_errno("pthread_create(receiver)");
+        goto out;
+    }
+    started = 1;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t mark;
+        while ((mark = atomic_load(&sh->mark)) == 0 && !past(sh)) {
+        }
+        if (past(sh))
+            break;
+        atomic_store(&sh->mark, 0);
+        while (util_now_ns() < mark + sh->delay_ns) {
+        }
+        atomic_store(&sh->sent, util_now_ns());
+        if (sendto(sh->tx_fd, "w", 1, 0, (const struct sockaddr *)&sh->to, sizeof sh->to) != 1) {
+            rc = util_fail_errno("sendto(wake-up datagram)");
+            atomic_store(&sh->failed, 1);
+            goto out;
+        }
+    }
+out:
+    if (started)
+        pthread_join(th, NULL);
+    ipis1 = ipi_count(sh->cpu);
+    if (rc)
+        return rc;
+    if (atomic_load(&sh->failed))
+        return util_fail(UTIL_ETIMEDOUT, "offset %d ns: %s", offset_ns,
+                         sh->error[0] ? sh->error : "the run's time bound was reached");
+    qsort(sh->lat, n, sizeof *sh->lat, cmp_u64);
+    keep = n - n / 100;
+    for (uint32_t i = 0; i < keep; i++)
+        sum += (double)sh->lat[i];
+    pt->offset_ns = offset_ns;
+    pt->busy = busy;
+    pt->iterations = n;
+    pt->mean_ns = sum / keep;
+    pt->p10_ns = sh->lat[n / 10];
+    pt->p50_ns = sh->lat[(n - 1) / 2];
+    pt->p90_ns = sh->lat[n * 9 / 10];
+    pt->sleeps = (double)sh->sleeps / n;
+    pt->ipis = ipis0 >= 0 && ipis1 >= 0 ? (double)(ipis1 - ipis0) / n : -1;
+    return UTIL_OK;
+}
+
+int wakecal_run(const struct wakecal_config *cfg, struct wakecal_result *out)
+{
+    struct wakecal_shared *sh = NULL;
+    struct epoll_event ev = { .events = EPOLLIN };
+    socklen_t len = sizeof(struct sockaddr_in);
+    int rc;
+
+    memset(out, 0, sizeof *out);
+    if ((rc = wakecal_check(cfg)))
+        return rc;
+    sh = calloc(1, sizeof *sh);
+    if (!sh)
+        return util_fail(UTIL_ENOMEM, "calloc(wake-up calibration)");
+    sh->rx_fd = sh->tx_fd = sh->epfd = -1;
+    sh->lat = calloc(cfg->iterations, sizeof *sh->lat);
+    if (!sh->lat) {
+        rc = util_fail(UTIL_ENOMEM, "calloc(%u latencies)", cfg->iterations);
+        goto out;
+    }
+    sh->iterations = cfg->iterations;
+    sh->cpu = cfg->receiver_cpu;
+    sh->deadline = util_now_ns() + (uint64_t)(cfg->max_seconds * 1e9);
+    sh->to.sin_family = AF_INET;
+    sh->to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if ((sh->rx_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0 ||
+        (sh->tx_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0) {
+        rc = util_fail_errno("socket(AF_INET, SOCK_DGRAM)");
+        goto out;
+    }
+    if (bind(sh->rx_fd, (const struct sockaddr *)&sh->to, sizeof sh->to) < 0 ||
+        getsockname(sh->rx_fd, (struct sockaddr *)&sh->to, &len) < 0) {
+        rc = util_fail_errno("bind(udp 127.0.0.1:0)");
+        goto out;
+    }
+    if ((sh->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 || epoll_ctl(sh->epfd, EPOLL_CTL_ADD, sh->rx_fd, &ev) < 0) {
+        rc = util_fail_errno("epoll_ctl(wake-up socket)");
+        goto out;
+    }
+    if ((rc = util_pin_cpu(cfg->sender_cpu)))
+        goto out;
+    if ((rc = run_point(sh, 0, 1, &out->points[out->npoints])))
+        goto out;
+    out->npoints++;
+    for (int off = cfg->offset_first_ns; off <= cfg->offset_last_ns; off += cfg->offset_step_ns) {
+        if ((rc = run_point(sh, off, 0, &out->points[out->npoints])))
+            goto out;
+        out->npoints++;
+    }
+out:
+    if (sh) {
+        if (sh->epfd >= 0)
+            close(sh->epfd);
+        if (sh->rx_fd >= 0)
+            close(sh->rx_fd);
+        if (sh->tx_fd >= 0)
+            close(sh->tx_fd);
+        free(sh->lat);
+        free(sh);
+    }
+    return rc;
+}
+
+void wakecal_print(const struct wakecal_config *cfg, const struct wakecal_result *r, FILE *f, int json)
+{
+    if (json) {
+        fprintf(f, "{\"tool\": \"rpc-wakecal\", \"sender_cpu\": %d, \"receiver_cpu\": %d, \"iterations\": %u, "
+                   "\"time\": \"send to the receiver's return, ns\", \"points\": [",
+                cfg->sender_cpu, cfg->receiver_cpu, cfg->iterations);
+        for (size_t i = 0; i < r->npoints; i++) {
+            const struct wakecal_point *p = &r->points[i];
+            fprintf(f, "%s\n  {\"offset_ns\": %d, \"busy\": %s, \"iterations\": %u, \"mean_ns\": %.1f, \"p10_ns\": %llu, "
+                       "\"p50_ns\": %llu, \"p90_ns\": %llu, \"sleeps\": %.3f, \"ipis\": %.3f}",
+                    i ? "," : "", p->offset_ns, p->busy ? "true" : "false", p->iterations, p->mean_ns,
+                    (unsigned long long)p->p10_ns, (unsigned long long)p->p50_ns, (unsigned long long)p->p90_ns,
+                    p->sleeps, p->ipis);
+        }
+        fprintf(f, "\n]}\n");
+        return;
+    }
+    fprintf(f, "rpc-wakecal: sender on CPU %d, receiver on CPU %d, %u iterations a point; time from the send "
+               "to the receiver's return\n", cfg->sender_cpu, cfg->receiver_cpu, cfg->iterations);
+    fprintf(f, "%-12s %10s %10s %10s %10s %8s %8s\n", "offset (ns)", "mean (us)", "p10", "p50", "p90",
+            "sleeps", "ipis");
+    for (size_t i = 0; i < r->npoints; i++) {
+        const struct wakecal_point *p = &r->points[i];
+        char off[16];
+        if (p->busy)
+            snprintf(off, sizeof off, "busy");
+        else
+            snprintf(off, sizeof off, "%d", p->offset_ns);
+        fprintf(f, "%-12s %10.2f %10.2f %10.2f %10.2f %8.2f %8.2f\n", off, p->mean_ns / 1e3, (double)p->p10_ns / 1e3,
+                (double)p->p50_ns / 1e3, (double)p->p90_ns / 1e3, p->sleeps, p->ipis);
+    }
+}

@@ -1,0 +1,143 @@
+"""The other path's terms (session 25): the wake-up calibration (rpc-wakecal, rpc/wakecal.h) run for real
+on loopback, its unit costs (analysis/wakeup.py) on hand-made points with known answers, the untraced
+runs' extra sleeps and interrupts (analysis/run.py other_path_counts), and the model's terms built from
+both (analysis/model.py other_path_terms) with what-if's busy wait."""
+import json
+import subprocess
+
+import pytest
+
+from rpcscope.analysis import model as M
+from rpcscope.analysis import whatif as W
+from rpcscope.analysis.run import other_path_counts
+from rpcscope.analysis.wakeup import run_wake_costs, wake_costs
+
+
+def _pt(offset, mean_us, sleeps, ipis, busy=False):
+    return {"offset_ns": offset, "busy": busy, "mean_ns": mean_us * 1000, "sleeps": sleeps, "ipis": ipis}
+
+
+def test_wake_costs_line_through_the_points_that_slept():
+    # busy 3 us; sleeping readers 6 us + 12 us per interrupt; points that did not sleep are left out
+    pts = [_pt(0, 3.0, 0, 0, busy=True), _pt(-4000, 4.4, 0.0, 0.0), _pt(-2500, 6.0 + 12 * 0.9, 1.0, 0.9),
+           _pt(-2000, 6.0 + 12 * 1.0, 1.0, 1.0), _pt(-1200, 6.0 + 12 * 0.3, 1.0, 0.3), _pt(0, 6.0, 1.0, 0.0),
+           _pt(500, 6.0, 1.0, 0.0)]
+    c = wake_costs(pts)
+    assert c["busy_us"] == 3.0 and c["wake_us"] == pytest.approx(6.0) and c["ipi_us"] == pytest.approx(12.0)
+    assert c["sleep_us"] == pytest.approx(3.0) and c["slept_points"] == 5 and c["raced_points"] == 3
+    assert c["fit_rms_us"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_wake_costs_without_a_race_have_no_interrupt_cost():
+    calm = [_pt(0, 3.0, 0, 0, busy=True), _pt(0, 6.0, 1.0, 0.0), _pt(100, 6.2, 1.0, 0.01), _pt(200, 6.1, 1.0, 0.0)]
+    c = wake_costs(calm)
+    assert c["ipi_us"] is None and c["wake_us"] == pytest.approx(6.1) and c["sleep_us"] == pytest.approx(3.1)
+    # every wake-up by interrupt (a CPU left to halt): the sleep's cost holds it, no separate slope
+    halted = [_pt(0, 3.0, 0, 0, busy=True), _pt(0, 22.0, 1.0, 1.0), _pt(100, 22.4, 1.0, 1.0)]
+    c = wake_costs(halted)
+    assert c["ipi_us"] is None and c["sleep_us"] == pytest.approx(19.2)
+    assert wake_costs([_pt(0, 6.0, 1.0, 0.0)]) is None                      # no busy row
+    assert wake_costs([_pt(0, 3.0, 0, 0, busy=True), _pt(-3000, 3.5, 0.0, 0.0)]) is None   # none slept
+    assert run_wake_costs({"wake_calibration": {"server": {"error": "rpc-wakecal: not built"}}}) == {}
+    assert run_wake_costs({}) == {}
+
+
+def test_rpc_wakecal_for_real(rpc_bin):
+    """The real calibration on loopback, a few points: a reader that spins 20 us first finds its
+    datagram come and never sleeps; one that waits 20 us before the send always does; the busy row never."""
+    cp = subprocess.run([str(rpc_bin("rpc-wakecal", False)), "--sender-cpu", "0", "--receiver-cpu", "1",
+                         "--iterations", "200", "--offsets", "-20000:20000:40000", "--json"],
+                        capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    d = json.loads(cp.stdout)
+    assert (d["sender_cpu"], d["receiver_cpu"], d["iterations"]) == (0, 1, 200)
+    busy, early, late = d["points"]
+    assert busy["busy"] and busy["sleeps"] < 0.1, busy
+    assert (early["offset_ns"], late["offset_ns"]) == (-20000, 20000)
+    assert early["sleeps"] < 0.1 and late["sleeps"] > 0.9, d["points"]
+    for p in d["points"]:
+        assert 0 < p["p10_ns"] <= p["p50_ns"] <= p["p90_ns"] and p["mean_ns"] > 0 and p["ipis"] >= 0, p
+    costs = wake_costs(d["points"])
+    assert costs is not None and costs["sleep_us"] > 0, costs
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["--sender-cpu", "1", "--receiver-cpu", "1"], "two different CPUs"),
+    (["--offsets", "-4000:1000"], "FIRST:LAST:STEP"),
+    (["--offsets", "1000:-4000:125"], "the last >= the first"),
+    (["--offsets", "-100000:100000:1"], "at most"),
+    (["--iterations", "5"], "out of range"),
+    (["--max-seconds", "0"], "out of range"),
+    (["stray"], "stray"),
+])
+def test_rpc_wakecal_bad_options(rpc_bin, args, expect):
+    cp = subprocess.run([str(rpc_bin("rpc-wakecal", False)), *args], capture_output=True, text=True, timeout=20)
+    assert cp.returncode == 2 and cp.stdout == "" and expect in cp.stderr, (cp.returncode, cp.stderr)
+
+
+def _case(untraced_rounds, traced, agreeing=(0, 1, 2), kept=0):
+    return {"sleeps_per_call": {"untraced": untraced_rounds[kept], "traced": traced},
+            "repeats": {"agreeing_rounds": list(agreeing), "untraced_sleeps_per_call": untraced_rounds}}
+
+
+def test_other_path_counts_from_the_level_rounds():
+    traced = {"client": 2.0, "server": 2.03, "client_ipi": 0.01, "server_ipi": 0.02}
+    rounds = [{"client": 2.0, "server": 3.0, "client_ipi": 0.0, "server_ipi": 0.9},
+              {"client": 2.0, "server": 2.98, "client_ipi": 0.0, "server_ipi": 1.1},
+              {"client": 2.0, "server": 2.0, "client_ipi": 0.0, "server_ipi": 0.0},   # another level's round
+              {"client": 2.0, "server": 3.0, "client_ipi": 0.0, "server_ipi": 0.7}]
+    got = other_path_counts(_case(rounds, traced, agreeing=(0, 1, 3)))
+    # medians over rounds 0, 1, 3: server 3.0 sleeps, 0.9 interrupts; client within the thresholds: 0
+    assert got == {"client_sleeps": 0.0, "server_sleeps": pytest.approx(0.97), "client_ipis": 0.0,
+                   "server_ipis": pytest.approx(0.88)}
+    # fewer than three rounds in the level: the kept round's
+    got = other_path_counts(_case(rounds, traced, agreeing=(2, 0), kept=2))
+    assert got == {"client_sleeps": 0.0, "server_sleeps": 0.0, "client_ipis": 0.0, "server_ipis": 0.0}
+    assert other_path_counts({}) is None
+
+
+def _model(other=None, wake=None):
+    costs = M.Costs(sizes={0: {"C1": {"median_ns": 1000.0, "n": 10}}, 8032: {"C1": {"median_ns": 1000.0, "n": 10}}},
+                    measured_ns={0: 1000.0, 8032: 1000.0}, params={"reply": 0})
+    if other is not None:
+        costs.params.update(other_path=other, wake_costs=wake)
+    return M.fit(costs, steps=["C1"])
+
+
+def test_other_path_terms_add_count_times_the_calibrated_cost():
+    base = _model()
+    wake = {"server": {"sleep_us": 2.75, "ipi_us": 11.8}, "client": {"sleep_us": 2.8, "ipi_us": 12.0}}
+    m = _model({0: {"server_sleeps": 0.0, "server_ipis": 0.0},
+                8032: {"server_sleeps": 0.97, "server_ipis": 0.88, "client_sleeps": 0.0}}, wake)
+    assert [(t.device, t.step) for t in m.terms if t.rule == M.OTHER_PATH_RULE] == \
+        [("server", "other path: sleeps"), ("server", "other path: interrupts")]
+    assert m.calculated(0) == pytest.approx(base.calculated(0))
+    assert m.calculated(8032) - base.calculated(8032) == pytest.approx(0.97 * 2.75 + 0.88 * 11.8)
+    # a predicted size has no untraced run: the traced path
+    m.extend([16064])
+    assert m.calculated(16064) == pytest.approx(base.copy().extend([16064]).calculated(16064))
+    # the model file keeps them, and a spinning reader has none
+    again = M.Model.from_json(json.loads(json.dumps(m.to_json())))
+    assert again.calculated(8032) == pytest.approx(m.calculated(8032))
+    changes = []
+    for label in ("other path: sleeps", "other path: interrupts"):
+        changes += W.apply(again, label, "set", 0.0, "")
+    assert again.calculated(8032) == pytest.approx(base.calculated(8032)) and len(changes) == 2
+
+
+def test_busy_wait_drops_the_other_path_too():
+    costs = M.Costs(sizes={8032: {"C1": {"median_ns": 1000.0, "n": 10}, "S2": {"median_ns": 4000.0, "n": 10}}},
+                    measured_ns={8032: 10000.0},
+                    params={"reply": 0, "other_path": {8032: {"server_sleeps": 1.0}},
+                            "wake_costs": {"server": {"sleep_us": 3.0, "ipi_us": None}}})
+    m = M.fit(costs, steps=["C1", "S2"])
+    before = m.calculated(8032)
+    changes = W.busy_wait(m)
+    assert {c["step"] for c in changes} == {"S2", "other path: sleeps"}
+    assert m.calculated(8032) == pytest.approx(before - 4.0 - 3.0)
+
+
+def test_other_path_without_a_calibration_is_named_not_counted():
+    m = _model({8032: {"server_ipis": 0.9}}, {"server": {"sleep_us": 2.7, "ipi_us": None}})
+    assert not [t for t in m.terms if t.rule == M.OTHER_PATH_RULE]
+    assert any("server other path: interrupts" in n and "8032: +0.90" in n for n in m.notes), m.notes

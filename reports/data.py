@@ -124,9 +124,10 @@ class RunData:
                      + (f"; IPIs {sh['untraced_ipi']} against {sh['traced_ipi']}" if "untraced_ipi" in sh else "")
                      + ")" for cid, sh in counted if not sh["same"]]
             add("untraced runs' path", (f"another path than the traced run's at {len(other)} of {len(counted)} "
-                                        f"cases: " + "; ".join(other) + ". The model counts their extra "
-                                        "sleeps and interrupts at the wake-up calibration's costs (its other-path "
-                                        "rows; analysis/MODEL.md, session 25)") if other else
+                                        f"cases: " + "; ".join(other) + " (the kept round). The model "
+                                        "charges the extra sleeps and interrupts of the speed level's untraced rounds "
+                                        "(their median) at the wake-up calibration's costs, in its other-path rows "
+                                        "where they are not 0 (analysis/MODEL.md, session 25)") if other else
                 f"the traced run's path at all {len(counted)} cases (the same sleeps and IPIs per call)",
                 "manifest.json cases[].sleeps_per_call (analysis/run.py path_shape)")
         from rpcscope.analysis.wakeup import run_wake_costs

@@ -112,7 +112,10 @@ def test_other_path_terms_add_count_times_the_calibrated_cost():
     assert [(t.device, t.step) for t in m.terms if t.rule == M.OTHER_PATH_RULE] == \
         [("server", "other path: sleeps"), ("server", "other path: interrupts")]
     assert m.calculated(0) == pytest.approx(base.calculated(0))
-    assert m.calculated(8032) - base.calculated(8032) == pytest.approx(0.97 * 2.75 + 0.88 * 11.8)
+    # the median call pays one of each (counts 1 and 1, the means kept beside them)
+    assert m.calculated(8032) - base.calculated(8032) == pytest.approx(2.75 + 11.8)
+    sleeps = next(t for t in m.terms if t.step == "other path: sleeps")
+    assert sleeps.per_size[8032]["count"] == 1 and sleeps.per_size[8032]["mean_per_call"] == 0.97
     # a predicted size has no untraced run: the traced path
     m.extend([16064])
     assert m.calculated(16064) == pytest.approx(base.copy().extend([16064]).calculated(16064))
@@ -123,6 +126,15 @@ def test_other_path_terms_add_count_times_the_calibrated_cost():
     for label in ("other path: sleeps", "other path: interrupts"):
         changes += W.apply(again, label, "set", 0.0, "")
     assert again.calculated(8032) == pytest.approx(base.calculated(8032)) and len(changes) == 2
+
+
+def test_the_median_call_count():
+    # a wake-up a fifth of the calls take does not move the median call; one most calls take, whole
+    assert [M.median_call_count(x) for x in (0.0, 0.2, 0.5, 0.69, 0.70, 0.97, 1.2, 1.7, 2.9)] == \
+        [0, 0, 0, 0, 1, 1, 1, 2, 3]
+    assert M.median_call_count(-0.97) == -1 and M.median_call_count(-0.3) == 0
+    m = _model({8032: {"server_ipis": 0.23}}, {"server": {"sleep_us": 2.7, "ipi_us": 12.0}})
+    assert not [t for t in m.terms if t.rule == M.OTHER_PATH_RULE]
 
 
 def test_busy_wait_drops_the_other_path_too():

@@ -113,8 +113,7 @@ static void *receiver(void *arg)
     long before;
     if (util_pin_cpu(sh->cpu)) {
         snprintf(sh->error, sizeof sh->error, "%s", util_error());
-        atomic_store(&sh->failed, 1);
-        return NULL;
+        goto fail;
     }
     before = thread_sleeps();
     for (uint32_t i = 0; i < sh->iterations; i++) {
@@ -133,8 +132,7 @@ static void *receiver(void *arg)
         if (n <= 0) {
             snprintf(sh->error, sizeof sh->error, "iteration %u: no datagram within 1 s (epoll_wait %s)", i,
                      n < 0 ? strerror(errno) : "timed out");
-            atomic_store(&sh->failed, 1);
-            return NULL;
+            goto fail;
         }
         (void)recv(sh->rx_fd, byte, sizeof byte, MSG_DONTWAIT);
         while ((sent = atomic_load(&sh->sent)) == 0 && !past(sh)) {
@@ -143,6 +141,9 @@ static void *receiver(void *arg)
         sh->lat[i] = back > sent ? back - sent : 0;
     }
     sh->sleeps = thread_sleeps() - before;
+    return NULL;
+fail:
+    atomic_store(&sh->failed, 1);
     return NULL;
 }
 

@@ -49,18 +49,18 @@ static int bind_to(int fd, const struct sockaddr_in *local, const char *kind)
 
 /* With no server on the peer's port, connect may give the socket that very port (loopback): it would then
  * talk to itself, every request coming back as if it were an answer. */
-static int check_not_self(int fd, const struct sockaddr_in *peer)
+static int check_not_self(int fd, const struct sockaddr_in *peer, const char *kind)
 {
     struct sockaddr_in me;
     socklen_t len = sizeof me;
     char a[INET_ADDRSTRLEN];
     if (getsockname(fd, (struct sockaddr *)&me, &len) < 0)
-        return util_fail_errno("getsockname(udp)");
+        return util_fail_errno("getsockname(%s)", kind);
     if (me.sin_port != peer->sin_port || me.sin_addr.s_addr != peer->sin_addr.s_addr)
         return UTIL_OK;
     inet_ntop(AF_INET, &peer->sin_addr, a, sizeof a);
-    return util_fail(UTIL_EINVAL, "connect(udp %s:%u) gave the socket that same address: no server is there; "
-                     "start rpc-server first or check --server/--port", a, ntohs(peer->sin_port));
+    return util_fail(UTIL_EINVAL, "connect(%s %s:%u) gave the socket that same address: no server is there; "
+                     "start rpc-server first or check --server/--port", kind, a, ntohs(peer->sin_port));
 }
 
 int xport_udp_socket(const struct sockaddr_in *local, const struct sockaddr_in *peer, int *out)
@@ -79,7 +79,7 @@ int xport_udp_socket(const struct sockaddr_in *local, const struct sockaddr_in *
         rc = util_fail_errno("connect(udp)");
         goto out;
     }
-    if (peer && (rc = check_not_self(fd, peer)))
+    if (peer && (rc = check_not_self(fd, peer, "udp")))
         goto out;
     *out = fd;
     fd = -1;
@@ -123,6 +123,8 @@ int xport_tcp_connect(const struct sockaddr_in *peer, int *out)
         rc = util_fail_errno("connect(tcp %s:%u)", a, ntohs(peer->sin_port));
         goto out;
     }
+    if ((rc = check_not_self(fd, peer, "tcp")))   /* TCP's simultaneous open lets a socket meet itself */
+        goto out;
     /* One small request must leave at once, not wait for Nagle. */
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0) {
         rc = util_fail_errno("setsockopt(TCP_NODELAY)");

@@ -408,12 +408,15 @@ def test_client_never_talks_to_itself(rpc_bin, tmp_path):
     only local port is the server's, so connect has no other to give. With a server there: the client once
     set SO_REUSEADDR, got the server's port, received its own requests as replies and timed out after
     10 s with only "bad packets" (the flaky CI failure); now connect finds no free port and says so at
-    once. With no server: the socket would be given that address, which the client now refuses by name.
+    once. With no server: the socket would be given that address (over TCP too, by simultaneous open),
+    which the client now refuses by name.
     A second server on a UDP port in use fails to bind instead of sharing it."""
     server, client = rpc_bin("rpc-server"), rpc_bin("rpc-client")
     script = f"""
 ip link set lo up
 sysctl -qw net.ipv4.ip_local_port_range="40000 40000"
+{client} --server 127.0.0.1 --port 40000 --transport tcp --calls 1 --warmup 0 --deadline-ms 2000 --json
+echo "tcp alone rc=$?"
 {client} --server 127.0.0.1 --port 40000 --transport udp --calls 1 --warmup 0 --deadline-ms 2000 --json
 echo "alone rc=$?"
 {server} --bind 127.0.0.1 --port 40000 --transport udp --executors 0 --duration 10 --ready-file ready 2>/dev/null &
@@ -428,7 +431,10 @@ kill $first; wait
 """
     cp = subprocess.run(["unshare", "-n", "sh", "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     out = cp.stdout + cp.stderr
-    alone, served = (json.loads(line) for line in cp.stdout.splitlines() if line.startswith("{"))
+    tcp_alone, alone, served = (json.loads(line) for line in cp.stdout.splitlines() if line.startswith("{"))
+    # TCP's simultaneous open connects a socket given the server's own port to itself
+    assert "tcp alone rc=1" in out and "connect(tcp 127.0.0.1:40000) gave the socket that same address" in \
+        tcp_alone["first_error"], out
     assert "alone rc=1" in out and "gave the socket that same address: no server is there" in alone["first_error"], out
     assert "served rc=1" in out and served["first_error"] == "connect(udp): Resource temporarily unavailable", out
     assert served["client_stats"]["bad_packets"] == 0 and served["client_stats"]["timeouts"] == 0, out

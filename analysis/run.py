@@ -104,6 +104,12 @@ SLEEPS_SAME_PATH = 0.5   # sleeps per call: closer than this, the median call of
 IPI_SAME_PATH = 0.2
 
 
+def _same_path_bound(key):
+    """The difference per call within which a count of sleeps_per_call ("client", "server", "client_ipi",
+    "server_ipi") says the same path."""
+    return IPI_SAME_PATH if key.endswith("_ipi") else SLEEPS_SAME_PATH
+
+
 def path_shape(case_meta):
     """The kept round's sleeps per call, untraced and traced (collectors/capture.py sleeps_per_call: the
     client's and the server's voluntary context switches per call), and whether the two runs blocked
@@ -120,7 +126,7 @@ def path_shape(case_meta):
         return None
     ipi = ("client_ipi", "server_ipi")
     keys = ["client", "server"] + (list(ipi) if all(k in u and k in t for k in ipi) else [])
-    same = all(abs(u[k] - t[k]) < (IPI_SAME_PATH if k in ipi else SLEEPS_SAME_PATH) for k in keys)
+    same = all(abs(u[k] - t[k]) < _same_path_bound(k) for k in keys)
     out = {"untraced": f"{u['client']:.2f}/{u['server']:.2f}", "traced": f"{t['client']:.2f}/{t['server']:.2f}",
            "same": same}
     if len(keys) > 2:
@@ -157,7 +163,7 @@ def other_path_counts(case_meta):
         if not vals or traced.get(key) is None:
             continue
         d = float(np.median(vals)) - traced[key]
-        out[name] = round(d, 3) if abs(d) >= (IPI_SAME_PATH if key.endswith("_ipi") else SLEEPS_SAME_PATH) else 0.0
+        out[name] = round(d, 3) if abs(d) >= _same_path_bound(key) else 0.0
     return out or None
 
 

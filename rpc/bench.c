@@ -223,12 +223,6 @@ static void *bench_thread_main(void *arg)
     return NULL;
 }
 
-static int cmp_u64(const void *x, const void *y)
-{
-    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-    return a < b ? -1 : a > b;
-}
-
 int bench_run(const struct bench_config *cfg, struct bench_result *res)
 {
     struct bench_thread *ts = calloc((size_t)cfg->threads, sizeof *ts);
@@ -299,7 +293,7 @@ int bench_run(const struct bench_config *cfg, struct bench_result *res)
     res->calls = n;
     if (n) {
         double sum = 0;
-        qsort(all, n, sizeof *all, cmp_u64);
+        util_sort_u64(all, n);
         for (uint64_t i = 0; i < n; i++)
             sum += (double)all[i];
         res->min_ns = all[0];

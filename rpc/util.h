@@ -26,6 +26,8 @@ const char *util_error(void);
 const char *util_status_name(int status);
 
 uint64_t util_now_ns(void);
+/* Sort n values ascending (timings: bench's RTTs, wakecal's wake-up times). */
+void util_sort_u64(uint64_t *v, size_t n);
 void util_sleep_ns(uint64_t ns);
 
 /* Pin the calling thread to one CPU; cpu < 0 leaves it unpinned. */

@@ -147,12 +147,6 @@ fail:
     return NULL;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* One point: a receiver thread for its iterations, the calling thread sending. */
 static int run_point(struct wakecal_shared *sh, int offset_ns, int busy, struct wakecal_point *pt)
 {
@@ -198,7 +192,7 @@ out:
     if (atomic_load(&sh->failed))
         return util_fail(UTIL_ETIMEDOUT, "offset %d ns: %s", offset_ns,
                          sh->error[0] ? sh->error : "the run's time bound was reached");
-    qsort(sh->lat, n, sizeof *sh->lat, cmp_u64);
+    util_sort_u64(sh->lat, n);
     keep = n - n / 100;
     for (uint32_t i = 0; i < keep; i++)
         sum += (double)sh->lat[i];

@@ -544,3 +544,30 @@ def test_fit_finds_a_cost_per_fragmented_datagram_beside_the_one_per_packet():
     from rpcscope.analysis import whatif as W
     ch = W.apply(back, "C8''", "scale", 0.5)[0]
     assert ch["e_us_before"] == pytest.approx(1.2) and ch["e_us_after"] == pytest.approx(0.6)
+
+
+def test_the_server_receive_builds_the_ack_it_sends_before_the_wake_up():
+    """Over TCP at 1392/1393 bytes the server's TCP acks the request before it wakes the server; the walk
+    cuts that ACK's send out as its own segment, but the ACK is built inside S1, before its first transmit.
+    An S1 that costs 0.55 us more where the path has that segment: the column finds it from 1392, the
+    held-out 1393 takes it from its nearest fitted size (never from its own traces, which here deny it),
+    and the formula names it."""
+    assert M.ACK_BEFORE_WAKEUP_STEPS["S1"] == "server " + rtp_mod.SENT_BEFORE_WAKEUP
+    ack = M.ACK_BEFORE_WAKEUP_STEPS["S1"]
+    p = {"proc": "maxarg", "transport": "tcp", "reply": 0}
+    sizes = [0, 1392, 1393, 4016, 6000, 8032, 16064, 24096]
+    seen = {s: 1.0 if s == 1392 else 0.0 for s in sizes}
+    out = {s: {"S1": {"median_ns": 3600.0 + 550.0 * (s in (1392, 1393)), "n": 100},
+               ack: {"median_ns": 400.0 * seen[s], "path_count": seen[s]}} for s in sizes}
+    meas = {s: 3600.0 + 950.0 * (s in (1392, 1393)) for s in sizes}
+    m = M.fit(M.Costs(out, meas, p, "synthetic"), holdout=[1393, 6000], steps=["S1"], predict=[1400, 3000])
+    s1 = next(t for t in m.terms if t.step == "S1")
+    assert s1.fit["piggybacked_acks"] and s1.d_us_per_piggybacked_ack == pytest.approx(0.55)
+    assert s1.a_us == pytest.approx(3.6)
+    assert {z: s1.per_size[z]["piggybacked_acks"] for z in m.sizes} == {
+        0: 0, 1392: 1, 1393: 1, 1400: 1, 3000: 0, 4016: 0, 6000: 0, 8032: 0, 16064: 0, 24096: 0}
+    assert s1.contribution(1393) == pytest.approx(4.15) and s1.contribution(6000) == pytest.approx(3.6)
+    assert "us/ACK sent before the wake-up" in s1.formula()
+    # the client's receive keeps its piggybacked ACK's name, and no other step gets the column
+    assert M.acks_sent_before_wakeup("C15", 1392, M.Costs(out, meas, p, "synthetic"), [1392]) == 0
+    assert M.ack_label("C15") == "piggybacked ACK"

@@ -422,8 +422,9 @@ def solve(per, form=None):
             err[k].append(((c[0] * nu[i] + c[1] * nk[i] if c else 0.0) - d[i]) / d[i] if d[i] else 0.0)
     rms = {k: _wrms(v, w) for k, v in err.items()}
     why = f"a left-out point's probe effect predicted within {rms['pooled']:.1f} % rms pooled, {rms['apart']:.1f} % apart"
-    ratio = nu / np.where(nk > 0, nk, np.nan)
-    spread = float(np.nanmax(ratio) / np.nanmin(ratio)) if np.isfinite(ratio).sum() >= 2 else 1.0
+    both = (nu > 0) & (nk > 0)
+    ratio = nu[both] / nk[both]
+    spread = float(ratio.max() / ratio.min()) if len(ratio) >= 2 else 1.0
     undetermined = moved > SPLIT_MOVE_LIMIT if n >= 4 else spread < SPLIT_RATIO_SPREAD
     if fragile:
         why += "; apart: rests on a single point"

@@ -570,21 +570,19 @@ OTHER_PATH_TERMS = (("client", "client_sleeps", "sleep_us", "other path: sleeps"
 
 def median_call_count(mean):
     """What the median call pays of a wake-up that `mean` calls in one take (per call, from the runs'
-    counters; negative: fewer than the traced run): the median of a Poisson count of that mean, 0 below
-    ln 2 (0.69) a call, 1 up to 1.68, ... Why not the mean: Measured is the untraced p50, and a wake-up
-    that a fifth of the calls take does not move the median call (UDP 24096 with 0.23 interrupts a call
-    beyond the traced run's: the mean's 2.8 us put the calculated RTT 3.1 % above Measured,
-    runs/run-20261126-235702); where most calls take it, the median call pays it whole. Between
-    about 0.4 and 0.9 a call the p50 lies between the modes, which no count can say."""
+    counters; negative: fewer than the traced run): the nearest whole number, 0 up to 0.5 a call, 1 up
+    to 1.5, ... Why not the mean: Measured is the untraced p50, and a wake-up that a fifth of the calls
+    take does not move the median call (UDP 24096 with 0.23 interrupts a call beyond the traced run's:
+    the mean's 2.8 us put the calculated RTT 3.1 % above Measured, runs/run-20261126-235702). Why the
+    nearest whole number: such a wake-up comes from a race at a point of the call (a window's last
+    fragment against the server's going to sleep), once per such point at most, so with one point a call
+    takes 0 or 1 and the median call takes it once more than half of them do; with several, a sum of
+    such counts has its median at its mean rounded (within one of it). Session 25 had the median of a
+    Poisson count (0 up to 0.69 a call), but UDP 8032's rounds in runs/run-20261127-001500 and
+    -030748 with 0.53-0.56 interrupts a call measured 59.0-62.0 us, in the slow mode (0.78-0.99: 61.8-64.8
+    us; 0.2-0.48: 48.9-50.2 us). Near 0.5 a call the p50 lies between the modes, which no count can say."""
     lam, sign = abs(mean), (1 if mean >= 0 else -1)
-    if lam == 0:
-        return 0
-    k, p, cdf = 0, math.exp(-lam), math.exp(-lam)
-    while cdf < 0.5:
-        k += 1
-        p *= lam / k
-        cdf += p
-    return sign * k
+    return sign * math.floor(lam + 0.5)
 
 
 def other_path_terms(sizes, params):

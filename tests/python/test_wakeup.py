@@ -130,8 +130,9 @@ def test_other_path_terms_add_count_times_the_calibrated_cost():
 
 def test_the_median_call_count():
     # a wake-up a fifth of the calls take does not move the median call; one most calls take, whole
-    assert [M.median_call_count(x) for x in (0.0, 0.2, 0.5, 0.69, 0.70, 0.97, 1.2, 1.7, 2.9)] == \
-        [0, 0, 0, 0, 1, 1, 1, 2, 3]
+    # (UDP 8032's rounds with 0.53-0.56 interrupts a call measured in the slow mode: not a Poisson median)
+    assert [M.median_call_count(x) for x in (0.0, 0.2, 0.48, 0.53, 0.69, 0.97, 1.2, 1.7, 2.9)] == \
+        [0, 0, 0, 1, 1, 1, 1, 2, 3]
     assert M.median_call_count(-0.97) == -1 and M.median_call_count(-0.3) == 0
     m = _model({8032: {"server_ipis": 0.23}}, {"server": {"sleep_us": 2.7, "ipi_us": 12.0}})
     assert not [t for t in m.terms if t.rule == M.OTHER_PATH_RULE]

@@ -609,6 +609,23 @@ def other_path_terms(sizes, params):
     return terms, notes
 
 
+def other_path_cost(counts, wake):
+    """(us, wake-ups): what the other-path rows add for one size's counts (other_path_counts) at the
+    calibrated costs (wake: {role: wakeup.wake_costs}), and how many wake-ups the median call pays in
+    all; None where a wake-up it pays has no calibrated cost."""
+    us, n = 0.0, 0
+    for device, key, unit, _ in OTHER_PATH_TERMS:
+        k = median_call_count(float((counts or {}).get(key) or 0.0))
+        if not k:
+            continue
+        cost = ((wake or {}).get(device) or {}).get(unit)
+        if cost is None:
+            return None
+        us += k * float(cost)
+        n += abs(k)
+    return us, n
+
+
 def _term_points(sid, rule, costs, sizes, fit_sizes, params):
     """({size: count, bytes, extra IP packets, piggybacked ACKs, fragmented datagrams}, the fit's points
     [(size, n, bytes, extra, acks, fragmented, per-RPC us)]) of a term counted by a rule (a measured count

@@ -536,3 +536,36 @@ def test_three_points_in_one_event_ratio_are_pooled_even_where_apart_predicts_be
     monkeypatch.setattr(probe, "SPLIT_RATIO_SPREAD", 1.0)
     cu, ck, method, form = probe.solve(pts)
     assert form == "apart" and ck > 4 * cu, method
+
+
+def test_an_other_path_case_solves_with_its_rows_added_back():
+    """Three cases on the traced path whose probe effect is 100 ns a user event and 400 a kernel event,
+    a fourth whose untraced run paid one more sleep (2.1 us, the rows' cost) and a fifth whose untraced
+    p50 lay between the modes (the rows count nothing). The fourth solves with 2.1 us added back and more
+    noise; the fifth stays out; the costs come out as the traced path's."""
+    def point(u, k, extra_ns=0.0, rows=None, same=True):
+        return {"transport": "udp", "size": u, "d_total_ns": 100.0 * u + 400.0 * k - extra_ns,
+                "noise_ns": {"d_total": 200.0}, "untraced_path": {"same": same}, "other_path_rows": rows,
+                "path_events_per_call": {"ust": u, "kernel_net": 0.0, "kernel_other": k}}
+    pts = {"udp-0": point(33, 15), "udp-1392": point(33, 19), "udp-4016": point(49, 39),
+           "udp-8032": point(55, 52, 2100.0, {"ns": 2100.0, "wakeups": 1}, same=False),
+           "udp-16064": point(71, 91, 1500.0, None, same=False)}
+    out = probe.solve_cases(pts)
+    every = out["transports"]["udp"]
+    assert every["other_path_cases"] == ["udp-16064"] and every["other_path_cases_with_rows"] == ["udp-8032"]
+    assert every["ust_event_ns"] == pytest.approx(100.0, abs=0.5) and every["kernel_event_ns"]["net"] == pytest.approx(400.0, abs=0.5)
+    solver = probe._as_solver(pts["udp-8032"])
+    assert solver["d_total_ns"] == pytest.approx(100.0 * 55 + 400.0 * 52)
+    assert solver["noise_ns"]["d_total"] == pytest.approx((200.0 ** 2 + 1000.0 ** 2) ** 0.5)
+    assert probe._as_solver(pts["udp-16064"]) is None and probe._as_solver(pts["udp-0"]) is pts["udp-0"]
+    assert "udp-8032" in out["cases"]["udp-0"]["solved_from"]
+
+
+def test_the_rows_cost_of_a_case():
+    from rpcscope.analysis.model import other_path_cost
+    wake = {"server": {"sleep_us": 2.1, "ipi_us": 10.5}, "client": {"sleep_us": 2.0, "ipi_us": None}}
+    assert other_path_cost({"server_sleeps": 0.93, "server_ipis": 0.68, "client_sleeps": 0.0}, wake) == \
+        (pytest.approx(12.6), 2)
+    assert other_path_cost({"server_sleeps": 0.3, "server_ipis": -0.24}, wake) == (0.0, 0)
+    assert other_path_cost({"client_ipis": 0.9}, wake) is None           # no calibrated interrupt cost
+    assert other_path_cost(None, wake) == (0.0, 0)

@@ -739,8 +739,8 @@ def with_rtp(costs, rtp, corrected=False):
     """Restrict the terms to the measured round-trip path (analysis/rtp.py's rtp_steps: {size: {segment:
     {"step", "count", "median_ns", "frac", "typical_ns", "typical_corrected_ns"}}}). Returns (costs, steps).
 
-    With the typical call (rtp.json's per-segment means over the RPCs in the middle of the corrected
-    RTT distribution, which add up to one RTT): every segment of the path is a term, the catalog's steps
+    With the typical call (rtp.json's per-segment means over the RPCs whose corrected RTT lies nearest
+    its median, which add up to one RTT): every segment of the path is a term, the catalog's steps
     and the time between them (GAP_RULE), its per-RPC total the typical mean (probe-corrected with
     `corrected`), its counts from the protocol's arithmetic (for a step, the rule whose counts best
     match how often the path visited it at the fitted sizes: path_rule), so that a held-out size is

@@ -548,6 +548,30 @@ def test_call_edges_only_when_every_call_of_the_traced_run_was_walked():
     assert rtp.CALL_EDGES not in {r["segment"] for r in agg["path"]}
 
 
+def test_the_typical_call_of_a_bimodal_run_lies_in_the_median_calls_mode():
+    """runs/run-20261127-034628's traced UDP null call: 55 % of its calls on the short path (server
+    wake-up S2 2.8 us), 45 % on one with interrupt-borne wake-ups (S2 15.8 us, 13 us longer). The
+    40th-60th percentile band took both modes; the fifth of the RPCs nearest the median takes the
+    median call's, and its mean RTT sits at the median."""
+    per = []
+    for i in range(1000):
+        long = i % 20 >= 11                                   # 9 of every 20: 45 %
+        s2 = 15800 if long else 2800 + (i % 7) * 10
+        per.append({"call_id": i, "rtt_ns": 10000 + s2, "sum_ns": 10000 + s2, "probe_ns": 0.0,
+                    "path_events": (1, 0, 0), "ok": True, "slack": {},
+                    "segments": [("C1", 0, 10000, 0.0), ("S2", 10000, s2, 0.0)]})
+    res = {"case": "udp-maxarg-0", "transport": "udp", "proc": "maxarg", "size": 0, "rpcs": 1000, "walked": 1000,
+           "problems": {}, "per_rpc": per, "untraced_p50_ns": 12800, "traced": {"p50": 12830, "calls": 5000}}
+    agg = rtp.aggregate(res)
+    s2 = next(r for r in agg["path"] if r["segment"] == "S2")
+    assert agg["typical"]["rpcs"] == 200 and s2["typical_ns"] < 2900
+    assert abs(agg["typical"]["rtt_mean_ns"] - agg["rtt_median_ns"]) < 50
+    # the old band: the 40th-60th percentiles straddle the modes
+    corr = np.array([p["rtt_ns"] for p in per], float)
+    lo, hi = np.percentile(corr, (40, 60))
+    assert np.mean([p["segments"][1][2] for p, c in zip(per, corr) if lo <= c <= hi]) > 4000
+
+
 def _cli(argv, capsys):
     import argparse
     from rpcscope.analysis import rtp_cli

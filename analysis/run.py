@@ -120,10 +120,10 @@ def path_shape(case_meta):
     took another path (a fragment or reply that came before, or after, its reader waited), which the
     traced run's step costs do not describe: its Measured is not the traced path's RTT without probes.
     Sleeps closer than SLEEPS_SAME_PATH per call, IPIs closer than IPI_SAME_PATH: the same path.
-    Either way: interrupts that the traced run alone took land on its path too (runs/run-20261127-001500,
-    UDP 0: 0.24 and 0.21 IPIs a call traced, none untraced, the sleeps alike; the typical call's S2, the
-    server's wake-up, took 5.3 us against 2.7-2.8 at the same size in the other faster-level captures),
-    so its traces describe another path than the untraced run took."""
+    Either way: interrupts that the traced run alone took land on its path too (runs/run-20261127-034628,
+    UDP 0: 0.23 and 0.20 IPIs a call traced, none untraced, the sleeps alike; ~45 % of its traced calls
+    took a path 13 us longer, with interrupt-borne wake-ups), so its traces describe another path than
+    the untraced run took."""
     sp = case_meta.get("sleeps_per_call") or {}
     u, t = sp.get("untraced"), sp.get("traced")
     if not u or not t:

@@ -610,20 +610,13 @@ def other_path_terms(sizes, params):
 
 
 def other_path_cost(counts, wake):
-    """(us, wake-ups): what the other-path rows add for one size's counts (other_path_counts) at the
-    calibrated costs (wake: {role: wakeup.wake_costs}), and how many wake-ups the median call pays in
-    all; None where a wake-up it pays has no calibrated cost."""
-    us, n = 0.0, 0
-    for device, key, unit, _ in OTHER_PATH_TERMS:
-        k = median_call_count(float((counts or {}).get(key) or 0.0))
-        if not k:
-            continue
-        cost = ((wake or {}).get(device) or {}).get(unit)
-        if cost is None:
-            return None
-        us += k * float(cost)
-        n += abs(k)
-    return us, n
+    """(us, wake-ups): what the other-path rows (other_path_terms) add for one size's counts
+    (other_path_counts) at the calibrated costs (wake: {role: wakeup.wake_costs}), and how many
+    wake-ups the median call pays in all; None where a wake-up it pays has no calibrated cost."""
+    terms, uncosted = other_path_terms([0], {"other_path": {0: counts}, "wake_costs": wake})
+    if uncosted:
+        return None
+    return sum(t.contribution(0) for t in terms), sum(abs(t.count(0)) for t in terms)
 
 
 def _term_points(sid, rule, costs, sizes, fit_sizes, params):

@@ -77,7 +77,6 @@ def test_a_run_woken_by_interrupts_took_another_path(tmp_path):
     assert path_shape(meta)["same"] is True and "untraced_ipi" not in path_shape(meta)
 
 
-
 def test_interrupts_only_the_traced_run_took_are_another_path_too():
     """runs/run-20261127-001500, UDP 0: the traced run's CPUs got 0.24 and 0.21 IPIs a call, the untraced
     run's none, the sleeps alike. They landed on the traced path (its typical S2, the server's wake-up,

@@ -507,7 +507,6 @@ def test_a_split_that_one_point_moves_is_not_kept(monkeypatch):
     assert out["transports"]["tcp"]["form"] == "apart" and max(per_event) / min(per_event) > 3, per_event
 
 
-
 def _three(events, d):
     return {f"udp-{i}": {"transport": "udp", "size": i, "d_total_ns": di, "noise_ns": {"d_total": 0.02 * di},
                          "path_events_per_call": {"ust": u, "kernel_net": 0.0, "kernel_other": k}}

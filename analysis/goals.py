@@ -18,8 +18,10 @@ from . import model as M
 
 def _with_paths(run, errs, manifest=None):
     """errs with each row's untraced_path_same (analysis/run.py path_shape of the run's case of that
-    transport and size: False where its untraced run took another path than the traced one)."""
-    from .run import untraced_path_same
+    transport and size: False where its untraced run took another path than the traced one), and where
+    its untraced calls fall in several modes (analysis/run.py untraced_modes), untraced_p50_mode: which
+    of them holds the p50."""
+    from .run import untraced_modes, untraced_path_same
     if manifest is None:
         try:
             manifest = json.loads((Path(run) / "manifest.json").read_text())
@@ -30,7 +32,14 @@ def _with_paths(run, errs, manifest=None):
              if proc is None or c.get("proc") == proc}
     for t, rows in errs.items():
         for r in rows:
-            r["untraced_path_same"] = untraced_path_same(cases.get((t, r["size"])) or {})
+            case = cases.get((t, r["size"])) or {}
+            r["untraced_path_same"] = untraced_path_same(case)
+            modes = untraced_modes(run, case) if case else None
+            if modes and len(modes["modes"]) > 1:
+                # Where the untraced calls fall in several modes, which one holds the p50 (Measured).
+                r["untraced_p50_mode"] = (f"p50 in mode {modes['p50_mode'] + 1} of {len(modes['modes'])}"
+                                          if modes["p50_mode"] is not None else
+                                          f"p50 between {len(modes['modes'])} modes")
     return errs
 
 
@@ -89,7 +98,8 @@ def gather(per_run):
                 away = r.get("untraced_path_same") is False
                 other += away
                 if not r["goal_met"]:
-                    misses.append(f"{t} {r['size']}: {r['percent_error']:+.1f}" + (" other path" if away else ""))
+                    misses.append(f"{t} {r['size']}: {r['percent_error']:+.1f}" + (" other path" if away else "")
+                                  + (f" ({r['untraced_p50_mode']})" if r.get("untraced_p50_mode") else ""))
                 by_size.setdefault((t, r["size"], r["holdout"], r["goal_pct"]), []).append(r)
         runs.append({"run": name, "met": met, "sizes": sizes, "misses": misses, "other_path": other})
     order = {t: i for i, t in enumerate(("udp", "tcp"))}

@@ -23,8 +23,8 @@ from . import traceread
 from .clocksync import USER_PACKET_MARKS, estimate, match_user_packets
 from .probe import path_probe_ns
 from .rpcs import EXTRA_ROWS, MEASURED, MISSING, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
-from .run import (Run, call_edges_ns, level_p50_ns, level_rounds_p50s, load_run, other_path_counts,
-                  traced_noise_pct)
+from .run import (Run, call_edges_ns, level_p50_ns, level_rounds_p50s, load_run, modes_label, other_path_counts,
+                  traced_noise_pct, untraced_modes)
 from .wakeup import run_wake_costs
 from .workers import CaseWorkers, cpu_workers
 
@@ -122,6 +122,9 @@ def rtt_summary(rpcs):
             # The sleeps and interrupts per call its untraced runs had beyond the traced run (0 where
             # the same): the model's other-path counts (analysis/run.py other_path_counts).
             "other_path": other_path_counts(case.meta),
+            # The modes of the kept untraced run's calls, and which holds its p50 (analysis/run.py
+            # untraced_modes): where there are several, the p50 follows the share of each.
+            "untraced_modes": untraced_modes(case.run.path, case.meta),
             "corrected_vs_untraced_pct": pct(corrected),
             "client_steps_sum_median_us": float(np.median(tot)) / 1000 if len(tot) else None,
             "conditions": {k: sorted(v) for k, v in rpcs.conditions.items()},
@@ -239,7 +242,7 @@ def analyze(run_path, progress=None, write=True, kernel=True, workers=None):
             for d in rtts:
                 cs = d["clock_sync"]
                 flat = dict(d, clock_quality=cs["quality"], clock_offset_ns=cs["offset_ns"],
-                            clock_accuracy_ns=cs["accuracy_ns"])
+                            clock_accuracy_ns=cs["accuracy_ns"], untraced_modes=modes_label(d.get("untraced_modes")))
                 w.writerow({k: "" if flat[k] is None else flat[k] for k in cols})
         (run.out_dir / "steps.json").write_text(json.dumps(result, indent=1, default=str))
     result["_rpcs"] = per_rpc

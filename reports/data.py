@@ -189,7 +189,10 @@ class RunData:
 
     # ------------------------------------------------------------ latency
     def latency(self, case):
-        """{name: {"kind": "samples"|"percentiles", "values": [...] or {pct: us}, "source": str}}"""
+        """{name: {"kind": "samples"|"histogram"|"percentiles", "values": ..., "source": str}}: per-RPC
+        samples rebuilt from the traces ([us]), the client's histogram of every measured call
+        ({"from_us", "bin_us", "counts", "above"}), or, from clients older than that histogram, its
+        percentiles ({pct: us})."""
         out = {}
         cid = case["id"]
         if cid in self.per_rpc:
@@ -198,6 +201,14 @@ class RunData:
         for which in ("untraced", "traced"):
             f = self.path / case.get("dir", f"cases/{cid}") / f"client-{which}.json"
             d = _read_json(f)
+            hist = (d or {}).get("rtt_hist")
+            if hist and hist.get("counts"):
+                # Every measured call, binned by the client (rpc-client --hist-bin-ns).
+                out[f"{which} (client histogram)"] = {
+                    "kind": "histogram", "source": f"{f.relative_to(self.path)} rtt_hist",
+                    "values": {"from_us": hist["from_ns"] / 1000.0, "bin_us": hist["bin_ns"] / 1000.0,
+                               "counts": hist["counts"], "above": hist.get("above", 0)}}
+                continue
             if d and d.get("rtt_ns"):
                 pc = {k: d["rtt_ns"][k] / 1000.0 for k, _ in PCTS if d["rtt_ns"].get(k) is not None}
                 src = f"{f.relative_to(self.path)} rtt_ns.{{min,p50,p90,p99,max}}"

@@ -408,11 +408,12 @@ def rtt_section(d: RunData):
             path_corr[c["case"]] = c["rtt_corrected_median_ns"] / 1000
         if (c.get("probe_retimed") or {}).get("absorbed_median_ns") is not None:
             absorbed[c["case"]] = c["probe_retimed"]["absorbed_median_ns"] / 1000
-    from rpcscope.analysis.run import path_shape, traced_noise_pct
-    shapes = {}
+    from rpcscope.analysis.run import modes_label, path_shape, traced_noise_pct, untraced_modes
+    shapes, modes = {}, {}
     for c in d.cases:
         noise[c.get("id")] = traced_noise_pct(c)
         shapes[c.get("id")] = path_shape(c) or {}
+        modes[c.get("id")] = modes_label(untraced_modes(d.path, c))
     if path_corr:
         src += "; corrected: analysis/rtp.json cases[].rtt_corrected_median_ns (probes on the round-trip path)"
         for rows in groups.values():
@@ -440,7 +441,8 @@ def rtt_section(d: RunData):
         s.items.append(Table(f"Traced vs untraced, {tr} {proc}",
                              ["size", "rpcs", "complete", "traced_p50_us", "corrected_p50_us", "untraced_p50_us",
                               "traced_vs_untraced_%", "corrected_vs_untraced_%", "noise_%", "overlap_absorbed_us",
-                              "sleeps_untraced", "sleeps_traced", "ipis_untraced", "ipis_traced", "same_path"],
+                              "sleeps_untraced", "sleeps_traced", "ipis_untraced", "ipis_traced", "same_path",
+                              "untraced_modes"],
                              [{"size": r["size"], "rpcs": r.get("rpcs", ""), "complete": r.get("complete_rpcs", ""),
                                "traced_p50_us": _f(r["traced_rtt_median_us"]),
                                "corrected_p50_us": _f(r.get("corrected_rtt_median_us")),
@@ -454,12 +456,14 @@ def rtt_section(d: RunData):
                                "ipis_untraced": shapes.get(r.get("case"), {}).get("untraced_ipi", ""),
                                "ipis_traced": shapes.get(r.get("case"), {}).get("traced_ipi", ""),
                                "same_path": {True: "yes", False: "NO"}.get(
-                                   shapes.get(r.get("case"), {}).get("same"), "")} for r in rows],
+                                   shapes.get(r.get("case"), {}).get("same"), ""),
+                               "untraced_modes": modes.get(r.get("case"), "")} for r in rows],
                              src + "; traced_vs_untraced_pct, corrected_vs_untraced_pct; noise: manifest.json "
                                    "cases[].repeats.traced_p50_ns, half their spread as % of the untraced p50; "
                                    "overlap_absorbed: analysis/rtp.json cases[].probe_retimed.absorbed_median_ns; "
                                    "sleeps, ipis: manifest.json cases[].sleeps_per_call (client/server voluntary "
-                                   "context switches and IPIs per call, the kept round's runs)",
+                                   "context switches and IPIs per call, the kept round's runs); untraced_modes: "
+                                   "cases/*/client-untraced.json rtt_hist (analysis/run.py untraced_modes)",
                              "noise: how far one traced run of the case moves from the next identical one; a "
                              "corrected-vs-untraced difference within about twice it is not a fault of the "
                              "correction. overlap absorbed: how much of the probe cost charged to the walked path "
@@ -471,8 +475,22 @@ def rtt_section(d: RunData):
                              "nothing); same_path NO: the untraced run blocked in other waits than the traced "
                              "one, or was woken otherwise (a fragment or reply came before, or after, its reader "
                              "waited), so its RTT is not the traced path's without probes and no step cost of "
-                             "the traced run can follow it"))
+                             "the traced run can follow it. untraced modes: where the untraced run's calls fall "
+                             "(each mode's peak and share of the calls; p50: the mode that holds the p50, which the "
+                             "model is held to): several modes are several paths taken in turn, one a call"))
     return s
+
+
+def _histogram_cdf(h):
+    """[(us, fraction of calls at or below)] at each non-empty bin's upper edge of a client histogram;
+    the calls beyond its last bin keep the curve below 1 there."""
+    total = sum(h["counts"]) + h.get("above", 0)
+    pts, acc = [], 0
+    for i, n in enumerate(h["counts"]):
+        if n:
+            acc += n
+            pts.append((h["from_us"] + (i + 1) * h["bin_us"], acc / total))
+    return pts
 
 
 def latency_section(d: RunData):
@@ -486,23 +504,37 @@ def latency_section(d: RunData):
             if v["kind"] == "samples":
                 xs = sorted(v["values"])
                 series[name] = [(x, (i + 1) / len(xs)) for i, x in enumerate(xs)]
+            elif v["kind"] == "histogram":
+                series[name] = _histogram_cdf(v["values"])
             else:
                 series[name] = [(v["values"][k], f) for k, f in PCTS if k in v["values"]]
             srcs.append(f"{name}: {v['source']}")
+        pct_only = any(v["kind"] == "percentiles" for v in lat.values())
         s.items.append(Figure(f"cdf-{c['id']}", f"CDF {c['id']}",
                               svg.cdf_plot(series, f"RTT distribution, {c['id']}",
                                            dashed=[k for k in series if "traced (client" in k]),
                               "; ".join(srcs),
                               "Client percentiles are drawn as points (min, p50, p90, p99, max) joined by lines: "
-                              "the shape between them is not measured."))
+                              "the shape between them is not measured." if pct_only else
+                              "The client histograms' curves step at each bin's upper edge."))
+        binned = {k: v for k, v in lat.items() if v["kind"] == "histogram"}
+        if binned:
+            s.items.append(Figure(f"chist-{c['id']}", f"Histogram of every call {c['id']}",
+                                  svg.binned_histograms({k: v["values"] for k, v in binned.items()},
+                                                        f"RTT of every measured call, {c['id']}"),
+                                  "; ".join(v["source"] for v in binned.values()),
+                                  "Two modes, or a tail, in the untraced run are other paths than the traced "
+                                  "one (an interrupt-borne wake-up, an extra sleep): the untraced p50, which "
+                                  "the model is held to, lies in whichever mode holds the middle call."))
         samples = [v for v in lat.values() if v["kind"] == "samples"]
         if samples:
             s.items.append(Figure(f"hist-{c['id']}", f"Histogram {c['id']}",
                                   svg.histogram(samples[0]["values"], f"Traced RTT per RPC, {c['id']}"),
                                   samples[0]["source"]))
     if not d.per_rpc:
-        s.items.append("Per-RPC RTTs are not in the analysis output: the distributions use the client's percentiles. "
-                       "`rpcscope report --per-rpc` rebuilds every RPC from the traces for per-RPC histograms.")
+        s.items.append("Per-RPC RTTs rebuilt from the traces are not in the analysis output: the distributions "
+                       "are the client's own (a histogram of every measured call, or from older clients its "
+                       "percentiles). `rpcscope report --per-rpc` rebuilds every RPC from the traces.")
     return s
 
 

@@ -3,6 +3,7 @@
     line_plot(series, ...)      x/y lines with markers, optional vertical marks (packet boundaries)
     cdf_plot(series, ...)       step CDFs (per-RPC samples, or percentile points)
     histogram(values, ...)      one histogram
+    binned_histograms(series)   histograms already binned (the client's rtt_hist), overlaid as outlines
     rtp_diagram(lanes, ...)     the DCE study's Figure 5 in boxes: client, network, server columns
 
 Every function returns one <svg> element as a string (width/height set, viewBox, a <title>).
@@ -173,6 +174,57 @@ def histogram(values, title, xlabel="RTT (us)", bins=20, w=640, h=260):
         o.append(f'<rect class="bar" x="{x0:.1f}" y="{y:.1f}" width="{max(x1 - x0 - 1, 1):.1f}" '
                  f'height="{ax.Y(0) - y:.1f}" fill="{PALETTE[0]}"><title>{lo + k * width:.1f}–'
                  f'{lo + (k + 1) * width:.1f} us: {n}</title></rect>')
+    o.append("</svg>")
+    return "\n".join(o)
+
+
+def binned_histograms(series, title, xlabel="RTT (us)", shown=0.995, max_bars=160, w=640, h=260):
+    """series: {name: {"from_us", "bin_us", "counts", "above"}} (the client's rtt_hist in us),
+    each drawn as the outline of its share of calls per bin, bins merged so that at most max_bars
+    span the x range. The range ends where every series holds `shown` of its calls, so a few slow
+    outliers do not squeeze the modes into one bar; how many calls lie beyond is in the legend."""
+    spans = []
+    for v in series.values():
+        total = sum(v["counts"]) + v.get("above", 0)
+        acc, end = 0, len(v["counts"])
+        for i, n in enumerate(v["counts"]):
+            acc += n
+            if acc >= shown * total:
+                end = i + 1
+                break
+        spans.append((v["from_us"], v["from_us"] + end * v["bin_us"]))
+    if not spans:
+        spans = [(0.0, 1.0)]
+    lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
+    if hi <= lo:
+        hi = lo + 1
+    bin_us = min(v["bin_us"] for v in series.values()) if series else 1.0
+    width = max(bin_us, math.ceil((hi - lo) / max_bars / bin_us) * bin_us)
+    nbars = max(1, math.ceil((hi - lo) / width))
+    shares, names = {}, []
+    for name, v in series.items():
+        total = sum(v["counts"]) + v.get("above", 0)
+        bars, beyond = [0] * nbars, v.get("above", 0)
+        for i, n in enumerate(v["counts"]):
+            k = int((v["from_us"] + (i + 0.5) * v["bin_us"] - lo) // width)
+            if 0 <= k < nbars:
+                bars[k] += n
+            else:
+                beyond += n
+        shares[name] = [n / total if total else 0 for n in bars]
+        names.append(f"{name} ({beyond} of {total} beyond {lo + nbars * width:.1f} us)" if beyond else name)
+    top = max((x for b in shares.values() for x in b), default=1) or 1
+    ax = _Axes(lo, lo + nbars * width, 0, top * 1.1, w, h)
+    o = ax.frame(title, xlabel, f"share of calls per {width * 1000:.0f} ns")
+    for i, (name, b) in enumerate(shares.items()):
+        c = PALETTE[i % len(PALETTE)]
+        d = [f"M{ax.X(lo):.1f},{ax.Y(0):.1f}"]
+        for k, x in enumerate(b):
+            d.append(f"V{ax.Y(x):.1f} H{ax.X(lo + (k + 1) * width):.1f}")
+        d.append(f"V{ax.Y(0):.1f}")
+        o.append(f'<path class="series" d="{" ".join(d)}" fill="{c}" fill-opacity="0.15" stroke="{c}" '
+                 f'stroke-width="1.5"><title>{_e(name)}</title></path>')
+    o += ax.legend(names)
     o.append("</svg>")
     return "\n".join(o)
 

@@ -223,6 +223,24 @@ static void *bench_thread_main(void *arg)
     return NULL;
 }
 
+/* The histogram of n sorted RTTs in bins of bin_ns from the fastest call's bin. */
+static void bench_histogram(const uint64_t *sorted, uint64_t n, uint32_t bin_ns, struct bench_result *res)
+{
+    res->hist_bin_ns = bin_ns;
+    if (!bin_ns || !n)
+        return;
+    res->hist_from_ns = sorted[0] / bin_ns * bin_ns;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t b = (sorted[i] - res->hist_from_ns) / bin_ns;
+        if (b >= BENCH_HIST_BINS) {
+            res->hist_above = n - i; /* sorted: every later call is beyond too */
+            break;
+        }
+        res->hist[b]++;
+        res->hist_len = (uint32_t)b + 1;
+    }
+}
+
 int bench_run(const struct bench_config *cfg, struct bench_result *res)
 {
     struct bench_thread *ts = calloc((size_t)cfg->threads, sizeof *ts);
@@ -302,6 +320,7 @@ int bench_run(const struct bench_config *cfg, struct bench_result *res)
         res->p90_ns = all[(n - 1) * 90 / 100];
         res->p99_ns = all[(n - 1) * 99 / 100];
         res->mean_ns = sum / (double)n;
+        bench_histogram(all, n, cfg->hist_bin_ns, res);
     }
     res->wall_s = end > start ? (double)(end - start) / 1e9 : 0;
     res->calls_per_s = res->wall_s > 0 ? (double)n / res->wall_s : 0;
@@ -359,6 +378,13 @@ void bench_print(const struct bench_config *cfg, const struct bench_result *r, F
         json_string(f, r->first_error);
         fprintf(f, ", \"first_bad_packet\": ");
         json_string(f, r->client.first_bad);
+        if (r->hist_bin_ns) {
+            fprintf(f, ", \"rtt_hist\": {\"bin_ns\": %u, \"from_ns\": %llu, \"above\": %llu, \"counts\": [",
+                    r->hist_bin_ns, (unsigned long long)r->hist_from_ns, (unsigned long long)r->hist_above);
+            for (uint32_t i = 0; i < r->hist_len; i++)
+                fprintf(f, "%s%u", i ? ", " : "", r->hist[i]);
+            fprintf(f, "]}");
+        }
         fprintf(f, "}\n");
         return;
     }

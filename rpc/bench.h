@@ -2,7 +2,9 @@
  * size, run warm-up and measured calls on one or more threads (each with its
  * own binding, optionally pinned), check every result, and summarise the
  * round-trip times: the first call apart (DCE's "first RPC"), then min, p50,
- * mean, p90, p99, max and calls per second. */
+ * mean, p90, p99, max and calls per second, and a histogram of every measured call
+ * (fixed-width bins from the fastest call up; the slower tail counted apart), which
+ * shows what percentiles cannot: how many modes there are and how many calls each holds. */
 #ifndef RPCS_BENCH_H
 #define RPCS_BENCH_H
 
@@ -13,6 +15,10 @@
 
 #define BENCH_MAX_THREADS 64
 #define BENCH_MAX_CALLS 10000000ull
+/* 2000 bins of the default 100 ns span 200 us from the fastest call, which holds every mode
+ * of the DCE sizes on this testbed; what is slower still is counted in hist_above. */
+#define BENCH_HIST_BINS 2000
+#define BENCH_HIST_BIN_NS 100
 
 struct bench_config {
     struct client_config client;
@@ -24,12 +30,18 @@ struct bench_config {
     int ncpus;
     int check;             /* verify every result byte for byte */
     double max_seconds;    /* stop measuring after this long, whatever the count */
+    uint32_t hist_bin_ns;  /* width of a histogram bin; 0: no histogram */
 };
 
 struct bench_result {
     uint64_t calls, errors, mismatches;
     uint64_t first_call_ns;
     uint64_t min_ns, p50_ns, p90_ns, p99_ns, max_ns;
+    /* hist[i]: calls with from + i * bin <= RTT < from + (i + 1) * bin, for i < hist_len
+     * (trailing empty bins dropped); hist_above: calls beyond the last bin. */
+    uint32_t hist[BENCH_HIST_BINS];
+    uint32_t hist_len, hist_bin_ns;
+    uint64_t hist_from_ns, hist_above;
     double mean_ns, calls_per_s, wall_s;
     uint64_t last_counter; /* incr: the counter after this run's last call */
     struct client_stats client;

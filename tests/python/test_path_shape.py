@@ -1,8 +1,9 @@
 """Sleeps per call, the untraced run's path shape against the traced one's (collectors/capture.py
 sleeps_per_call, analysis/run.py path_shape); no testbed needed: the counts are read from files."""
 import json
+import pathlib
 
-from rpcscope.analysis.run import path_shape
+from rpcscope.analysis.run import histogram_modes, modes_label, path_shape, untraced_modes
 from rpcscope.collectors.capture import sleeps_per_call
 
 
@@ -94,3 +95,52 @@ def test_interrupts_only_the_traced_run_took_are_another_path_too():
     # a traced run that slept more than the untraced one: another path (its reader found no data queued)
     meta = {"sleeps_per_call": {"untraced": {"client": 2.0, "server": 2.0}, "traced": {"client": 2.0, "server": 2.9}}}
     assert path_shape(meta)["same"] is False
+
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+
+
+def _hist(counts, from_ns=20000, bin_ns=100, above=0):
+    return {"bin_ns": bin_ns, "from_ns": from_ns, "counts": counts, "above": above}
+
+
+def test_modes_of_a_real_three_mode_untraced_run():
+    """TCP 4016 in the faster level: the reply's wake-up raced the client's switch-out in 38 % of the
+    calls (+10.5 us), and another 39 % took 2 us more than the fastest (session 27); the p50 is in the
+    second mode, which is why the traced path's RTT, the first mode's, missed it by 13 %."""
+    res = json.loads((FIXTURES / "client-untraced-tcp-4016-three-modes.json").read_text())
+    got = histogram_modes(res["rtt_hist"], res["rtt_ns"]["p50"])
+    assert [round(m["peak_us"]) for m in got["modes"]] == [15, 16, 25]
+    assert [round(m["share"], 2) for m in got["modes"]] == [0.17, 0.39, 0.38]
+    assert got["p50_mode"] == 1
+    assert modes_label(got) == "14.7 us 17 %, 16.5 us 39 % (p50), 25.3 us 38 %"
+
+
+def test_one_broad_mode_stays_one_and_a_few_stragglers_are_no_mode():
+    counts = [0] * 300
+    for i in range(40, 120):                  # 24-32 us, a hump of 5000 calls
+        counts[i] = 40 + (40 - abs(i - 80))
+    counts[250] = 60                          # 60 calls at 45 us: 1 %, under MODE_MIN_SHARE
+    total = sum(counts)
+    got = histogram_modes(_hist(counts, above=5), p50_ns=28000)
+    assert len(got["modes"]) == 1 and got["p50_mode"] == 0
+    assert got["modes"][0]["from_us"] == 24.0 and got["modes"][0]["to_us"] == 32.0
+    assert got["modes"][0]["share"] == round((total - 60) / (total + 5), 3)
+
+
+def test_a_p50_between_two_modes_says_so():
+    counts = [0] * 120
+    counts[10], counts[100] = 500, 500        # two modes of half the calls each, 9 us apart
+    got = histogram_modes(_hist(counts), p50_ns=25000)
+    assert len(got["modes"]) == 2 and got["p50_mode"] is None
+    assert modes_label(got).endswith("(p50 between)")
+
+
+def test_no_histogram_no_modes(tmp_path):
+    assert histogram_modes(None) is None and histogram_modes(_hist([])) is None
+    case = {"id": "udp-maxarg-0", "dir": "cases/udp-maxarg-0"}
+    assert untraced_modes(tmp_path, case) is None                  # no file
+    (tmp_path / "cases/udp-maxarg-0").mkdir(parents=True)
+    (tmp_path / "cases/udp-maxarg-0/client-untraced.json").write_text(json.dumps({"rtt_ns": {"p50": 1}}))
+    assert untraced_modes(tmp_path, case) is None                  # a client before its histogram
+    assert modes_label(None) == ""

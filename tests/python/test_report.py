@@ -96,6 +96,33 @@ def test_report_names_the_cases_whose_untraced_run_took_another_path(run, tmp_pa
     assert "| 2.00/3.00 | 2.00/2.03 | 0.00/0.90 | 0.00/0.01 | NO |" in md
 
 
+def test_report_draws_the_clients_histogram_of_every_call(run, tmp_path, capsys):
+    """Where the client recorded rtt_hist (rpc-client --json since session 27; the fixture predates
+    it, so a two-mode one is written in as a client records it), the CDF follows its bins and a
+    histogram figure shows both modes, with the calls beyond its range counted in the legend."""
+    from rpcscope.reports import report as R, svg
+    d = tmp_path / "run"
+    shutil.copytree(run, d)
+    case = json.loads((d / "manifest.json").read_text())["cases"][0]
+    f = d / case["dir"] / "client-untraced.json"
+    client = json.loads(f.read_text())
+    counts = [0] * 120
+    counts[0], counts[5], counts[100], counts[119] = 300, 400, 280, 10   # fast mode, slow mode 10 us on
+    client["rtt_hist"] = {"bin_ns": 100, "from_ns": 20000, "above": 10, "counts": counts}
+    f.write_text(json.dumps(client))
+    assert R._histogram_cdf(client["rtt_hist"] | {"from_us": 20.0, "bin_us": 0.1}) == [
+        (20.1, 0.3), (20.6, 0.7), (30.1, 0.98), (32.0, 0.99)]
+    assert main(["report", str(d), "--json"]) == 0
+    html = Path(json.loads(capsys.readouterr().out)["html"]).read_text()
+    assert f"RTT of every measured call, {case['id']}" in html
+    assert "untraced (client histogram) (10 of 1000 beyond" in html
+    assert f"{case['dir']}/client-untraced.json rtt_hist" in html
+    # The shown range ends where 99.5 % of the calls are, so the slow mode (at 30 us) is in it.
+    fig = svg.binned_histograms({"u": {"from_us": 20.0, "bin_us": 0.1, "counts": counts, "above": 10}}, "t")
+    bars = re.findall(r'<path class="series" d="([^"]+)"', fig)[0]
+    assert bars.count("V") >= 4, bars
+
+
 def test_report_without_analysis_says_how(tmp_path, capsys):
     d = tmp_path / "run"
     shutil.copytree(FIX, d)

@@ -231,6 +231,28 @@ def test_client_and_server_count_their_sleeps(rpc_server, rpc_client):
     assert after["involuntary_switches"] >= before["involuntary_switches"]
 
 
+def test_client_histogram_holds_every_measured_call(rpc_server, rpc_client):
+    """rpc-client --json "rtt_hist": fixed-width bins from the fastest call's bin; its counts and the
+    calls beyond the last bin add up to the measured calls, its first bin holds the fastest call and
+    its last non-empty one the slowest (unless it is beyond); --hist-bin-ns 0 leaves it out."""
+    srv = rpc_server(trace=False)
+    calls = 400
+    r = rpc_client(srv, proc="maxarg", size=4016, calls=calls, warmup=20, trace=False,
+                   extra=["--hist-bin-ns", "250"], timeout=60).assert_ok(calls)
+    h, rtt = r["rtt_hist"], r["rtt_ns"]
+    assert h["bin_ns"] == 250 and h["from_ns"] % 250 == 0, h
+    assert sum(h["counts"]) + h["above"] == calls, h
+    assert h["counts"][0] > 0 and h["counts"][-1] > 0, h
+    assert h["from_ns"] <= rtt["min"] < h["from_ns"] + 250, (h["from_ns"], rtt)
+    if h["above"] == 0:
+        assert h["from_ns"] + 250 * (len(h["counts"]) - 1) <= rtt["max"] < h["from_ns"] + 250 * len(h["counts"])
+    p50_bin = (rtt["p50"] - h["from_ns"]) // 250
+    assert sum(h["counts"][:p50_bin]) < calls / 2 <= sum(h["counts"][:p50_bin + 1]), (rtt["p50"], h)
+    off = rpc_client(srv, proc="null", calls=20, warmup=2, trace=False, extra=["--hist-bin-ns", "0"],
+                     timeout=60).assert_ok(20)
+    assert "rtt_hist" not in off, off
+
+
 def boundary_sizes(proc: str, nfrags: int = 8) -> list[int]:
     """For each of the first nfrags fragment edges, the largest size whose request (or reply)
     still ends on this side of it, and that size plus one."""
@@ -444,6 +466,7 @@ kill $first; wait
 
 CLIENT_BAD = [
     (["--proc", "bogus"], "bogus"),
+    (["--hist-bin-ns", "2000000"], "out of range"),
     (["--proc", ""], "unknown procedure"),
     (["--proc", "null", "--size", "1"], "too large"),
     (["--proc", "echo", "--size", str(MAX_MSG)], "too large"),

@@ -21,7 +21,7 @@ def _with_paths(run, errs, manifest=None):
     transport and size: False where its untraced run took another path than the traced one), and where
     its untraced calls fall in several modes (analysis/run.py untraced_modes), untraced_p50_mode: which
     of them holds the p50."""
-    from .run import untraced_modes, untraced_path_same
+    from .run import error_row_paths
     if manifest is None:
         try:
             manifest = json.loads((Path(run) / "manifest.json").read_text())
@@ -32,14 +32,7 @@ def _with_paths(run, errs, manifest=None):
              if proc is None or c.get("proc") == proc}
     for t, rows in errs.items():
         for r in rows:
-            case = cases.get((t, r["size"])) or {}
-            r["untraced_path_same"] = untraced_path_same(case)
-            modes = untraced_modes(run, case) if case else None
-            if modes and len(modes["modes"]) > 1:
-                # Where the untraced calls fall in several modes, which one holds the p50 (Measured).
-                r["untraced_p50_mode"] = (f"p50 in mode {modes['p50_mode'] + 1} of {len(modes['modes'])}"
-                                          if modes["p50_mode"] is not None else
-                                          f"p50 between {len(modes['modes'])} modes")
+            r.update(error_row_paths(run, cases.get((t, r["size"]))))
     return errs
 
 

@@ -334,11 +334,13 @@ def goal_verdict(models, unsettled=()):
              if e.get("goal_met") is not None and e.get("untraced_path_same") is False]
     met_same = sum(bool(e["goal_met"]) for e in errs if e.get("untraced_path_same") is not False)
     if other:
-        named = ", ".join(f"{t} {e['size']}" if t != "model" else str(e["size"]) for t, e in other)
+        named = ", ".join((f"{t} {e['size']}" if t != "model" else str(e["size"]))
+                          + (f": {e['untraced_p50_mode']}" if e.get("untraced_p50_mode") else "") for t, e in other)
         text += (f". At {len(other)} size(s) ({named}) the untraced run took another path than the traced one "
                  f"(it blocked, or was woken by an interrupt, where the traced run did not: the sleeps and ipis "
                  f"columns), which no step cost of the traced path follows (the model counts those wake-ups at the "
-                 f"wake-up calibration's costs where the capture has one: its other-path rows); of the other "
+                 f"wake-up calibration's costs where the capture has one: its other-path rows; where its calls "
+                 f"fall in several modes, the one that holds its p50 is named); of the other "
                  f"{len(errs) - len(other)} sizes, {met_same} met their goal")
     if unsettled:
         text += (f". {', '.join(t.upper() for t in unsettled)}: the capture never settled (the host's speed "

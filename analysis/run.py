@@ -246,6 +246,24 @@ def modes_label(modes):
                                                                " (p50 between)")
 
 
+def p50_mode_label(modes):
+    """"p50 in mode 2 of 3", or "p50 between 2 modes", for an untraced_modes with several modes; None
+    for one mode or none."""
+    if not modes or len(modes["modes"]) < 2:
+        return None
+    n = len(modes["modes"])
+    return f"p50 in mode {modes['p50_mode'] + 1} of {n}" if modes["p50_mode"] is not None else f"p50 between {n} modes"
+
+
+def error_row_paths(run_path, case_meta):
+    """What a model's error row says of the untraced run of its case: {"untraced_path_same":
+    untraced_path_same, "untraced_p50_mode": p50_mode_label of its untraced_modes}; one rule for the
+    goals, the report and `rpcscope run`."""
+    case_meta = case_meta or {}
+    return {"untraced_path_same": untraced_path_same(case_meta),
+            "untraced_p50_mode": p50_mode_label(untraced_modes(run_path, case_meta)) if case_meta else None}
+
+
 def call_edges_ns(case_meta, traced_rtts_ns):
     """The time per call that the client's clock measures outside the traced span C1 .. C21 (rpc/bench.c
     reads the clock each side of the call; the trace's RTT runs from C1's timestamp to C21's): the

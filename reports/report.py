@@ -153,9 +153,10 @@ def _model_items(s, d, transport, fname, m):
         "held out (predicted, not fitted): " + ", ".join(map(str, m.get("holdout", []))) if m.get("holdout") else ""))
     from rpcscope.analysis.model import Model, goal_verdict
     errors = Model.from_json(m).error_rows()
+    from rpcscope.analysis.run import error_row_paths
     for e in errors:
         e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"], {}))
-        e["untraced_path_same"] = untraced_path_same(cases.get(e["size"], {}))
+        e.update(error_row_paths(d.path, cases.get(e["size"])))
     from rpcscope.collectors.capture import unsettled_transports
     verdict = goal_verdict({"model": {"errors": errors}}, unsettled_transports(d.manifest, [params.get("transport")]))
     if verdict:

@@ -124,12 +124,12 @@ def cmd_run(args):
                     argv += ["--holdout", ",".join(map(str, holdout))]
                 st.run(f"model ({t})", argv + ["--json"], capture_output=True)
                 from .analysis import model as M
-                from .analysis.run import untraced_noise_pct, untraced_path_same
+                from .analysis.run import error_row_paths, untraced_noise_pct
                 errors = M.load_model(mfile).error_rows()
                 cases = {c["size"]: c for c in manifest["cases"] if c["transport"] == t and c["proc"] == args.proc}
                 for e in errors:
                     e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"]) or {})
-                    e["untraced_path_same"] = untraced_path_same(cases.get(e["size"]) or {})
+                    e.update(error_row_paths(out, cases.get(e["size"])))
                 result["models"][t] = {"file": str(mfile), "errors": errors}
             from .analysis.model import goal_verdict
             result["verdict"] = goal_verdict(result["models"], unsettled_transports(manifest, transports))
@@ -171,9 +171,10 @@ def cmd_run(args):
                 "noise_%": None if e["measured_noise_pct"] is None else round(e["measured_noise_pct"], 1),
                 "fit": "holdout" if e["holdout"] else "fitted", "goal": f"<= {e['goal_pct']:g} %",
                 "met": "" if e["goal_met"] is None else ("yes" if e["goal_met"] else "NO"),
-                "untraced_path": {True: "same", False: "OTHER"}.get(e.get("untraced_path_same"), "")}
+                "untraced_path": {True: "same", False: "OTHER"}.get(e.get("untraced_path_same"), ""),
+                "untraced_modes": e.get("untraced_p50_mode") or ""}
                for e in m["errors"]], ["size", "calculated_us", "measured_us", "%error", "noise_%", "fit", "goal",
-                                       "met", "untraced_path"])
+                                       "met", "untraced_path", "untraced_modes"])
     if result.get("verdict"):
         print("\n" + result["verdict"]["text"])
     print(f"\nreport: {result['report']}")

@@ -73,3 +73,30 @@ def test_sizes_whose_untraced_run_took_another_path_are_named():
     assert "of the other 3 sizes, 2 met their goal" in v["text"]
     v = goal_verdict({"udp": {"errors": [dict(_err(0, True, 0.4), untraced_path_same=None)]}})
     assert v["other_path"] == [] and "another path" not in v["text"]
+
+
+def test_the_mode_that_holds_an_other_path_sizes_p50_is_named(tmp_path):
+    """Where the untraced calls fall in several modes (analysis/run.py untraced_modes, from the client's
+    histogram), the verdict says which holds the p50; error_row_paths gives the goals, the report and
+    `rpcscope run` that one rule."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from rpcscope.analysis.run import error_row_paths
+    case = {"id": "tcp-maxarg-4016", "dir": "cases/tcp-maxarg-4016", "transport": "tcp", "size": 4016,
+            "sleeps_per_call": {"untraced": {"client": 1.0, "server": 1.0, "client_ipi": 0.40, "server_ipi": 0.0},
+                                "traced": {"client": 1.0, "server": 1.02, "client_ipi": 0.01, "server_ipi": 0.0}}}
+    (tmp_path / case["dir"]).mkdir(parents=True)
+    shutil.copy(Path(__file__).parent / "fixtures" / "client-untraced-tcp-4016-three-modes.json",
+                tmp_path / case["dir"] / "client-untraced.json")
+    paths = error_row_paths(tmp_path, case)
+    assert paths == {"untraced_path_same": False, "untraced_p50_mode": "p50 in mode 2 of 3"}
+    v = goal_verdict({"tcp": {"errors": [dict(_err(4016, False, 0.4), **paths), _err(0, True, 0.3)]}})
+    assert "At 1 size(s) (tcp 4016: p50 in mode 2 of 3) the untraced run took another path" in v["text"]
+    # One mode, or no histogram (clients before session 27): nothing named.
+    res = json.loads((tmp_path / case["dir"] / "client-untraced.json").read_text())
+    res["rtt_hist"]["counts"] = [0] * 20 + [5000]
+    (tmp_path / case["dir"] / "client-untraced.json").write_text(json.dumps(res))
+    assert error_row_paths(tmp_path, case)["untraced_p50_mode"] is None
+    assert error_row_paths(tmp_path, None) == {"untraced_path_same": None, "untraced_p50_mode": None}

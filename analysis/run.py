@@ -241,9 +241,9 @@ def modes_label(modes):
     """"14.4 us 17 %, 16.3 us 39 % (p50), 25.0 us 38 %": an untraced_modes in a table cell; "" for None."""
     if not modes:
         return ""
+    where = "" if modes["p50_mode"] is not None else " (p50 between)" if len(modes["modes"]) > 1 else " (p50 outside)"
     return ", ".join(f"{m['peak_us']:.1f} us {m['share'] * 100:.0f} %" + (" (p50)" if i == modes["p50_mode"] else "")
-                     for i, m in enumerate(modes["modes"])) + ("" if modes["p50_mode"] is not None else
-                                                               " (p50 between)")
+                     for i, m in enumerate(modes["modes"])) + where
 
 
 def p50_mode_label(modes):

@@ -32,7 +32,7 @@ def _with_paths(run, errs, manifest=None):
              if proc is None or c.get("proc") == proc}
     for t, rows in errs.items():
         for r in rows:
-            r.update(error_row_paths(run, cases.get((t, r["size"]))))
+            r.update(error_row_paths(run, cases.get((t, r["size"])), r.get("calculated_us")))
     return errs
 
 

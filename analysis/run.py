@@ -246,22 +246,32 @@ def modes_label(modes):
                      for i, m in enumerate(modes["modes"])) + where
 
 
-def p50_mode_label(modes):
-    """"p50 in mode 2 of 3", or "p50 between 2 modes", for an untraced_modes with several modes; None
-    for one mode or none."""
+def p50_mode_label(modes, calculated_us=None):
+    """"p50 in mode 2 of 3", or "p50 between 2 modes", for an untraced_modes with several modes, and with
+    calculated_us (the model's RTT) where that lies by another mode than the p50's: "; the model by
+    mode 1 (14.7 us, 17 %)", the mode whose span holds it or else whose peak is nearest: the path the
+    model describes, which that share of the untraced calls took. None for one mode or none."""
     if not modes or len(modes["modes"]) < 2:
         return None
-    n = len(modes["modes"])
-    return f"p50 in mode {modes['p50_mode'] + 1} of {n}" if modes["p50_mode"] is not None else f"p50 between {n} modes"
+    ms, n = modes["modes"], len(modes["modes"])
+    text = f"p50 in mode {modes['p50_mode'] + 1} of {n}" if modes["p50_mode"] is not None else f"p50 between {n} modes"
+    if calculated_us is not None:
+        by = next((i for i, m in enumerate(ms) if m["from_us"] <= calculated_us < m["to_us"]), None)
+        if by is None:
+            by = min(range(n), key=lambda i: abs(ms[i]["peak_us"] - calculated_us))
+        if by != modes["p50_mode"]:
+            text += f"; the model by mode {by + 1} ({ms[by]['peak_us']:.1f} us, {ms[by]['share'] * 100:.0f} %)"
+    return text
 
 
-def error_row_paths(run_path, case_meta):
+def error_row_paths(run_path, case_meta, calculated_us=None):
     """What a model's error row says of the untraced run of its case: {"untraced_path_same":
-    untraced_path_same, "untraced_p50_mode": p50_mode_label of its untraced_modes}; one rule for the
-    goals, the report and `rpcscope run`."""
+    untraced_path_same, "untraced_p50_mode": p50_mode_label of its untraced_modes and the row's
+    calculated_us}; one rule for the goals, the report and `rpcscope run`."""
     case_meta = case_meta or {}
+    modes = untraced_modes(run_path, case_meta) if case_meta else None
     return {"untraced_path_same": untraced_path_same(case_meta),
-            "untraced_p50_mode": p50_mode_label(untraced_modes(run_path, case_meta)) if case_meta else None}
+            "untraced_p50_mode": p50_mode_label(modes, calculated_us)}
 
 
 def call_edges_ns(case_meta, traced_rtts_ns):

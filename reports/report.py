@@ -156,7 +156,7 @@ def _model_items(s, d, transport, fname, m):
     from rpcscope.analysis.run import error_row_paths
     for e in errors:
         e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"], {}))
-        e.update(error_row_paths(d.path, cases.get(e["size"])))
+        e.update(error_row_paths(d.path, cases.get(e["size"]), e.get("calculated_us")))
     from rpcscope.collectors.capture import unsettled_transports
     verdict = goal_verdict({"model": {"errors": errors}}, unsettled_transports(d.manifest, [params.get("transport")]))
     if verdict:

@@ -129,7 +129,7 @@ def cmd_run(args):
                 cases = {c["size"]: c for c in manifest["cases"] if c["transport"] == t and c["proc"] == args.proc}
                 for e in errors:
                     e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"]) or {})
-                    e.update(error_row_paths(out, cases.get(e["size"])))
+                    e.update(error_row_paths(out, cases.get(e["size"]), e.get("calculated_us")))
                 result["models"][t] = {"file": str(mfile), "errors": errors}
             from .analysis.model import goal_verdict
             result["verdict"] = goal_verdict(result["models"], unsettled_transports(manifest, transports))

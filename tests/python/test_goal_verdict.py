@@ -77,8 +77,8 @@ def test_sizes_whose_untraced_run_took_another_path_are_named():
 
 def test_the_mode_that_holds_an_other_path_sizes_p50_is_named(tmp_path):
     """Where the untraced calls fall in several modes (analysis/run.py untraced_modes, from the client's
-    histogram), the verdict says which holds the p50; error_row_paths gives the goals, the report and
-    `rpcscope run` that one rule."""
+    histogram), the verdict says which holds the p50, and which the model's RTT lies by where that is
+    another; error_row_paths gives the goals, the report and `rpcscope run` that one rule."""
     import json
     import shutil
     from pathlib import Path
@@ -92,8 +92,14 @@ def test_the_mode_that_holds_an_other_path_sizes_p50_is_named(tmp_path):
                 tmp_path / case["dir"] / "client-untraced.json")
     paths = error_row_paths(tmp_path, case)
     assert paths == {"untraced_path_same": False, "untraced_p50_mode": "p50 in mode 2 of 3"}
+    # With the model's RTT: the mode it lies by, where that is not the p50's (its own calculated 14.53 us).
+    paths = error_row_paths(tmp_path, case, 14.53)
+    assert paths["untraced_p50_mode"] == "p50 in mode 2 of 3; the model by mode 1 (14.7 us, 17 %)"
+    assert error_row_paths(tmp_path, case, 16.6)["untraced_p50_mode"] == "p50 in mode 2 of 3"
+    assert error_row_paths(tmp_path, case, 21.0)["untraced_p50_mode"].endswith("by mode 3 (25.3 us, 38 %)")
     v = goal_verdict({"tcp": {"errors": [dict(_err(4016, False, 0.4), **paths), _err(0, True, 0.3)]}})
-    assert "At 1 size(s) (tcp 4016: p50 in mode 2 of 3) the untraced run took another path" in v["text"]
+    assert ("At 1 size(s) (tcp 4016: p50 in mode 2 of 3; the model by mode 1 (14.7 us, 17 %)) the untraced run "
+            "took another path") in v["text"]
     # One mode, or no histogram (clients before session 27): nothing named.
     res = json.loads((tmp_path / case["dir"] / "client-untraced.json").read_text())
     res["rtt_hist"]["counts"] = [0] * 20 + [5000]

@@ -986,6 +986,14 @@ class Capture:
                            **{f"{k}_p50_ns": [r["res"]["rtt_ns"]["p50"] for r in v] for k, v in runs.items()},
                            **{f"{k}_sleeps_per_call": [r.get("sleeps") for r in v] for k, v in runs.items()}}
         case["sleeps_per_call"] = {k: v[kept].get("sleeps") for k, v in runs.items()}
+        # Every round's client summary, its histogram included: the rounds a case did not keep still
+        # show which modes their calls fell in, which a level's p50s alone cannot tell from a switch
+        # of the host's speed level (analysis/MODEL.md, session 27).
+        (cdir / "rounds.json").write_text(json.dumps(
+            {"format": ROUNDS_FORMAT, "kept_round": kept,
+             "kinds": {k: [{"round": r, "rtt_ns": x["res"].get("rtt_ns"), "rtt_hist": x["res"].get("rtt_hist"),
+                            "sleeps_per_call": x.get("sleeps")} for r, x in enumerate(v)] for k, v in runs.items()}})
+            + "\n")
         if "ust" in runs:
             case["ust_only"] = _rtt(runs["ust"][kept]["res"])
         n_ust, d_ust, dp_ust = bt_count(ust_dir)
@@ -1353,6 +1361,10 @@ def _kept_note(sweep):
         note += (f"; each size's {how} kept instead (rounds " +
                  ", ".join(f"{c.split('-')[-1]}: {k}" for c, k in sweep["kept_by_case"].items()) + ")")
     return note
+
+
+# cases/ID/rounds.json: every round's rpc-client summary and histogram per kind (finish_case).
+ROUNDS_FORMAT = "rpcscope-rounds/1"
 
 
 def sleeps_per_call(res, server_stats_path, ipis=None, calls=None):

@@ -258,6 +258,16 @@ def test_run_directory_is_complete(run):
             r = json.loads((d / f).read_text())
             assert r["calls"] == CALLS and r["errors"] == 0 and r["size"] == c["size"], (c["id"], f)
             assert r["aslr"] == "off", (c["id"], f)     # rpc-client read its own personality
+            assert sum(r["rtt_hist"]["counts"]) + r["rtt_hist"]["above"] == CALLS, (c["id"], f)
+        # Every round's client summary and histogram, the kept round's the same as the case's files.
+        rounds = json.loads((d / "rounds.json").read_text())
+        assert rounds["format"] == "rpcscope-rounds/1" and rounds["kept_round"] == c["repeats"]["kept_round"]
+        for kind in ("untraced", "traced"):
+            got = rounds["kinds"][kind]
+            assert [g["rtt_ns"]["p50"] for g in got] == c["repeats"][f"{kind}_p50_ns"], (c["id"], kind)
+            assert [g["sleeps_per_call"] for g in got] == c["repeats"][f"{kind}_sleeps_per_call"], (c["id"], kind)
+            kept_file = json.loads((d / f"client-{kind}.json").read_text())
+            assert got[rounds["kept_round"]]["rtt_hist"] == kept_file["rtt_hist"], (c["id"], kind)
         assert c["traced"]["p50"] > 0 and c["untraced"]["p50"] > 0
         assert c["losses"] == {"ust_discarded": 0, "ust_lost_packets": 0, "kernel_lost": 0}, c
         assert not c["lossy"]

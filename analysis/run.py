@@ -186,6 +186,16 @@ MODE_OCCUPIED = 0.005
 MODE_MIN_SHARE = 0.03
 
 
+def valid_histogram(hist):
+    """Whether hist has the shape rpc-client writes for rtt_hist (a positive bin_ns, a from_ns, counts
+    of whole numbers, above): a hand-edited or cut file is read as no histogram, not as wrong modes."""
+    try:
+        return (hist["bin_ns"] > 0 and hist["from_ns"] >= 0 and int(hist.get("above", 0)) >= 0
+                and isinstance(hist["counts"], list) and all(isinstance(n, int) and n >= 0 for n in hist["counts"]))
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def histogram_modes(hist, p50_ns=None):
     """The modes of a client's RTT histogram (rpc-client --json "rtt_hist": bin_ns, from_ns, counts,
     above): {"modes": [{"from_us", "to_us", "peak_us", "share"}] fastest first, "p50_mode": the index
@@ -194,7 +204,7 @@ def histogram_modes(hist, p50_ns=None):
     calls fall in three modes, +2 us and +10.5 us over the first, session 27), and its p50, the model's
     Measured, then lies in whichever mode holds the middle call, which a count of sleeps and
     interrupts per call does not say."""
-    if not hist or not hist.get("counts"):
+    if not hist or not valid_histogram(hist) or not hist["counts"]:
         return None
     bin_us = hist["bin_ns"] / 1000.0
     merge = max(1, round(MODE_BIN_US / bin_us))
@@ -202,6 +212,8 @@ def histogram_modes(hist, p50_ns=None):
     raw = hist["counts"]
     bins = [sum(raw[i:i + merge]) for i in range(0, len(raw), merge)]
     total = sum(raw) + int(hist.get("above", 0))
+    if total <= 0:
+        return {"modes": [], "p50_mode": None}
     start = hist["from_ns"] / 1000.0
     modes, run = [], None
     for k, n in enumerate(bins + [0]):

@@ -193,6 +193,7 @@ class RunData:
         samples rebuilt from the traces ([us]), the client's histogram of every measured call
         ({"from_us", "bin_us", "counts", "above"}), or, from clients older than that histogram, its
         percentiles ({pct: us})."""
+        from rpcscope.analysis.run import valid_histogram
         out = {}
         cid = case["id"]
         if cid in self.per_rpc:
@@ -202,7 +203,7 @@ class RunData:
             f = self.path / case.get("dir", f"cases/{cid}") / f"client-{which}.json"
             d = _read_json(f)
             hist = (d or {}).get("rtt_hist")
-            if hist and hist.get("counts"):
+            if hist and valid_histogram(hist) and hist["counts"]:
                 # Every measured call, binned by the client (rpc-client --hist-bin-ns).
                 out[f"{which} (client histogram)"] = {
                     "kind": "histogram", "source": f"{f.relative_to(self.path)} rtt_hist",

@@ -138,6 +138,9 @@ def test_a_p50_between_two_modes_says_so():
 
 def test_no_histogram_no_modes(tmp_path):
     assert histogram_modes(None) is None and histogram_modes(_hist([])) is None
+    assert histogram_modes(_hist([0, 0, 0]), p50_ns=1) == {"modes": [], "p50_mode": None}   # no calls
+    for bad in ({"counts": [1, 2]}, _hist([1, "2"]), _hist([1, -2]), dict(_hist([1]), bin_ns=0), _hist("12")):
+        assert histogram_modes(bad) is None, bad                   # not the shape rpc-client writes
     case = {"id": "udp-maxarg-0", "dir": "cases/udp-maxarg-0"}
     assert untraced_modes(tmp_path, case) is None                  # no file
     (tmp_path / "cases/udp-maxarg-0").mkdir(parents=True)

@@ -4,11 +4,13 @@ Also home of run_playbook(), which other commands use to run the project's
 playbooks (smoke, teardown, capture) the same way.
 """
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -106,8 +108,16 @@ def run_playbook(playbook, inventory, extra_vars=None, limit=None, check=False, 
     # The controller's own temporary files, in a directory of this run that is removed however the
     # playbook ends: Ansible removes its ~/.ansible/tmp/ansible-local-* only when it exits normally, and
     # a stopped deploy (Ctrl-C, SIGTERM, the timeout) left one behind each time.
-    with tempfile.TemporaryDirectory(prefix="rpcscope-ansible-local-", ignore_cleanup_errors=True) as local_tmp, \
-            open(log_path, "w") as log:
+    ended = []
+    with contextlib.ExitStack() as stack:
+        local_tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="rpcscope-ansible-local-",
+                                                                    ignore_cleanup_errors=True))
+        log = stack.enter_context(open(log_path, "w"))
+        # Unless the playbook ended by itself: a stop (Ctrl-C, SIGTERM, the timeout) can land before the
+        # playbook is known here (inside Popen), and its forked workers outlive a kill of the playbook,
+        # writing on into local_tmp while it was removed (1 in ~8 SIGTERM tests, session 27). So every
+        # process still running with this directory goes before the directory does (callbacks run first).
+        stack.callback(lambda: ended or _kill_processes_with_env("ANSIBLE_LOCAL_TEMP", local_tmp))
         env["ANSIBLE_LOCAL_TEMP"] = local_tmp
         log.write("$ " + " ".join(argv) + "\n")
         proc = subprocess.Popen(argv, cwd=ANSIBLE_DIR, env=env, stdout=subprocess.PIPE,
@@ -156,12 +166,41 @@ def run_playbook(playbook, inventory, extra_vars=None, limit=None, check=False, 
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        if proc.returncode >= 0:
+            ended.append(True)
         close_task()
     summary["rc"] = proc.returncode
     if time.monotonic() - started >= timeout:
         raise UserError(f"{pb.name} took longer than {timeout}s and was stopped; see {log_path}")
     summary["seconds"] = round(time.monotonic() - started, 1)
     return summary
+
+
+def _kill_processes_with_env(name, value, seconds=10.0):
+    """SIGKILL every process (but this one) whose environment has name=value, then wait until none is
+    left, at most `seconds`: the processes a stopped playbook leaves, found by the temporary directory
+    only they were given."""
+    needle = b"\0" + f"{name}={value}".encode() + b"\0"
+
+    def holders():
+        out = []
+        for d in pathlib.Path("/proc").iterdir():
+            if not d.name.isdigit() or int(d.name) == os.getpid():
+                continue
+            try:
+                if needle in b"\0" + (d / "environ").read_bytes():
+                    out.append(int(d.name))
+            except OSError:           # gone, or not ours to read
+                continue
+        return out
+    end = time.monotonic() + seconds
+    while (pids := holders()) and time.monotonic() < end:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.02)
 
 
 def tracing_reports(hosts):

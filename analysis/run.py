@@ -228,11 +228,12 @@ def histogram_modes(hist, p50_ns=None):
                               "to_us": round(start + (run[1] + 1) * width, 3),
                               "peak_us": round(start + (peak + 0.5) * width, 3), "share": round(share, 3)})
             run = None
-    p50_mode = None
-    if p50_ns is not None:
-        x = p50_ns / 1000.0
-        p50_mode = next((i for i, m in enumerate(modes) if m["from_us"] <= x < m["to_us"]), None)
-    return {"modes": modes, "p50_mode": p50_mode}
+    return {"modes": modes, "p50_mode": None if p50_ns is None else _mode_holding(modes, p50_ns / 1000.0)}
+
+
+def _mode_holding(modes, us):
+    """The index of the mode whose span holds `us`, or None."""
+    return next((i for i, m in enumerate(modes) if m["from_us"] <= us < m["to_us"]), None)
 
 
 def untraced_modes(run_path, case_meta):
@@ -268,7 +269,7 @@ def p50_mode_label(modes, calculated_us=None):
     ms, n = modes["modes"], len(modes["modes"])
     text = f"p50 in mode {modes['p50_mode'] + 1} of {n}" if modes["p50_mode"] is not None else f"p50 between {n} modes"
     if calculated_us is not None:
-        by = next((i for i, m in enumerate(ms) if m["from_us"] <= calculated_us < m["to_us"]), None)
+        by = _mode_holding(ms, calculated_us)
         if by is None:
             by = min(range(n), key=lambda i: abs(ms[i]["peak_us"] - calculated_us))
         if by != modes["p50_mode"]:

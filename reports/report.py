@@ -128,7 +128,7 @@ def _model_items(s, d, transport, fname, m):
     for label, vals in (("sum (calculated)", calc), ("measured (untraced p50)", meas)):
         rows.append({"device": label, **{f"us@{z}": _f(vals.get(str(z))) for z in sizes}})
     rows.append({"device": "% error", **{f"us@{z}": _f(err.get(str(z))) for z in sizes}})
-    from rpcscope.analysis.run import untraced_noise_pct, untraced_path_same
+    from rpcscope.analysis.run import error_row_paths, untraced_noise_pct, untraced_path_same
     params = m.get("params") or {}
     cases = {int(c.get("size", -1)): c for c in d.cases
              if c.get("transport") == params.get("transport") and c.get("proc") == params.get("proc")}
@@ -153,7 +153,6 @@ def _model_items(s, d, transport, fname, m):
         "held out (predicted, not fitted): " + ", ".join(map(str, m.get("holdout", []))) if m.get("holdout") else ""))
     from rpcscope.analysis.model import Model, goal_verdict
     errors = Model.from_json(m).error_rows()
-    from rpcscope.analysis.run import error_row_paths
     for e in errors:
         e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"], {}))
         e.update(error_row_paths(d.path, cases.get(e["size"]), e.get("calculated_us")))

@@ -9,7 +9,15 @@ every iteration (sleeps >= FULL_SLEEP), the mean time is a line in the interrupt
 intercept = the polling wake-up, slope = one interrupt's cost. A sleep's cost is that intercept less
 the busy reader's time: what a wait that blocks adds over one that finds its datagram come.
 
-    wake_costs(points) -> {"busy_us", "wake_us", "sleep_us", "ipi_us", ...} or None
+    wake_costs(points, after) -> {"busy_us", "wake_us", "sleep_us", "ipi_us", "after_ipi_us", ...} or None
+
+after_ipi_us (session 28) is what the wake-up right after an interrupt-borne one costs beyond another:
+rpc-wakecal's "after_interrupt" run alternates a race offset with a calm one, and the calm iterations
+behind a race iteration that took the interrupt are set against those behind one that did not (the run's
+own control; the sweep's point at that offset where the run has too few of them). On this VM 0.8-0.95 us,
+and only the next wake-up pays it (the one after that is back to the sweep's). In the RPC it shows as the
+call after an interrupted call: TCP 4016's second mode in the faster level, +1.8-2.0 us over the first,
+its client's send (which carries the server's wake-up) and its wait for the reply ~0.9 us longer each.
 
 wake_us is the intercept (a wake-up without interrupt) where the points' interrupts spread; where every
 wake-up came by interrupt (a CPU left to halt when idle, capture --idle default) or none did, it is
@@ -26,12 +34,32 @@ FULL_SLEEP = 0.95        # the reader slept at (almost) every iteration of the p
 # calibration whose wake-ups never raced the sleeper's going (its race window missed by every offset)
 # has no interrupt cost.
 MIN_IPI_SPREAD = 0.3
+# The after-interrupt cost needs this many calm iterations behind raced ones (and, for the run's own
+# control, behind calm ones).
+MIN_AFTER = 50
 
 
-def wake_costs(points):
-    """The unit costs from one rpc-wakecal run's points ({"offset_ns", "busy", "mean_ns", "sleeps", "ipis"}),
-    or None where the run has no busy row or no point that slept. ipi_us is None where no point's
-    wake-ups raced the sleeper (see MIN_IPI_SPREAD) or the interrupts could not be counted."""
+def after_interrupt_us(after):
+    """(us, what it was set against) the wake-up after an interrupt-borne one costs beyond another, from
+    rpc-wakecal's "after_interrupt" object; (None, why) where it did not run or has too few iterations."""
+    if not after:
+        return None, "not measured (an older capture, or no offset of the sweep raced the sleeper)"
+    try:
+        raced, calm = int(after["after_raced"]), int(after["after_calm"])
+        if raced < MIN_AFTER:
+            return None, f"{raced} wake-ups behind an interrupt: fewer than {MIN_AFTER}"
+        if calm >= MIN_AFTER:
+            return (after["after_raced_p50_ns"] - after["after_calm_p50_ns"]) / 1000.0, "the run's own control"
+        return (after["after_raced_p50_ns"] - after["plain_p50_ns"]) / 1000.0, "the sweep's point"
+    except (KeyError, TypeError, ValueError) as e:
+        return None, f"malformed after_interrupt ({e})"
+
+
+def wake_costs(points, after=None):
+    """The unit costs from one rpc-wakecal run's points ({"offset_ns", "busy", "mean_ns", "sleeps", "ipis"})
+    and its "after_interrupt" object, or None where the run has no busy row or no point that slept.
+    ipi_us is None where no point's wake-ups raced the sleeper (see MIN_IPI_SPREAD) or the interrupts
+    could not be counted; after_ipi_us is None where after_interrupt_us says so (after_ipi_why)."""
     busy = [p for p in points if p.get("busy")]
     slept = [p for p in points if not p.get("busy") and p.get("sleeps", 0) >= FULL_SLEEP]
     if not busy or not slept:
@@ -50,6 +78,9 @@ def wake_costs(points):
         calm = y[x < MIN_IPI_SPREAD] if counted.any() else y
         out["wake_us"] = round(float(np.median(calm if len(calm) else y)), 3)
     out["sleep_us"] = round(out["wake_us"] - b, 3)
+    cost, why = after_interrupt_us(after)
+    out["after_ipi_us"] = None if cost is None else round(cost, 3)
+    out["after_ipi_source"] = why
     return out
 
 
@@ -61,7 +92,9 @@ def run_wake_costs(manifest):
     out = {}
     for role in ("client", "server"):
         r = cal.get(role) or {}
-        costs = wake_costs(r.get("points") or [])
+        costs = wake_costs(r.get("points") or [], r.get("after_interrupt"))
+        if costs and r.get("after_interrupt_error"):
+            costs["after_ipi_source"] = f"not measured: {r['after_interrupt_error']}"
         if costs:
             out[role] = costs
     return out

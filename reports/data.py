@@ -126,8 +126,9 @@ class RunData:
             add("untraced runs' path", (f"another path than the traced run's at {len(other)} of {len(counted)} "
                                         f"cases: " + "; ".join(other) + " (the kept round). The model "
                                         "charges the extra sleeps and interrupts of the speed level's untraced rounds "
-                                        "(their median) at the wake-up calibration's costs, in its other-path rows "
-                                        "where they are not 0 (analysis/MODEL.md, session 25)") if other else
+                                        "(their median), and the wake-up right after each interrupt, at the wake-up "
+                                        "calibration's costs, in its other-path rows, as many as the middle call pays "
+                                        "(analysis/MODEL.md, sessions 25 and 28)") if other else
                 f"the traced run's path at all {len(counted)} cases (the same sleeps and IPIs per call)",
                 "manifest.json cases[].sleeps_per_call (analysis/run.py path_shape)")
         from rpcscope.analysis.wakeup import run_wake_costs
@@ -137,6 +138,8 @@ class RunData:
             add("wake-up calibration", "; ".join(
                 f"reader on the {role}'s CPU: a sleep {c['sleep_us']:.2f} us over a spinning reader, an interrupt-borne "
                 f"wake-up " + (f"{c['ipi_us']:.2f} us more" if c.get("ipi_us") is not None else "not seen")
+                + (f", the wake-up right after one {c['after_ipi_us']:+.2f} us ({c.get('after_ipi_source')})"
+                   if c.get("after_ipi_us") is not None else "")
                 for role, c in wake.items()) or "; ".join(f"{r}: {v.get('error') or v.get('skipped') or v}"
                                                           for r, v in cal.items()),
                 "manifest.json wake_calibration (rpc-wakecal; analysis/wakeup.py wake_costs)")

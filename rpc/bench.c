@@ -332,21 +332,6 @@ out:
     return rc;
 }
 
-/* A JSON string: quotes, backslashes and control characters escaped. */
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            fprintf(f, "\\u%04x", (unsigned char)*s);
-        else
-            fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 void bench_print(const struct bench_config *cfg, const struct bench_result *r, FILE *f, int json)
 {
     const char *wire = cfg->client.drep == WIRE_DREP_BIG ? "network" : "native";
@@ -375,9 +360,9 @@ void bench_print(const struct bench_config *cfg, const struct bench_result *r, F
         for (int i = 0; i < cfg->threads; i++)
             fprintf(f, "%s%d", i ? ", " : "", r->placement[i]);
         fprintf(f, "], \"first_error\": ");
-        json_string(f, r->first_error);
+        util_json_string(f, r->first_error);
         fprintf(f, ", \"first_bad_packet\": ");
-        json_string(f, r->client.first_bad);
+        util_json_string(f, r->client.first_bad);
         if (r->hist_bin_ns) {
             fprintf(f, ", \"rtt_hist\": {\"bin_ns\": %u, \"from_ns\": %llu, \"above\": %llu, \"counts\": [",
                     r->hist_bin_ns, (unsigned long long)r->hist_from_ns, (unsigned long long)r->hist_above);

@@ -1,10 +1,11 @@
 /* Small shared pieces: status codes with a message, time, CPU pinning, a seeded
- * random generator for the test-only drop option. */
+ * random generator for the test-only drop option, a JSON string. */
 #ifndef RPCS_UTIL_H
 #define RPCS_UTIL_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Status codes: 0 is success, negative is failure; util_error() says what failed. */
 enum util_status {
@@ -28,6 +29,8 @@ const char *util_status_name(int status);
 uint64_t util_now_ns(void);
 /* Sort n values ascending (timings: bench's RTTs, wakecal's wake-up times). */
 void util_sort_u64(uint64_t *v, size_t n);
+/* s as a JSON string: quotes, backslashes and control characters escaped. */
+void util_json_string(FILE *f, const char *s);
 void util_sleep_ns(uint64_t ns);
 
 /* Pin the calling thread to one CPU; cpu < 0 leaves it unpinned. */

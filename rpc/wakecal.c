@@ -19,7 +19,8 @@ struct wakecal_shared {
     struct sockaddr_in to;
     uint32_t iterations;
     uint64_t spin_ns, delay_ns, deadline;
-    int busy;
+    uint64_t alt_spin_ns, alt_delay_ns;   /* paired: the odd iterations' (the race offset's) */
+    int busy, paired;
     _Atomic uint64_t mark;     /* the receiver heads for its wait (0: taken by the sender) */
     _Atomic uint64_t sent;     /* when the sender sent (0: not yet) */
     _Atomic int failed;
@@ -119,8 +120,9 @@ static void *receiver(void *arg)
     for (uint32_t i = 0; i < sh->iterations; i++) {
         uint64_t mark = util_now_ns(), back, sent;
         int n = 0;
+        uint64_t spin = sh->paired && (i & 1) ? sh->alt_spin_ns : sh->spin_ns;
         atomic_store(&sh->mark, mark);
-        while (util_now_ns() < mark + sh->spin_ns) {
+        while (util_now_ns() < mark + spin) {
         }
         if (sh->busy) {
             while (n == 0 && !past(sh))
@@ -147,18 +149,21 @@ fail:
     return NULL;
 }
 
-/* One point: a receiver thread for its iterations, the calling thread sending. */
-static int run_point(struct wakecal_shared *sh, int offset_ns, int busy, struct wakecal_point *pt)
+static void set_offset(int offset_ns, uint64_t *spin_ns, uint64_t *delay_ns)
+{
+    *spin_ns = offset_ns < 0 ? (uint64_t)-offset_ns : 0;
+    *delay_ns = offset_ns > 0 ? (uint64_t)offset_ns : 0;
+}
+
+/* sh->iterations iterations as sh is set: a receiver thread, the calling thread sending; the latencies
+ * in sh->lat in iteration order, *ipis the receiver CPU's interrupts over them (-1 unknown). */
+static int run_iterations(struct wakecal_shared *sh, int offset_ns, long *ipis)
 {
     pthread_t th;
     int rc = UTIL_OK, started = 0;
     long ipis0, ipis1;
-    uint32_t n = sh->iterations, keep;
-    double sum = 0;
+    uint32_t n = sh->iterations;
 
-    sh->busy = busy;
-    sh->spin_ns = offset_ns < 0 ? (uint64_t)-offset_ns : 0;
-    sh->delay_ns = offset_ns > 0 ? (uint64_t)offset_ns : 0;
     atomic_store(&sh->mark, 0);
     atomic_store(&sh->sent, 0);
     ipis0 = ipi_count(sh->cpu);
@@ -173,8 +178,9 @@ static int run_point(struct wakecal_shared *sh, int offset_ns, int busy, struct 
         }
         if (past(sh))
             break;
+        uint64_t delay = sh->paired && (i & 1) ? sh->alt_delay_ns : sh->delay_ns;
         atomic_store(&sh->mark, 0);
-        while (util_now_ns() < mark + sh->delay_ns) {
+        while (util_now_ns() < mark + delay) {
         }
         atomic_store(&sh->sent, util_now_ns());
         if (sendto(sh->tx_fd, "w", 1, 0, (const struct sockaddr *)&sh->to, sizeof sh->to) != 1) {
@@ -187,11 +193,28 @@ out:
     if (started)
         pthread_join(th, NULL);
     ipis1 = ipi_count(sh->cpu);
+    *ipis = ipis0 >= 0 && ipis1 >= 0 ? ipis1 - ipis0 : -1;
     if (rc)
         return rc;
     if (atomic_load(&sh->failed))
         return util_fail(UTIL_ETIMEDOUT, "offset %d ns: %s", offset_ns,
                          sh->error[0] ? sh->error : "the run's time bound was reached");
+    return UTIL_OK;
+}
+
+/* One point: every iteration at offset_ns (busy: a reader that never sleeps). */
+static int run_point(struct wakecal_shared *sh, int offset_ns, int busy, struct wakecal_point *pt)
+{
+    int rc;
+    long ipis;
+    uint32_t n = sh->iterations, keep;
+    double sum = 0;
+
+    sh->busy = busy;
+    sh->paired = 0;
+    set_offset(offset_ns, &sh->spin_ns, &sh->delay_ns);
+    if ((rc = run_iterations(sh, offset_ns, &ipis)))
+        return rc;
     util_sort_u64(sh->lat, n);
     keep = n - n / 100;
     for (uint32_t i = 0; i < keep; i++)
@@ -204,8 +227,76 @@ out:
     pt->p50_ns = sh->lat[(n - 1) / 2];
     pt->p90_ns = sh->lat[n * 9 / 10];
     pt->sleeps = (double)sh->sleeps / n;
-    pt->ipis = ipis0 >= 0 && ipis1 >= 0 ? (double)(ipis1 - ipis0) / n : -1;
+    pt->ipis = ipis >= 0 ? (double)ipis / n : -1;
     return UTIL_OK;
+}
+
+/* The median of the after iterations (even, from 2) whose race iteration before was (raced) or was not
+ * slower than threshold, sorted into buf; their number in *count. */
+static uint64_t after_p50(const uint64_t *lat, uint32_t n, uint64_t threshold, int raced, uint64_t *buf,
+                          uint32_t *count)
+{
+    uint32_t m = 0;
+    for (uint32_t i = 2; i < n; i += 2)
+        if ((lat[i - 1] >= threshold) == raced)
+            buf[m++] = lat[i];
+    *count = m;
+    if (!m)
+        return 0;
+    util_sort_u64(buf, m);
+    return buf[(m - 1) / 2];
+}
+
+/* The wake-up after an interrupt-borne one (wakecal.h): the swept point whose wake-ups took the most
+ * interrupts (at least half of them) as the race, the latest that slept without any as the after
+ * offset. Not run (after->ran 0) where the sweep has no such points. */
+static int run_after(struct wakecal_shared *sh, const struct wakecal_result *r, struct wakecal_after *after)
+{
+    const struct wakecal_point *race = NULL, *calm = NULL;
+    uint64_t *buf = NULL;
+    uint32_t n = sh->iterations;
+    long ipis;
+    int rc = UTIL_OK;
+
+    memset(after, 0, sizeof *after);
+    for (size_t i = 0; i < r->npoints; i++) {
+        const struct wakecal_point *p = &r->points[i];
+        if (p->busy || p->sleeps < 0.95 || p->ipis < 0)
+            continue;
+        if (p->ipis >= 0.5 && (!race || p->ipis > race->ipis))
+            race = p;
+        if (p->ipis < 0.1)
+            calm = p;
+    }
+    if (!race || !calm)
+        goto out;
+    buf = calloc(n, sizeof *buf);
+    if (!buf) {
+        rc = util_fail(UTIL_ENOMEM, "calloc(%u latencies)", n);
+        goto out;
+    }
+    sh->busy = 0;
+    sh->paired = 1;
+    set_offset(calm->offset_ns, &sh->spin_ns, &sh->delay_ns);
+    set_offset(race->offset_ns, &sh->alt_spin_ns, &sh->alt_delay_ns);
+    if ((rc = run_iterations(sh, race->offset_ns, &ipis)))
+        goto out;
+    after->ran = 1;
+    after->race_offset_ns = race->offset_ns;
+    after->offset_ns = calm->offset_ns;
+    after->pairs = n / 2;
+    after->plain_p50_ns = calm->p50_ns;
+    /* Half way between a wake-up that found the CPU polling and one by interrupt at the race offset. */
+    after->threshold_ns = (calm->p50_ns + race->p90_ns) / 2;
+    for (uint32_t i = 1; i < n; i += 2)
+        after->raced += sh->lat[i] >= after->threshold_ns;
+    after->race_ipis = ipis >= 0 ? (double)ipis / (n / 2) : -1;
+    after->after_raced_p50_ns = after_p50(sh->lat, n, after->threshold_ns, 1, buf, &after->after_raced);
+    after->after_calm_p50_ns = after_p50(sh->lat, n, after->threshold_ns, 0, buf, &after->after_calm);
+out:
+    sh->paired = 0;
+    free(buf);
+    return rc;
 }
 
 int wakecal_run(const struct wakecal_config *cfg, struct wakecal_result *out)
@@ -256,6 +347,9 @@ int wakecal_run(const struct wakecal_config *cfg, struct wakecal_result *out)
             goto out;
         out->npoints++;
     }
+    /* The sweep stands without it: a failed after run is reported beside the points, not instead of them. */
+    if (run_after(sh, out, &out->after))
+        snprintf(out->after_error, sizeof out->after_error, "%s", util_error());
 out:
     if (sh) {
         if (sh->epfd >= 0)
@@ -284,7 +378,20 @@ void wakecal_print(const struct wakecal_config *cfg, const struct wakecal_result
                     (unsigned long long)p->p10_ns, (unsigned long long)p->p50_ns, (unsigned long long)p->p90_ns,
                     p->sleeps, p->ipis);
         }
-        fprintf(f, "\n]}\n");
+        fprintf(f, "\n], \"after_interrupt\": ");
+        if (!r->after.ran) {
+            fprintf(f, "null, \"after_interrupt_error\": ");
+            util_json_string(f, r->after_error);
+            fprintf(f, "}\n");
+            return;
+        }
+        fprintf(f, "{\"race_offset_ns\": %d, \"offset_ns\": %d, \"pairs\": %u, \"threshold_ns\": %llu, "
+                   "\"raced\": %u, \"race_ipis\": %.3f, \"after_raced\": %u, \"after_raced_p50_ns\": %llu, "
+                   "\"after_calm\": %u, \"after_calm_p50_ns\": %llu, \"plain_p50_ns\": %llu}}\n",
+                r->after.race_offset_ns, r->after.offset_ns, r->after.pairs, (unsigned long long)r->after.threshold_ns,
+                r->after.raced, r->after.race_ipis, r->after.after_raced,
+                (unsigned long long)r->after.after_raced_p50_ns, r->after.after_calm,
+                (unsigned long long)r->after.after_calm_p50_ns, (unsigned long long)r->after.plain_p50_ns);
         return;
     }
     fprintf(f, "rpc-wakecal: sender on CPU %d, receiver on CPU %d, %u iterations a point; time from the send "
@@ -301,4 +408,15 @@ void wakecal_print(const struct wakecal_config *cfg, const struct wakecal_result
         fprintf(f, "%-12s %10.2f %10.2f %10.2f %10.2f %8.2f %8.2f\n", off, p->mean_ns / 1e3, (double)p->p10_ns / 1e3,
                 (double)p->p50_ns / 1e3, (double)p->p90_ns / 1e3, p->sleeps, p->ipis);
     }
+    if (!r->after.ran) {
+        fprintf(f, "after an interrupt: %s\n", r->after_error[0] ? r->after_error :
+                "not measured (no offset raced the sleeper, or none slept without one)");
+        return;
+    }
+    fprintf(f, "after an interrupt: %u pairs of offsets %d then %d ns; %u race iterations took >= %.2f us "
+               "(%.2f interrupts a pair)\n", r->after.pairs, r->after.race_offset_ns, r->after.offset_ns,
+            r->after.raced, (double)r->after.threshold_ns / 1e3, r->after.race_ipis);
+    fprintf(f, "  p50 at %d ns: %.2f us behind those (%u), %.2f us behind the others (%u), %.2f us in the sweep\n",
+            r->after.offset_ns, (double)r->after.after_raced_p50_ns / 1e3, r->after.after_raced,
+            (double)r->after.after_calm_p50_ns / 1e3, r->after.after_calm, (double)r->after.plain_p50_ns / 1e3);
 }

@@ -12,7 +12,15 @@
  * epoll_wait; the sender, seeing the mark, spins `offset` ns (offset > 0) and sends one byte. The
  * time from the send to the receiver's return, and the receiver's sleeps (voluntary context switches)
  * and the interrupts its CPU got (/proc/interrupts RES + CAL), are kept per offset. A busy receiver
- * (epoll_wait with a zero timeout in a loop) gives the same time for a reader that never sleeps. */
+ * (epoll_wait with a zero timeout in a loop) gives the same time for a reader that never sleeps.
+ *
+ * Then the wake-up after an interrupt (session 28): iterations alternate between the offset whose
+ * wake-ups raced the sleeper most often and the latest offset whose reader slept without interrupt.
+ * On this VM the wake-up that follows an interrupt-borne one costs ~0.9 us more than another, and only
+ * that one: in the RPC, the call after a call whose reply came by interrupt is ~2 us slower (TCP 4016's
+ * second mode, 95 % of the time right after the third). The after iterations are told apart by
+ * whether the race iteration before them was slow (took the interrupt) or not, so the run holds its
+ * own control. */
 #ifndef RPCS_WAKECAL_H
 #define RPCS_WAKECAL_H
 
@@ -39,9 +47,24 @@ struct wakecal_point {
     double ipis;               /* RES + CAL interrupts on the receiver's CPU per iteration; < 0 unknown */
 };
 
+/* The wake-up after an interrupt-borne one (see above). */
+struct wakecal_after {
+    int ran;                   /* 0: no offset raced the sleeper, or none slept without interrupt */
+    int race_offset_ns, offset_ns;
+    uint32_t pairs;            /* race iterations, each followed by one at offset_ns */
+    uint64_t threshold_ns;     /* a race iteration this slow or slower took the interrupt */
+    uint32_t raced;            /* race iterations that did */
+    double race_ipis;          /* RES + CAL on the receiver's CPU per pair; < 0 unknown */
+    uint32_t after_raced, after_calm;        /* after iterations behind a raced / a calm race iteration */
+    uint64_t after_raced_p50_ns, after_calm_p50_ns;   /* 0 where there were none */
+    uint64_t plain_p50_ns;     /* the sweep's point at offset_ns: every wake-up there after another */
+};
+
 struct wakecal_result {
     size_t npoints;
     struct wakecal_point points[WAKECAL_MAX_POINTS];
+    struct wakecal_after after;
+    char after_error[200];     /* why the after run failed ("" if it did not): the sweep is kept */
 };
 
 void wakecal_config_defaults(struct wakecal_config *cfg);

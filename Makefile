@@ -148,13 +148,14 @@ test-fuzz: $(FUZZ_DIR)/fuzz_pdu $(FUZZ_DIR)/fuzz_ctfread $(FUZZ_DIR)/ctfread_see
 
 test-py: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all
-	$(PY) -m pytest -q tests/python
+	$(PY) -m pytest -q -rs tests/python
 
 # ansible-lint, production profile, over ansible/ (playbooks, roles, example inventory).
 .PHONY: lint-ansible
 lint-ansible: $(VENV_STAMP)
 	cd ansible && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ../$(VENV)/bin/ansible-lint -q
 
+# pytest -rs: every skipped test says why (a seed table not found, the VM's timing).
 test: $(VENV_STAMP)
 	$(MAKE) all
 	$(MAKE) TRACE=0 all
@@ -163,7 +164,7 @@ test: $(VENV_STAMP)
 	$(MAKE) test-fuzz
 	$(MAKE) test-stubs
 	$(MAKE) lint-ansible
-	$(PY) -m pytest -q -p no:cacheprovider tests/python
+	$(PY) -m pytest -q -rs -p no:cacheprovider tests/python
 
 # The main job (rpcscope/pipeline.py): testbed up, deploy, capture the DCE sizes plus held-out
 # ones over UDP and TCP, analyze, round-trip path, model, report, testbed down. RUN_ARGS adds options.

@@ -247,40 +247,23 @@ static uint64_t after_p50(const uint64_t *lat, uint32_t n, uint64_t threshold, i
     return buf[(m - 1) / 2];
 }
 
-/* The wake-up after an interrupt-borne one (wakecal.h): the swept point whose wake-ups took the most
- * interrupts (at least half of them) as the race, the latest that slept without any as the after
- * offset. Not run (after->ran 0) where the sweep has no such points. */
-static int run_after(struct wakecal_shared *sh, const struct wakecal_result *r, struct wakecal_after *after)
+/* One after run: the pairs of race and calm (sh->iterations iterations), tallied into *after. */
+static int run_pairs(struct wakecal_shared *sh, const struct wakecal_point *race, const struct wakecal_point *calm,
+                     uint64_t *buf, struct wakecal_after *after)
 {
-    const struct wakecal_point *race = NULL, *calm = NULL;
-    uint64_t *buf = NULL;
     uint32_t n = sh->iterations;
     long ipis;
-    int rc = UTIL_OK;
+    int rc;
 
     memset(after, 0, sizeof *after);
-    for (size_t i = 0; i < r->npoints; i++) {
-        const struct wakecal_point *p = &r->points[i];
-        if (p->busy || p->sleeps < 0.95 || p->ipis < 0)
-            continue;
-        if (p->ipis >= 0.5 && (!race || p->ipis > race->ipis))
-            race = p;
-        if (p->ipis < 0.1)
-            calm = p;
-    }
-    if (!race || !calm)
-        goto out;
-    buf = calloc(n, sizeof *buf);
-    if (!buf) {
-        rc = util_fail(UTIL_ENOMEM, "calloc(%u latencies)", n);
-        goto out;
-    }
     sh->busy = 0;
     sh->paired = 1;
     set_offset(calm->offset_ns, &sh->spin_ns, &sh->delay_ns);
     set_offset(race->offset_ns, &sh->alt_spin_ns, &sh->alt_delay_ns);
-    if ((rc = run_iterations(sh, race->offset_ns, &ipis)))
-        goto out;
+    rc = run_iterations(sh, race->offset_ns, &ipis);
+    sh->paired = 0;
+    if (rc)
+        return rc;
     after->ran = 1;
     after->race_offset_ns = race->offset_ns;
     after->offset_ns = calm->offset_ns;
@@ -293,8 +276,59 @@ static int run_after(struct wakecal_shared *sh, const struct wakecal_result *r, 
     after->race_ipis = ipis >= 0 ? (double)ipis / (n / 2) : -1;
     after->after_raced_p50_ns = after_p50(sh->lat, n, after->threshold_ns, 1, buf, &after->after_raced);
     after->after_calm_p50_ns = after_p50(sh->lat, n, after->threshold_ns, 0, buf, &after->after_calm);
+    return UTIL_OK;
+}
+
+/* The wake-up after an interrupt-borne one (wakecal.h): the latest swept point that slept without
+ * interrupts as the calm offset; as the race, the swept points whose wake-ups took interrupts at least
+ * half the time, the most first, until one races at least half its pairs (AFTER_TRIES at most: behind a
+ * calm iteration a race offset can miss the window it hit in the sweep, where every iteration raced;
+ * runs/run-20261127-084613's server CPU raced 28 of 500). The run with the most after iterations behind
+ * a raced one is kept. Not run (after->ran 0) where the sweep has no such points. */
+#define AFTER_TRIES 4
+static int run_after(struct wakecal_shared *sh, const struct wakecal_result *r, struct wakecal_after *after)
+{
+    const struct wakecal_point *calm = NULL, *tried[AFTER_TRIES] = { NULL };
+    struct wakecal_after got;
+    uint64_t *buf = NULL;
+    int rc = UTIL_OK;
+
+    memset(after, 0, sizeof *after);
+    for (size_t i = 0; i < r->npoints; i++) {
+        const struct wakecal_point *p = &r->points[i];
+        if (!p->busy && p->sleeps >= 0.95 && p->ipis >= 0 && p->ipis < 0.1)
+            calm = p;
+    }
+    if (!calm)
+        goto out;
+    buf = calloc(sh->iterations, sizeof *buf);
+    if (!buf) {
+        rc = util_fail(UTIL_ENOMEM, "calloc(%u latencies)", sh->iterations);
+        goto out;
+    }
+    for (int t = 0; t < AFTER_TRIES; t++) {
+        const struct wakecal_point *race = NULL;
+        for (size_t i = 0; i < r->npoints; i++) {
+            const struct wakecal_point *p = &r->points[i];
+            int used = 0;
+            for (int u = 0; u < t; u++)
+                used |= tried[u] == p;
+            if (!used && !p->busy && p->sleeps >= 0.95 && p->ipis >= 0.5 && (!race || p->ipis > race->ipis))
+                race = p;
+        }
+        if (!race)
+            break;
+        tried[t] = race;
+        if ((rc = run_pairs(sh, race, calm, buf, &got)))
+            goto out;
+        if (got.after_raced > after->after_raced || !after->ran)
+            *after = got;
+        if (got.raced >= got.pairs / 2)
+            break;
+    }
+    for (int u = 0; u < AFTER_TRIES && tried[u]; u++)
+        after->tries = u + 1;
 out:
-    sh->paired = 0;
     free(buf);
     return rc;
 }
@@ -385,10 +419,11 @@ void wakecal_print(const struct wakecal_config *cfg, const struct wakecal_result
             fprintf(f, "}\n");
             return;
         }
-        fprintf(f, "{\"race_offset_ns\": %d, \"offset_ns\": %d, \"pairs\": %u, \"threshold_ns\": %llu, "
+        fprintf(f, "{\"race_offset_ns\": %d, \"offset_ns\": %d, \"tries\": %d, \"pairs\": %u, \"threshold_ns\": %llu, "
                    "\"raced\": %u, \"race_ipis\": %.3f, \"after_raced\": %u, \"after_raced_p50_ns\": %llu, "
                    "\"after_calm\": %u, \"after_calm_p50_ns\": %llu, \"plain_p50_ns\": %llu}}\n",
-                r->after.race_offset_ns, r->after.offset_ns, r->after.pairs, (unsigned long long)r->after.threshold_ns,
+                r->after.race_offset_ns, r->after.offset_ns, r->after.tries, r->after.pairs,
+                (unsigned long long)r->after.threshold_ns,
                 r->after.raced, r->after.race_ipis, r->after.after_raced,
                 (unsigned long long)r->after.after_raced_p50_ns, r->after.after_calm,
                 (unsigned long long)r->after.after_calm_p50_ns, (unsigned long long)r->after.plain_p50_ns);
@@ -413,9 +448,9 @@ void wakecal_print(const struct wakecal_config *cfg, const struct wakecal_result
                 "not measured (no offset raced the sleeper, or none slept without one)");
         return;
     }
-    fprintf(f, "after an interrupt: %u pairs of offsets %d then %d ns; %u race iterations took >= %.2f us "
-               "(%.2f interrupts a pair)\n", r->after.pairs, r->after.race_offset_ns, r->after.offset_ns,
-            r->after.raced, (double)r->after.threshold_ns / 1e3, r->after.race_ipis);
+    fprintf(f, "after an interrupt: %u pairs of offsets %d then %d ns (%d race offset(s) tried); %u race "
+               "iterations took >= %.2f us (%.2f interrupts a pair)\n", r->after.pairs, r->after.race_offset_ns,
+            r->after.offset_ns, r->after.tries, r->after.raced, (double)r->after.threshold_ns / 1e3, r->after.race_ipis);
     fprintf(f, "  p50 at %d ns: %.2f us behind those (%u), %.2f us behind the others (%u), %.2f us in the sweep\n",
             r->after.offset_ns, (double)r->after.after_raced_p50_ns / 1e3, r->after.after_raced,
             (double)r->after.after_calm_p50_ns / 1e3, r->after.after_calm, (double)r->after.plain_p50_ns / 1e3);

@@ -52,6 +52,7 @@ struct wakecal_after {
     int ran;                   /* 0: no offset raced the sleeper, or none slept without interrupt */
     int race_offset_ns, offset_ns;
     uint32_t pairs;            /* race iterations, each followed by one at offset_ns */
+    int tries;                 /* race offsets tried (run_after), the kept one's among them */
     uint64_t threshold_ns;     /* a race iteration this slow or slower took the interrupt */
     uint32_t raced;            /* race iterations that did */
     double race_ipis;          /* RES + CAL on the receiver's CPU per pair; < 0 unknown */

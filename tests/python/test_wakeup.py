@@ -82,7 +82,11 @@ def test_rpc_wakecal_after_an_interrupt_for_real(rpc_bin):
     if not raced or not calm:
         assert after is None, after
         pytest.skip("no offset raced the sleeper on this run (the VM's timing)")
-    assert after["race_offset_ns"] == max(raced, key=lambda p: p["ipis"])["offset_ns"]
+    # the most raced offset first; others, the most raced next, while one races under half its pairs
+    by_ipis = [p["offset_ns"] for p in sorted(raced, key=lambda p: -p["ipis"])]
+    assert 1 <= after["tries"] <= min(4, len(raced)) and after["race_offset_ns"] in by_ipis[:after["tries"]]
+    if after["tries"] == 1:
+        assert after["race_offset_ns"] == by_ipis[0]
     assert after["offset_ns"] == calm[-1]["offset_ns"] and after["plain_p50_ns"] == calm[-1]["p50_ns"]
     assert after["pairs"] == 200 and 0 <= after["raced"] <= 200
     # iterations 2, 4, ... 398 are after ones: 199, each behind iteration 1, 3, ... 397

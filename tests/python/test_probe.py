@@ -507,6 +507,23 @@ def test_a_split_that_one_point_moves_is_not_kept(monkeypatch):
     assert out["transports"]["tcp"]["form"] == "apart" and max(per_event) / min(per_event) > 3, per_event
 
 
+def test_a_split_that_one_point_moves_is_kept_where_the_event_ratios_differ(monkeypatch):
+    """Real UDP points (tests/python/fixtures/probe-points-udp-6-spread.json, runs/run-20261127-084613):
+    user-to-kernel event ratios from 0.64 to 2.2 per path, so the split is determined; leaving one point
+    out moves a cost by 28 %, a noisy point, and one cost for every event predicts a left-out point far
+    worse (17.9 % rms against 6.6 %). The split is kept; with the move limit applied regardless of the
+    ratios, as before session 28, one cost for every event was used."""
+    import json
+    import pathlib
+    pts = json.loads((pathlib.Path(__file__).parent / "fixtures" / "probe-points-udp-6-spread.json").read_text())["points"]
+    cu, ck, method, form = probe.solve(pts)
+    assert form == "apart" and cu < ck, method
+    assert "6 points" in method and "moves" not in method, method
+    monkeypatch.setattr(probe, "SPLIT_RATIO_SPREAD", float("inf"))   # every geometry "one ratio"
+    cu, ck, method, form = probe.solve(pts)
+    assert form == "pooled" and "apart: a cost moves by 28 %" in method, method
+
+
 def _three(events, d):
     return {f"udp-{i}": {"transport": "udp", "size": i, "d_total_ns": di, "noise_ns": {"d_total": 0.02 * di},
                          "path_events_per_call": {"ust": u, "kernel_net": 0.0, "kernel_other": k}}

@@ -566,7 +566,7 @@ def fit(costs, holdout=(), steps=None, predict=()):
 OTHER_PATH_RULE = "counted_in_untraced_runs"
 # The wake-up right after an interrupt-borne one costs ~0.9 us more on this VM (session 28; rpc-wakecal's
 # after_interrupt, wakeup.after_interrupt_us), and in the RPC the call after an interrupted call pays it
-# on its next wake-up on each CPU: TCP 4016's second mode in the faster level (+1.8-2.0 us, 95 % of
+# on its next wake-up on each CPU: TCP 4016's second mode in the faster level (+1.8-2.4 us, 93-97 % of
 # its calls right after one of the third mode's), its request's wake-up of the server and its reply's of
 # the client ~0.9 us longer each. So each interrupt, of either role, adds one such wake-up per role:
 # rows counted by AFTER_INTERRUPT_KEY (client_ipis + server_ipis), one per role at its CPU's cost.

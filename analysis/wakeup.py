@@ -13,8 +13,8 @@ the busy reader's time: what a wait that blocks adds over one that finds its dat
 
 after_ipi_us (session 28) is what the wake-up right after an interrupt-borne one costs beyond another:
 rpc-wakecal's "after_interrupt" run alternates a race offset with a calm one, and the calm iterations
-behind a race iteration that took the interrupt are set against those behind one that did not (the run's
-own control; the sweep's point at that offset where the run has too few of them). On this VM 0.8-0.95 us,
+behind a race iteration that took the interrupt are set against the sweep's point at that offset, where
+every wake-up came behind another calm one (after_interrupt_us). On this VM 0.7-1.0 us,
 and only the next wake-up pays it (the one after that is back to the sweep's). In the RPC it shows as the
 call after an interrupted call: TCP 4016's second mode in the faster level, +1.8-2.0 us over the first,
 its client's send (which carries the server's wake-up) and its wait for the reply ~0.9 us longer each.
@@ -40,17 +40,29 @@ MIN_AFTER = 50
 
 
 def after_interrupt_us(after):
-    """(us, what it was set against) the wake-up after an interrupt-borne one costs beyond another, from
-    rpc-wakecal's "after_interrupt" object; (None, why) where it did not run or has too few iterations."""
+    """(us, how it was measured) the wake-up after an interrupt-borne one costs beyond another, from
+    rpc-wakecal's "after_interrupt" object: the p50 of the calm wake-ups behind a raced one less the
+    sweep's point at that offset (every wake-up there behind another calm one). (None, why) where it did
+    not run, has too few iterations, or came out at no cost.
+
+    Why the sweep's point and not the pairs behind a race iteration that did not race (the run's own
+    control, kept in the text): a race iteration that does not race is not a calm one. In
+    runs/run-20261127-092142 the server CPU's race offset raced 371 of 500 pairs; the 128 calm wake-ups
+    behind the others had a p50 of 8.45 us against 4.67 in the sweep (some of those race iterations had
+    slept and been woken late, some had not slept), which put the cost at -2.95 us, and TCP 4016's rows,
+    ranked by it, at none: +11.6 %."""
     if not after:
         return None, "not measured (an older capture, or no offset of the sweep raced the sleeper)"
     try:
         raced, calm = int(after["after_raced"]), int(after["after_calm"])
         if raced < MIN_AFTER:
             return None, f"{raced} wake-ups behind an interrupt: fewer than {MIN_AFTER}"
-        if calm >= MIN_AFTER:
-            return (after["after_raced_p50_ns"] - after["after_calm_p50_ns"]) / 1000.0, "the run's own control"
-        return (after["after_raced_p50_ns"] - after["plain_p50_ns"]) / 1000.0, "the sweep's point"
+        cost = (after["after_raced_p50_ns"] - after["plain_p50_ns"]) / 1000.0
+        control = (f"; behind a race iteration that took none: {(after['after_calm_p50_ns'] - after['plain_p50_ns']) / 1000.0:+.2f} us"
+                   if calm >= MIN_AFTER else "")
+        if cost <= 0:
+            return None, f"came out at {cost:+.2f} us, no cost a wake-up pays{control}"
+        return cost, f"against the sweep's point at {after['offset_ns']} ns{control}"
     except (KeyError, TypeError, ValueError) as e:
         return None, f"malformed after_interrupt ({e})"
 
@@ -59,7 +71,8 @@ def wake_costs(points, after=None):
     """The unit costs from one rpc-wakecal run's points ({"offset_ns", "busy", "mean_ns", "sleeps", "ipis"})
     and its "after_interrupt" object, or None where the run has no busy row or no point that slept.
     ipi_us is None where no point's wake-ups raced the sleeper (see MIN_IPI_SPREAD) or the interrupts
-    could not be counted; after_ipi_us is None where after_interrupt_us says so (after_ipi_why)."""
+    could not be counted; after_ipi_us is None where after_interrupt_us says so (after_ipi_source says what
+    it was set against, or why there is none)."""
     busy = [p for p in points if p.get("busy")]
     slept = [p for p in points if not p.get("busy") and p.get("sleeps", 0) >= FULL_SLEEP]
     if not busy or not slept:

@@ -139,7 +139,8 @@ class RunData:
                 f"reader on the {role}'s CPU: a sleep {c['sleep_us']:.2f} us over a spinning reader, an interrupt-borne "
                 f"wake-up " + (f"{c['ipi_us']:.2f} us more" if c.get("ipi_us") is not None else "not seen")
                 + (f", the wake-up right after one {c['after_ipi_us']:+.2f} us ({c.get('after_ipi_source')})"
-                   if c.get("after_ipi_us") is not None else "")
+                   if c.get("after_ipi_us") is not None else
+                   f", the wake-up right after one {c['after_ipi_source']}" if c.get("after_ipi_source") else "")
                 for role, c in wake.items()) or "; ".join(f"{r}: {v.get('error') or v.get('skipped') or v}"
                                                           for r, v in cal.items()),
                 "manifest.json wake_calibration (rpc-wakecal; analysis/wakeup.py wake_costs)")

@@ -281,11 +281,14 @@ static int run_pairs(struct wakecal_shared *sh, const struct wakecal_point *race
 
 /* The wake-up after an interrupt-borne one (wakecal.h): the latest swept point that slept without
  * interrupts as the calm offset; as the race, the swept points whose wake-ups took interrupts at least
- * half the time, the most first, until one races at least half its pairs (AFTER_TRIES at most: behind a
- * calm iteration a race offset can miss the window it hit in the sweep, where every iteration raced;
- * runs/run-20261127-084613's server CPU raced 28 of 500). The run with the most after iterations behind
- * a raced one is kept. Not run (after->ran 0) where the sweep has no such points. */
+ * AFTER_RACED of the time (runs/run-20261127-091735's server CPU: 0.50 at most), the most first, until
+ * one races at least half its pairs, AFTER_TRIES at most (behind a calm iteration a race offset can miss
+ * the window it hit in the sweep: runs/run-20261127-084613's server CPU raced 28 of 500). The run with
+ * the most after iterations behind a raced one is kept; each of them is told by its race iteration's own
+ * time, so a race offset that raced some of its pairs serves. Not run (after->ran 0) where the sweep has
+ * no such points. */
 #define AFTER_TRIES 4
+#define AFTER_RACED 0.3
 static int run_after(struct wakecal_shared *sh, const struct wakecal_result *r, struct wakecal_after *after)
 {
     const struct wakecal_point *calm = NULL, *tried[AFTER_TRIES] = { NULL };
@@ -313,14 +316,18 @@ static int run_after(struct wakecal_shared *sh, const struct wakecal_result *r, 
             int used = 0;
             for (int u = 0; u < t; u++)
                 used |= tried[u] == p;
-            if (!used && !p->busy && p->sleeps >= 0.95 && p->ipis >= 0.5 && (!race || p->ipis > race->ipis))
+            if (!used && !p->busy && p->sleeps >= 0.95 && p->ipis >= AFTER_RACED &&
+                (!race || p->ipis > race->ipis))
                 race = p;
         }
         if (!race)
             break;
         tried[t] = race;
-        if ((rc = run_pairs(sh, race, calm, buf, &got)))
-            goto out;
+        if ((rc = run_pairs(sh, race, calm, buf, &got))) {
+            if (after->ran)         /* a later try failed: the earlier one's run stands */
+                rc = UTIL_OK;
+            break;
+        }
         if (got.after_raced > after->after_raced || !after->ran)
             *after = got;
         if (got.raced >= got.pairs / 2)

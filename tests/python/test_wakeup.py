@@ -77,7 +77,7 @@ def test_rpc_wakecal_after_an_interrupt_for_real(rpc_bin):
     assert cp.returncode == 0, cp.stderr
     d = json.loads(cp.stdout)
     after = d["after_interrupt"]
-    raced = [p for p in d["points"] if not p["busy"] and p["sleeps"] >= 0.95 and p["ipis"] >= 0.5]
+    raced = [p for p in d["points"] if not p["busy"] and p["sleeps"] >= 0.95 and p["ipis"] >= 0.3]
     calm = [p for p in d["points"] if not p["busy"] and p["sleeps"] >= 0.95 and 0 <= p["ipis"] < 0.1]
     if not raced or not calm:
         assert after is None, after
@@ -98,20 +98,26 @@ def test_rpc_wakecal_after_an_interrupt_for_real(rpc_bin):
     assert (cost is None) == (after["after_raced"] < 50)
 
 
-def test_after_interrupt_cost_from_the_runs_own_control():
-    after = {"after_raced": 700, "after_raced_p50_ns": 5710, "after_calm": 260, "after_calm_p50_ns": 4880,
-             "plain_p50_ns": 4860}
-    assert after_interrupt_us(after) == (pytest.approx(0.83), "the run's own control")
-    # too few behind calm race iterations: the sweep's point at that offset
-    assert after_interrupt_us(dict(after, after_calm=10)) == (pytest.approx(0.85), "the sweep's point")
+def test_after_interrupt_cost_against_the_sweeps_point():
+    after = {"offset_ns": 1000, "after_raced": 700, "after_raced_p50_ns": 5710, "after_calm": 260,
+             "after_calm_p50_ns": 4880, "plain_p50_ns": 4860}
+    cost, why = after_interrupt_us(after)
+    assert cost == pytest.approx(0.85) and "sweep's point at 1000 ns" in why and "took none: +0.02 us" in why
+    # the server CPU of runs/run-20261127-092142: the pairs behind race iterations that did not race are no
+    # calm control (8.45 us against the sweep's 4.67); the cost is set against the sweep's point
+    real = {"offset_ns": 1000, "after_raced": 371, "after_raced_p50_ns": 5498, "after_calm": 128,
+            "after_calm_p50_ns": 8452, "plain_p50_ns": 4666}
+    assert after_interrupt_us(real)[0] == pytest.approx(0.832)
     cost, why = after_interrupt_us(dict(after, after_raced=20))
     assert cost is None and "fewer than" in why
+    cost, why = after_interrupt_us(dict(after, after_raced_p50_ns=4800))
+    assert cost is None and "no cost" in why
     assert after_interrupt_us(None)[0] is None and after_interrupt_us({"after_raced": 70})[0] is None
     pts = [_pt(0, 3.0, 0, 0, busy=True), _pt(0, 6.0, 1.0, 0.0)]
-    assert wake_costs(pts, after)["after_ipi_us"] == pytest.approx(0.83)
+    assert wake_costs(pts, after)["after_ipi_us"] == pytest.approx(0.85)
     assert wake_costs(pts)["after_ipi_us"] is None
     got = run_wake_costs({"wake_calibration": {"client": {"points": pts, "after_interrupt": after}}})
-    assert got["client"]["after_ipi_us"] == pytest.approx(0.83)
+    assert got["client"]["after_ipi_us"] == pytest.approx(0.85)
     # a failed after run keeps the sweep's costs and says why it has none
     got = run_wake_costs({"wake_calibration": {"client": {"points": pts, "after_interrupt": None,
                                                           "after_interrupt_error": "offset -1750 ns: timed out"}}})

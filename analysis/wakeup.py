@@ -34,8 +34,8 @@ FULL_SLEEP = 0.95        # the reader slept at (almost) every iteration of the p
 # calibration whose wake-ups never raced the sleeper's going (its race window missed by every offset)
 # has no interrupt cost.
 MIN_IPI_SPREAD = 0.3
-# The after-interrupt cost needs this many calm iterations behind raced ones (and, for the run's own
-# control, behind calm ones).
+# The after-interrupt cost needs this many calm iterations behind raced ones (and the text shows those
+# behind race iterations that did not race where there are this many).
 MIN_AFTER = 50
 
 

@@ -18,9 +18,9 @@
  * wake-ups raced the sleeper most often and the latest offset whose reader slept without interrupt.
  * On this VM the wake-up that follows an interrupt-borne one costs ~0.9 us more than another, and only
  * that one: in the RPC, the call after a call whose reply came by interrupt is ~2 us slower (TCP 4016's
- * second mode, 95 % of the time right after the third). The after iterations are told apart by
- * whether the race iteration before them was slow (took the interrupt) or not, so the run holds its
- * own control. */
+ * second mode, 93-97 % of the time right after the third). The after iterations are told apart by
+ * whether the race iteration before them was slow (took the interrupt) or not; those behind a raced one
+ * are set against the sweep's point at their offset (analysis/wakeup.py after_interrupt_us). */
 #ifndef RPCS_WAKECAL_H
 #define RPCS_WAKECAL_H
 

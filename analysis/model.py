@@ -644,23 +644,23 @@ IPI_KEYS = ("client_ipis", "server_ipis")
 FOLLOWS = {AFTER_INTERRUPT_KEY: IPI_KEYS}
 
 
-def _size_counts(c, costed):
-    """({key: mean per call}, {key: the median call's count}) of one size's other_path_counts c, over the
-    costed rows' keys ({key: cost of one, summed over the roles that pay it}): the untraced runs' extra
-    sleeps and interrupts per call (a difference within the same-path bounds counts 0, run.py
+def _size_means(c):
+    """{key: mean per call} of one size's other_path_counts c, for every row's key: the untraced runs'
+    extra sleeps and interrupts per call (a difference within the same-path bounds counts 0, run.py
     IPI_SAME_PATH), and the wake-ups after those interrupts. Only the untraced runs' extra interrupts
     are followed by one: where the traced run took more (its tracer threads'), its step costs already hold
     whatever the wake-ups after them cost."""
     c = c or {}
-    means = {key: float(c.get(key) or 0.0) for key in ("client_sleeps", "server_sleeps") + IPI_KEYS}
+    means = {key: float(c.get(key) or 0.0) for _d, key, _u, _l in OTHER_PATH_TERMS if key != AFTER_INTERRUPT_KEY}
     means[AFTER_INTERRUPT_KEY] = sum(max(0.0, means[k]) for k in IPI_KEYS)
-    return means, median_call_counts({k: (means[k], cost) for k, cost in costed.items()}, FOLLOWS)
+    return means
 
 
 def _other_path(sizes, params):
     """other_path_terms, and whether a row whose calls differ has no calibrated cost (the sleeps' and the
     interrupts' rows; an after-interrupt row without its calibration, older captures, is left out)."""
     counts = {int(k): v for k, v in (params.get("other_path") or {}).items() if v}
+    means = {s: _size_means(counts.get(s)) for s in sizes}
     wake = params.get("wake_costs") or {}
     costed, rows, notes, uncosted = {}, [], [], False
     for device, key, unit, label in OTHER_PATH_TERMS:
@@ -671,23 +671,24 @@ def _other_path(sizes, params):
             continue
         # Named where a call would pay it alone (as before session 28); an after-interrupt row without its
         # calibration (older captures) is left out with a note, the interrupts' rows still counted.
-        differ = {s: float((counts.get(s) or {}).get(key) or 0.0) for s in sizes}
+        differ = {s: means[s][key] for s in sizes}
         if unit == "after_ipi_us":
-            if any(float((counts.get(s) or {}).get(k) or 0.0) > 0 for s in sizes for k in IPI_KEYS):
+            if any(differ.values()):
                 notes.append(f"{device} {label}: {(wake.get(device) or {}).get('after_ipi_source') or 'not measured by this capture'} "
                              f"(rpc-wakecal's after_interrupt, session 28): not counted")
         elif any(median_call_count(m) for m in differ.values()):
             uncosted = True
             notes.append(f"{device} {label}: the untraced runs differ ({', '.join(f'{s}: {m:+.2f}' for s, m in differ.items() if m)} "
                          f"a call) but the capture has no wake-up calibration of its {unit[:-3]} cost: not counted")
-    per = {s: _size_counts(counts.get(s), costed) for s in sizes}
+    # The median call's counts: every costed row together (median_call_counts).
+    per = {s: median_call_counts({k: (means[s][k], cost) for k, cost in costed.items()}, FOLLOWS) for s in sizes}
     terms = []
     for device, key, unit, label, cost in rows:
-        if not any(per[s][1].get(key) for s in sizes):
+        if not any(per[s].get(key) for s in sizes):
             continue
         terms.append(Term(device, label, "", cost, 0.0, OTHER_PATH_RULE,
-                          {s: {"count": per[s][1].get(key, 0), "bytes": 0.0, "extra_ip_packets": 0, "piggybacked_acks": 0,
-                               "fragmented_datagrams": 0, "mean_per_call": round(per[s][0][key], 3)} for s in sizes},
+                          {s: {"count": per[s].get(key, 0), "bytes": 0.0, "extra_ip_packets": 0, "piggybacked_acks": 0,
+                               "fragmented_datagrams": 0, "mean_per_call": round(means[s][key], 3)} for s in sizes},
                           {"kind": "calibrated", "source": f"wake_costs.{device}.{unit} (rpc-wakecal)",
                            "count_source": (f"the untraced runs' {key} less the traced run's (other_path_counts)"
                                             if key != AFTER_INTERRUPT_KEY else

@@ -294,7 +294,7 @@ static int run_after(struct wakecal_shared *sh, const struct wakecal_result *r, 
     const struct wakecal_point *calm = NULL, *tried[AFTER_TRIES] = { NULL };
     struct wakecal_after got;
     uint64_t *buf = NULL;
-    int rc = UTIL_OK;
+    int rc = UTIL_OK, ntried = 0;
 
     memset(after, 0, sizeof *after);
     for (size_t i = 0; i < r->npoints; i++) {
@@ -322,7 +322,7 @@ static int run_after(struct wakecal_shared *sh, const struct wakecal_result *r, 
         }
         if (!race)
             break;
-        tried[t] = race;
+        tried[ntried++] = race;
         if ((rc = run_pairs(sh, race, calm, buf, &got))) {
             if (after->ran)         /* a later try failed: the earlier one's run stands */
                 rc = UTIL_OK;
@@ -333,8 +333,7 @@ static int run_after(struct wakecal_shared *sh, const struct wakecal_result *r, 
         if (got.raced >= got.pairs / 2)
             break;
     }
-    for (int u = 0; u < AFTER_TRIES && tried[u]; u++)
-        after->tries = u + 1;
+    after->tries = ntried;
 out:
     free(buf);
     return rc;

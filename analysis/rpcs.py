@@ -64,6 +64,9 @@ Rules (the catalog is tracepoints/steps.toml):
   call, except while the client waits (switch out .. waking), plus events on the
   server's CPU during those waits (one CPU: the same thing). Calibration costs
   that are null (too rare to measure) count 0, negative ones (noise) count 0.
+  Each row also counts its user events (user_events): the step tables split an
+  event's cost between its own step and the rest of the call (steps.py
+  probe_split_rows; analysis/MODEL.md, "Per-step probe charges").
 """
 import collections
 import ctypes
@@ -131,6 +134,7 @@ class Row:
         self.charge_intervals = None             # (r, cpu, b, e, sign) arrays; None: the occurrences
         self._cost = np.zeros(n)
         self._tracepoints = np.zeros(n, np.int32)
+        self._user_events = np.zeros(n, np.int32)
 
     @property
     def cost(self):
@@ -143,6 +147,13 @@ class Row:
         if self._owner is not None:
             self._owner.charge()
         return self._tracepoints
+
+    @property
+    def user_events(self):
+        """Per RPC: how many of its tracepoints are user events (the rest are kernel events)."""
+        if self._owner is not None:
+            self._owner.charge()
+        return self._user_events
 
     @property
     def corrected(self):
@@ -230,7 +241,7 @@ class CaseRPCs:
             return
         n = len(self)
         for row in self.rows.values():
-            row._cost, row._tracepoints = np.zeros(n), np.zeros(n, np.int32)
+            row._cost, row._tracepoints, row._user_events = np.zeros(n), np.zeros(n, np.int32), np.zeros(n, np.int32)
         for k, (r0, r1, _, _) in enumerate(self.windows):
             costs = self.window_costs(k)
             for row in self.rows.values():
@@ -243,8 +254,10 @@ class CaseRPCs:
                 if not m.any():
                     continue
                 cost, cnt = costs.charge(cpu[m], b[m], e[m])
+                user = costs.class_counts(cpu[m], b[m], e[m])[:, CLASS_UST]
                 row._cost += np.bincount(r[m], cost * sign[m], minlength=n)[:n]
                 row._tracepoints += np.bincount(r[m], cnt * sign[m], minlength=n)[:n].astype(np.int32)
+                row._user_events += np.bincount(r[m], user * sign[m], minlength=n)[:n].astype(np.int32)
         self._charged_cal = cal
         self._window_events = None
         _trim()
@@ -254,7 +267,7 @@ class CaseRPCs:
         total = self.call_ids.nbytes
         for row in self.rows.values():
             arrays = [row.begin, row.end, row.dur, row.count, row.status, row.why, row._cost, row._tracepoints,
-                      row.occ_r, row.occ_b, row.occ_e, row.occ_cpu, *(row.charge_intervals or ())]
+                      row._user_events, row.occ_r, row.occ_b, row.occ_e, row.occ_cpu, *(row.charge_intervals or ())]
             total += sum(np.asarray(a).nbytes for a in arrays)
         return total
 
@@ -859,7 +872,7 @@ def _merge_rows(parts, offsets, n):
     for name in ROW_ORDER:
         row = rows[name] = Row(name, n)
         pieces = [p.pop(name) for p in parts]
-        for a in ("begin", "end", "dur", "count", "status", "why", "_cost", "_tracepoints"):
+        for a in ("begin", "end", "dur", "count", "status", "why", "_cost", "_tracepoints", "_user_events"):
             setattr(row, a, np.concatenate([getattr(x, a) for x in pieces]))
         for x in pieces:
             row.reasons.update(x.reasons)

@@ -9,7 +9,11 @@ measured (status "measured"); "n/a" means the run's conditions rule the step out
 "missing" counts RPCs where it applies but its events were not found, by reason.
 Per-fragment and per-window steps report the per-call sum of their occurrences
 (see rpcs.py). "corrected" subtracts the calibrated cost of the tracepoints that
-fell inside the step (manifest calibration; absent: corrected = raw).
+fell inside the step (manifest calibration; absent: corrected = raw); where an
+event costs the call more than the emptiest step holding one of its class takes,
+only that much is charged to its step and the rest is taken off every step in
+proportion to its time (probe_split_rows; analysis/MODEL.md, "Per-step probe
+charges").
 """
 import csv
 import json
@@ -23,6 +27,7 @@ from . import traceread
 from .clocksync import USER_PACKET_MARKS, estimate, match_user_packets
 from .probe import path_probe_ns
 from .rpcs import EXTRA_ROWS, MEASURED, MISSING, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
+from .rtp import SPLIT_COST_SPREAD, SPLIT_MIN_SHARE
 from .run import (Run, call_edges_ns, level_p50_ns, level_rounds_p50s, load_run, modes_label, other_path_counts,
                   traced_noise_pct, untraced_modes)
 from .wakeup import run_wake_costs
@@ -44,9 +49,82 @@ def _stats(x):
             "p99_us": float(p99), "std_us": float(x.std(ddof=1)) if len(x) > 1 else 0.0}
 
 
+def _class_costs(cal):
+    """{"user": ns, "kernel": ns or None} of one role's calibration: one cost per class, or None where
+    a class has none, or several (a loopback calibration's cost per kernel event name)."""
+    kev = cal.get("kernel_event_ns") or {}
+    if "all" in kev:
+        k = kev["all"]
+    elif set(kev) == {"net", "other"} and abs(kev["net"] - kev["other"]) <= SPLIT_COST_SPREAD * max(kev.values()):
+        k = kev["other"]
+    else:
+        k = None
+    u = cal.get("ust_event_ns")
+    return {"user": float(u) if u and u > 0 else None, "kernel": float(k) if k and k > 0 else None}
+
+
+def probe_split_rows(rpcs):
+    """(the rest of one event's cost beyond its direct cost, per class (user, kernel); the per-RPC
+    factor) for the step tables' correction, by the round-trip path's rule (rtp.probe_split): each
+    event is charged in place only what the emptiest step holding one event of its class and nothing
+    else takes (per occurrence: its mean over the RPCs where each of its occurrences holds just that,
+    in SPLIT_MIN_SHARE of them or more), and the rest
+    of the events' cost on the call (the RTT row's charge: the client's CPU outside its waits and the
+    server's during them) is taken off every step in proportion to the time it keeps after its direct
+    charges, one factor per RPC. None where the roles' events cost differently or no class splits:
+    every event is charged in place then."""
+    costs = [_class_costs(rpcs.case.calibration(r)) for r in ("client", "server")]
+    if costs[0] != costs[1]:
+        return None
+    n, extra = len(rpcs), {}
+    for k, cost in costs[0].items():
+        means = []
+        for s in STEPS:
+            row = rpcs.rows[s["id"]]
+            mine = row.user_events if k == "user" else row.tracepoints - row.user_events
+            # one event of the class per occurrence and nothing else (per-fragment steps: a sum)
+            m = (row.status == MEASURED) & (row.count > 0) & (row.tracepoints == row.count) & (mine == row.count)
+            if m.sum() and m.sum() >= SPLIT_MIN_SHARE * n:
+                means.append(float((row.dur[m] / row.count[m]).mean()))
+        extra[k] = cost - min(cost, min(means)) if cost and means else 0.0
+    if not any(extra.values()):
+        return None
+    rtt = rpcs.rows["RTT"]
+    spread = _beyond(rtt, extra)
+    room = rtt.dur - (rtt.cost - spread)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        factor = np.where(room > 0, 1.0 - spread / room, 1.0)
+    return extra, factor
+
+
+def _split_summary(rpcs):
+    split = probe_split_rows(rpcs)
+    if split is None:
+        return None
+    extra, factor = split
+    m = rpcs.rows["RTT"].status == MEASURED
+    return {"user_beyond_ns": round(extra["user"], 1), "kernel_beyond_ns": round(extra["kernel"], 1),
+            "factor_median": round(float(np.median(factor[m])), 4) if m.any() else None}
+
+
+def _beyond(row, extra):
+    """Per RPC: the row's events' cost beyond their direct cost."""
+    return row.user_events * extra["user"] + (row.tracepoints - row.user_events) * extra["kernel"]
+
+
+def split_corrected(row, split):
+    """A row's per-RPC corrected durations: the in-place charge (dur - cost) without a split, else
+    (dur - its direct charges) x the RPC's factor (probe_split_rows)."""
+    if split is None:
+        return row.corrected
+    extra, factor = split
+    return (row.dur - (row.cost - _beyond(row, extra))) * factor
+
+
 def step_rows(rpcs):
     """One dict per row (catalog step or extra row) of one case."""
     case = rpcs.case
+    split = probe_split_rows(rpcs)
     out = []
     for name in ROW_ORDER:
         row = rpcs.rows[name]
@@ -65,7 +143,7 @@ def step_rows(rpcs):
              # RPCs where the step applies but did not happen (a wait for a message already there)
              "did_not_occur": 0 if na else int((row.status == NOT_APPLICABLE).sum())}
         d.update(_stats(row.dur[m]))
-        c = _stats(row.corrected[m])
+        c = _stats(split_corrected(row, split)[m])
         d["corrected_mean_us"], d["corrected_median_us"] = c["mean_us"], c["median_us"]
         d["tracepoints_median"] = float(np.median(row.tracepoints[m])) if m.any() else None
         d["occurrences_median"] = float(np.median(row.count[m])) if m.any() else None
@@ -126,6 +204,11 @@ def rtt_summary(rpcs):
             # untraced_modes): where there are several, the p50 follows the share of each.
             "untraced_modes": untraced_modes(case.run.path, case.meta),
             "corrected_vs_untraced_pct": pct(corrected),
+            # How the step tables' corrected columns charge the probes (probe_split_rows): per class,
+            # what one event costs beyond the direct cost charged to its own step, and the median
+            # factor by which every step's time after its direct charges is scaled to take that rest
+            # off; None: each event's whole cost charged to the step it lies in.
+            "probe_split": _split_summary(rpcs),
             "client_steps_sum_median_us": float(np.median(tot)) / 1000 if len(tot) else None,
             "conditions": {k: sorted(v) for k, v in rpcs.conditions.items()},
             "problems": rpcs.problems,

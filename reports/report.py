@@ -175,7 +175,10 @@ def steps_section(d: RunData):
         s.items.append(f"No analysis/steps.json: run `rpcscope analyze {d.path}`.")
         return s
     s.items.append("Per call: per-fragment and per-window steps are the per-call sum of their occurrences. "
-                   "Corrected = minus the calibrated cost of the tracepoints inside the step. "
+                   "Corrected = minus the calibrated cost of the tracepoints inside the step: where a tracepoint "
+                   "costs the call more than the emptiest step holding one of its class takes, that step's time "
+                   "is charged to its own step and the rest is taken off every step in proportion to its time "
+                   "(analysis/MODEL.md, section Per-step probe charges; per case below). "
                    "n/a: the run's conditions rule the step out; missing: RPCs where the step applies but was not found.")
     by = {}
     for r in d.steps:
@@ -188,6 +191,12 @@ def steps_section(d: RunData):
         s.items.append(Table(f"Case {case}", STEP_COLS, out,
                              f"analysis/steps.json steps[case={case}] columns {', '.join(STEP_COLS[1:])} "
                              "(also analysis/steps.csv)"))
+        split = next((r.get("probe_split") for r in (d.steps_json or {}).get("rtt", []) if r.get("case") == case), None)
+        if split:
+            s.items.append(f"Corrected ({case}): each user event charged {split['user_beyond_ns']:.0f} ns less than its "
+                           f"calibrated cost to its own step, each kernel event {split['kernel_beyond_ns']:.0f} ns less; "
+                           f"that rest taken off every step's remaining time (x {split['factor_median']:.3f}, the median "
+                           f"call). Source: analysis/steps.json rtt[case={case}].probe_split")
     return s
 
 

@@ -572,6 +572,73 @@ def test_the_typical_call_of_a_bimodal_run_lies_in_the_median_calls_mode():
     assert np.mean([p["segments"][1][2] for p, c in zip(per, corr) if lo <= c <= hi]) > 4000
 
 
+def _split_rpc(jitter=0):
+    """One RPC's path as analyze_case records it, (label, offset, duration, in-place charge, user events,
+    kernel events), at 200 ns a user event and 150 ns a kernel one: two steps of one user tracepoint and
+    no code (90 and 95 ns traced), a step with code and one user tracepoint (C5: 400 ns), a step of one
+    kernel event (S3: 120 ns), a kernel step with two kernel events and a user one (C8': 2000 ns), a
+    wake-up with no event (S2: 3000 ns)."""
+    return [("C1", 0, 90 + jitter, 200.0, 1, 0), ("C2", 90, 95, 200.0, 1, 0), ("C5", 185, 400, 200.0, 1, 0),
+            ("S3", 585, 120, 150.0, 0, 1), ("C8'", 705, 2000, 500.0, 1, 2), ("S2", 2705, 3000, 0.0, 0, 0)]
+
+
+def test_an_events_cost_beyond_its_own_step_is_spread_over_the_path():
+    """The emptiest one-tracepoint step of each class sets the direct cost of its events (user: 90 ns,
+    C1's mean; kernel: 120 ns, S3's); the rest of each event's cost (110 ns x 4 user events, 30 ns x 3
+    kernel events) is taken off the segments in proportion to the time they keep after their direct
+    charges. No step comes out below zero, the total charge is the in-place one, and every segment's
+    kept time shrinks by the same factor."""
+    per = [{"segments": _split_rpc(jitter=(i % 3) - 1)} for i in range(9)]   # C1: 89, 90, 91 ns
+    split = rtp.probe_split(per)
+    assert split == {"user": {"event_ns": 200.0, "direct_ns": 90.0, "direct_from": "C1"},
+                     "kernel": {"event_ns": 150.0, "direct_ns": 120.0, "direct_from": "S3"}}
+    segs = _split_rpc()
+    taken = rtp.split_charges(segs, split)
+    assert sum(taken) == pytest.approx(sum(s[3] for s in segs))               # 1250 ns either way
+    kept = [s[2] - t for s, t in zip(segs, taken)]
+    assert min(kept) >= 0 and kept[0] == pytest.approx(0.0) and kept[3] == pytest.approx(0.0)
+    # left after direct charges: C2 5, C5 310, C8' 1670 (2000 - 90 - 2 x 120), S2 3000 ns; the spread,
+    # 4 x 110 + 3 x 30 = 530 ns, takes 530 / 4985 of each
+    factor = 1 - 530 / 4985
+    assert [kept[i] for i in (1, 2, 4, 5)] == pytest.approx([5 * factor, 310 * factor, 1670 * factor, 3000 * factor])
+    # the in-place rule had C2 at 95 - 200 = -105 ns, S3 at -30 and S2 at all of its 3000
+    assert [s[2] - s[3] for s in segs][:4] == [-110, -105, 200, -30]
+
+
+def test_no_split_without_event_counts_a_one_event_step_or_one_cost():
+    """Segments recorded without their event counts (older per-RPC data, hand-built paths): no split.
+    A class with no catalog step holding one of its events alone in half the RPCs, or whose events
+    cost differently (a loopback calibration's cost per kernel event name), is charged in place."""
+    old = [{"segments": [("C1", 0, 90, 200.0)]}]
+    assert rtp.probe_split(old) is None
+    assert rtp.split_charges(old[0]["segments"], None) == [200.0]
+    busy = [{"segments": [("C5", 0, 400, 400.0, 2, 0), ("S2", 400, 3000, 0.0, 0, 0)]}]
+    assert rtp.probe_split(busy) == {"user": None, "kernel": None}
+    assert rtp.split_charges(busy[0]["segments"], rtp.probe_split(busy)) == [400.0, 0.0]
+    seldom = [{"segments": _split_rpc()} if i < 4 else
+              {"segments": [("C5", 0, 400, 200.0, 1, 0), ("S3", 400, 130, 160.0, 0, 1)]} for i in range(10)]
+    split = rtp.probe_split(seldom)
+    assert split["user"]["direct_from"] == "C5"     # C1 and C2 alone in 4 of 10 RPCs: under the share
+    assert split["user"]["direct_ns"] == 200.0      # C5 takes more than an event's whole cost: no split
+    assert split["kernel"] is None                  # S3's one event cost 150 ns in some RPCs, 160 in others
+
+
+def test_the_typical_path_with_the_split():
+    """aggregate: each segment's typical corrected time by the split, the in-place charge's median kept
+    beside it (probe_median_ns) and what was taken off (typical_probe_ns); the corrected path sums to
+    the traced one less every event's calibrated cost, as before."""
+    per = [{"call_id": i, "rtt_ns": 5705, "sum_ns": 5705, "probe_ns": 1250.0, "path_events": (4, 3, 0),
+            "ok": True, "slack": {}, "segments": _split_rpc()} for i in range(5)]
+    res = {"case": "udp-maxarg-0", "transport": "udp", "proc": "maxarg", "size": 0, "rpcs": 5, "walked": 5,
+           "problems": {}, "per_rpc": per, "untraced_p50_ns": 4500, "traced": {"p50": 5705, "calls": 5000}}
+    agg = rtp.aggregate(res)
+    rows = {r["segment"]: r for r in agg["path"]}
+    assert agg["probe_split"]["user"]["direct_ns"] == 90.0 and agg["probe_split"]["kernel"]["direct_ns"] == 120.0
+    assert rows["C1"]["typical_corrected_ns"] == pytest.approx(0.0)
+    assert rows["C1"]["probe_median_ns"] == 200.0 and rows["C1"]["typical_probe_ns"] == pytest.approx(90.0)
+    assert sum(r["typical_corrected_ns"] for r in agg["path"]) == pytest.approx(5705 - 1250)
+
+
 def _cli(argv, capsys):
     import argparse
     from rpcscope.analysis import rtp_cli

@@ -2,6 +2,7 @@
 #
 #   make              build the reference RPC with tracepoints (build/trace/)
 #   make TRACE=0      build it with tracepoints compiled out (build/notrace/)
+#   make TRACE=clock  build it with each step mark one clock read into memory (build/clock/)
 #   make bootstrap    install Debian packages and the Python venv (idempotent)
 #   make test         bootstrap if needed, then run every test
 #   make run          the main job on the local testbed
@@ -15,7 +16,7 @@ SHELL := /bin/bash
 
 TRACE ?= 1
 CC ?= gcc
-BUILD := build/$(if $(filter 0,$(TRACE)),notrace,trace)
+BUILD := build/$(if $(filter 0,$(TRACE)),notrace,$(if $(filter clock,$(TRACE)),clock,trace))
 GEN := build/gen
 VENV := .venv
 VENV_STAMP := $(VENV)/.rpcscope-bootstrap
@@ -26,6 +27,10 @@ CFLAGS ?= -O2 -g
 BASE_CFLAGS := $(WARN) -std=gnu11 -D_GNU_SOURCE -pthread -Irpc -I$(GEN) -Istubs/runtime -Ibuild/stubs -fno-strict-aliasing
 ifeq ($(TRACE),0)
 TRACE_CFLAGS := -DRPCS_TRACE_ENABLED=0
+TRACE_LIBS :=
+TP_OBJ :=
+else ifeq ($(TRACE),clock)
+TRACE_CFLAGS := -DRPCS_TRACE_ENABLED=2
 TRACE_LIBS :=
 TP_OBJ :=
 else
@@ -43,14 +48,14 @@ RPC_STUB_GEN := $(patsubst stubs/idl/%.idl,build/stubs/%_stubs.c,$(wildcard stub
 RPC_STUB_SRCS := stubs/runtime/stubrt.c stubs/runtime/interp.c $(RPC_STUB_GEN)
 RPC_STUB_HDRS := stubs/runtime/stubrt.h stubs/runtime/interp.h $(RPC_STUB_GEN:.c=.h)
 RPC_STUB_OBJS := $(patsubst %.c,$(BUILD)/obj/stubs/%.o,$(notdir $(RPC_STUB_SRCS)))
-RPC_MODULES := util wire marshal procs xport reasm replycache server client bench stubcall wakecal
+RPC_MODULES := util wire marshal procs xport reasm replycache server client bench stubcall wakecal clockmark
 RPC_SRCS := $(addprefix rpc/,$(addsuffix .c,$(RPC_MODULES)))
 RPC_HDRS := $(wildcard rpc/*.h) $(GEN)/rpcscope_tp.h $(RPC_STUB_HDRS)
 RPC_OBJS := $(patsubst rpc/%.c,$(BUILD)/obj/%.o,$(RPC_SRCS))
 RPC_LIB := $(BUILD)/librpcs.a
 BINS := $(BUILD)/bin/rpc-server $(BUILD)/bin/rpc-client $(BUILD)/bin/rpc-wakecal
 
-C_TESTS := test_wire test_frag test_marshal test_reasm
+C_TESTS := test_wire test_frag test_marshal test_reasm test_clockmark
 C_TEST_BINS := $(addprefix $(BUILD)/tests/,$(C_TESTS))
 
 GENERATED := $(GEN)/rpcscope_tp.h $(GEN)/rpcscope_tp.c tracepoints/catalog_gen.py
@@ -148,6 +153,7 @@ test-fuzz: $(FUZZ_DIR)/fuzz_pdu $(FUZZ_DIR)/fuzz_ctfread $(FUZZ_DIR)/ctfread_see
 
 test-py: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all
+	$(MAKE) TRACE=clock all
 	$(PY) -m pytest -q -rs tests/python
 
 # ansible-lint, production profile, over ansible/ (playbooks, roles, example inventory).
@@ -159,6 +165,7 @@ lint-ansible: $(VENV_STAMP)
 test: $(VENV_STAMP)
 	$(MAKE) all
 	$(MAKE) TRACE=0 all
+	$(MAKE) TRACE=clock all
 	$(MAKE) test-c
 	$(MAKE) test-asan
 	$(MAKE) test-fuzz
@@ -170,6 +177,7 @@ test: $(VENV_STAMP)
 # ones over UDP and TCP, analyze, round-trip path, model, report, testbed down. RUN_ARGS adds options.
 run: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all
+	$(MAKE) TRACE=clock all
 	$(VENV)/bin/rpcscope run $(RUN_ARGS)
 
 bench: $(VENV_STAMP) all

@@ -24,6 +24,7 @@ from rpcscope.tracepoints import STEPS
 
 from . import probe as probe_mod
 from . import traceread
+from .clockreads import case_clock_reads
 from .clocksync import USER_PACKET_MARKS, estimate, match_user_packets
 from .probe import path_probe_ns
 from .rpcs import EXTRA_ROWS, MEASURED, MISSING, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
@@ -37,7 +38,7 @@ _STEP = {s["id"]: s for s in STEPS}
 CSV_COLUMNS = ["case", "transport", "proc", "size", "step", "side", "name", "rtp", "status", "n", "missing", "did_not_occur",
                "mean_us", "median_us", "p10_us", "p90_us", "p99_us", "std_us",
                "corrected_mean_us", "corrected_median_us", "tracepoints_median", "occurrences_median",
-               "missing_reasons"]
+               "missing_reasons", "clock_reads_median_us"]
 
 
 def _stats(x):
@@ -97,6 +98,13 @@ def probe_split_rows(rpcs):
     return extra, factor
 
 
+def _clock_summary(case):
+    got = case_clock_reads(case)
+    if got is None or "error" in got:
+        return got
+    return {k: v for k, v in got.items() if k != "rows"}
+
+
 def _split_summary(rpcs):
     split = probe_split_rows(rpcs)
     if split is None:
@@ -125,6 +133,7 @@ def step_rows(rpcs):
     """One dict per row (catalog step or extra row) of one case."""
     case = rpcs.case
     split = probe_split_rows(rpcs)
+    clock = (case_clock_reads(case) or {}).get("rows") or {}
     out = []
     for name in ROW_ORDER:
         row = rpcs.rows[name]
@@ -145,6 +154,8 @@ def step_rows(rpcs):
         d.update(_stats(row.dur[m]))
         c = _stats(split_corrected(row, split)[m])
         d["corrected_mean_us"], d["corrected_median_us"] = c["mean_us"], c["median_us"]
+        # the clock build's figure for the row (capture --clock-reads; analysis/clockreads.py)
+        d["clock_reads_median_us"] = (clock.get(name) or {}).get("median_us")
         d["tracepoints_median"] = float(np.median(row.tracepoints[m])) if m.any() else None
         d["occurrences_median"] = float(np.median(row.count[m])) if m.any() else None
         d["missing_reasons"] = {} if na else dict(row.reasons)
@@ -209,6 +220,9 @@ def rtt_summary(rpcs):
             # factor by which every step's time after its direct charges is scaled to take that rest
             # off; None: each event's whole cost charged to the step it lies in.
             "probe_split": _split_summary(rpcs),
+            # The clock build's run of the case (capture --clock-reads): its own RTT p50 (the host's
+            # speed level it ran in), its marks; or why there is none.
+            "clock_reads": _clock_summary(case),
             "client_steps_sum_median_us": float(np.median(tot)) / 1000 if len(tot) else None,
             "conditions": {k: sorted(v) for k, v in rpcs.conditions.items()},
             "problems": rpcs.problems,

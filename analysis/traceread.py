@@ -814,3 +814,38 @@ def merge(events_list):
     cat = {k: np.concatenate(v) if v else np.zeros(0, _NP[COLUMNS[k]]) for k, v in cols.items()}
     order = np.argsort(cat["ts"], kind="stable")
     return Events({k: v[order] for k, v in cat.items()}, names, sources, problems, threads)
+
+
+# ---------------------------------------------------------------- clock marks (make TRACE=clock)
+CLOCKMARK_FORMAT = "rpcscope-clockmarks/1"       # rpc/clockmark.h
+
+
+def read_clockmarks(path):
+    """The clock build's marks (rpc/clockmark.c; capture --clock-reads keeps them gzip'd):
+    {"names": [mark names], "name": codes into names, "tid", "call_id" (uint64), "ts" (ns) arrays in
+    record order, "marks" and "dropped" as the file's header counts them, "torn": lines left out (a
+    file cut short)}. TraceError where the file is missing or not a clock-marks file."""
+    import gzip
+    path = pathlib.Path(path)
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", errors="replace") as f:
+            head = f.readline().split()
+            if len(head) != 5 or head[0] != CLOCKMARK_FORMAT or head[1] != "marks" or head[3] != "dropped":
+                raise TraceError(f"{path}: not a clock-marks file (first line {' '.join(head)[:80]!r}; "
+                                 f"rpc/clockmark.c writes '{CLOCKMARK_FORMAT} marks N dropped N')")
+            names, code, tid, cid, ts, torn = {}, array("i"), array("q"), array("Q"), array("q"), 0
+            for line in f:
+                parts = line.split()
+                if len(parts) != 4 or not all(p.isdigit() for p in parts[1:]):
+                    torn += 1
+                    continue
+                code.append(names.setdefault(parts[0], len(names)))
+                tid.append(int(parts[1]))
+                cid.append(int(parts[2]))
+                ts.append(int(parts[3]))
+    except (OSError, EOFError) as e:
+        raise TraceError(f"{path}: cannot read the clock marks: {e}") from None
+    return {"names": list(names), "name": np.frombuffer(code, np.int32).copy(),
+            "tid": np.frombuffer(tid, np.int64).copy(), "call_id": np.frombuffer(cid, np.uint64).copy(),
+            "ts": np.frombuffer(ts, np.int64).copy(), "marks": int(head[2]), "dropped": int(head[4]), "torn": torn}

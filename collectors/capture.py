@@ -21,6 +21,7 @@ pid and stopped by pid when the run ends, however it ends.
 import bisect
 import contextlib
 import datetime
+import gzip
 import json
 import math
 import os
@@ -56,6 +57,7 @@ SERVER_SAFETY_S = 900         # a server left behind exits on its own after this
 UDP_FRAG_BODY = 4016          # body bytes per 4096-byte PDU
 TRACE_BIN = ROOT / "build" / "trace" / "bin"
 NOTRACE_BIN = ROOT / "build" / "notrace" / "bin"
+CLOCK_BIN = ROOT / "build" / "clock" / "bin"      # make TRACE=clock: each mark one clock read (rpc/clockmark.h)
 WAKECAL_SECONDS = 20           # rpc-wakecal's own bound (it takes ~0.5 s a role here)
 
 
@@ -149,6 +151,11 @@ def aslr_prefix(setting):
     tries of three, none while the host itself was bursty; collectors/README.md "Address layout").
     on: the kernel's own policy (randomize_va_space)."""
     return ["setarch", "-R"] if setting == "off" else []
+
+
+def clock_env(path):
+    """The argv prefix that has the clock build (make TRACE=clock) write its marks to path."""
+    return ["env", f"RPCS_CLOCKMARK_OUT={path}"] if path else []
 
 
 def aslr_record(setting, local=True):
@@ -500,12 +507,12 @@ class Capture:
         tmp.replace(self.out / "manifest.json")
 
     # ------------------------------------------------------------ rpc processes
-    def start_server(self, ns, bind, port, transport, cpu, traced, log_dir, tag, wait):
-        bindir = TRACE_BIN if traced else NOTRACE_BIN
+    def start_server(self, ns, bind, port, transport, cpu, traced, log_dir, tag, wait, clock_out=None):
+        bindir = CLOCK_BIN if clock_out else TRACE_BIN if traced else NOTRACE_BIN
         ready = log_dir / f"server-{tag}.ready"
         ready.unlink(missing_ok=True)
         argv = ["ip", "netns", "exec", ns, *aslr_prefix(self.p.get("aslr", "off")), "taskset", "-c", str(cpu),
-                str(bindir / "rpc-server"),
+                *clock_env(clock_out), str(bindir / "rpc-server"),
                 "--bind", bind, "--port", str(port), "--transport", transport,
                 "--executors", str(self.p["executors"]), "--cpu", str(cpu), "--wait", wait,
                 "--duration", str(SERVER_SAFETY_S), "--ready-file", str(ready),
@@ -518,11 +525,11 @@ class Capture:
         ready.unlink(missing_ok=True)
         return pr
 
-    def client_argv(self, ns, server, port, transport, size, calls, warmup, cpu, traced):
-        bindir = TRACE_BIN if traced else NOTRACE_BIN
+    def client_argv(self, ns, server, port, transport, size, calls, warmup, cpu, traced, clock_out=None):
+        bindir = CLOCK_BIN if clock_out else TRACE_BIN if traced else NOTRACE_BIN
         max_s = max(30, int(calls * 0.005) + 30)
         return ["ip", "netns", "exec", ns, *aslr_prefix(self.p.get("aslr", "off")), "taskset", "-c", str(cpu),
-                "sh", "-c", 'read _go && exec "$@"', "sh",
+                *clock_env(clock_out), "sh", "-c", 'read _go && exec "$@"', "sh",
                 str(bindir / "rpc-client"), "--server", server, "--port", str(port), "--transport", transport,
                 "--proc", self.p["proc"], "--size", str(size), "--calls", str(calls), "--warmup", str(warmup),
                 "--cpu", str(cpu), "--wait", self.p["wait"], "--max-seconds", str(max_s), "--json"], max_s + 60
@@ -552,9 +559,10 @@ class Capture:
         return res
 
     def run_pair(self, transport, size, calls, warmup, traced, log_dir, tag, trace_hook=None,
-                 server_ns=None, client_ns=None, server_addr=None, cpus=None):
+                 server_ns=None, client_ns=None, server_addr=None, cpus=None, clock_out=None):
         """One server and one client run; trace_hook(server_pid, client_pid) -> stop() is called
-        once both pids are known and before the client runs."""
+        once both pids are known and before the client runs. clock_out {"server", "client": path}: the
+        clock build (make TRACE=clock), each writing its clock marks there."""
         cpus = cpus or self.cpus
         self.last_ipis = None
         sns = server_ns or self.ns("server")
@@ -562,10 +570,11 @@ class Capture:
         saddr = server_addr or self.addr("server")
         port = self.next_port()
         srv = self.start_server(sns, saddr, port, transport, cpus["server"], traced, log_dir, tag,
-                                self.server_wait(transport))
+                                self.server_wait(transport), clock_out=(clock_out or {}).get("server"))
         stop_trace = None
         try:
-            argv, timeout = self.client_argv(cns, saddr, port, transport, size, calls, warmup, cpus["client"], traced)
+            argv, timeout = self.client_argv(cns, saddr, port, transport, size, calls, warmup, cpus["client"], traced,
+                                             clock_out=(clock_out or {}).get("client"))
             cl = self.spawn_client(argv, log_dir / f"client-{tag}.log")
             if trace_hook:
                 stop_trace = trace_hook(srv.pid, cl.pid)
@@ -959,8 +968,39 @@ class Capture:
         self.manifest.setdefault("sweeps", {})[transport] = record
         for case in cases:
             self.finish_case(case, runs[case["id"]], order[case["id"]], *by_case[case["id"]], record)
+            if self.p.get("clock_reads"):
+                self.clock_reads(case, transport)
             if self.after_case:
                 self.after_case(self, case)
+
+    def clock_reads(self, case, transport):
+        """One more run of the case with the clock build (make TRACE=clock: each step mark one clock
+        read into memory, ~20 ns, where a tracepoint costs the call ~200): its marks, compressed, beside
+        the case's traces (cases/ID/clock-client.txt.gz, clock-server.txt.gz), for the step tables'
+        clock-read column (analysis/clockreads.py). It runs after the case's rounds, so in whichever
+        level of the host's speed holds then; its client p50 is recorded to tell. A failure is recorded
+        and the capture goes on: the figures are a check, not an input of the model."""
+        cdir = self.out / case["dir"]
+        out = {role: cdir / f"clock-{role}.txt" for role in ("client", "server")}
+        self.step(f"{case['id']}: clock reads")
+        try:
+            if not (CLOCK_BIN / "rpc-client").exists():
+                raise UserError(f"no clock build at {CLOCK_BIN} (run `make TRACE=clock`)")
+            res, _ = self.run_pair(transport, case["size"], case["calls"], case["warmup"], False, cdir, "clock",
+                                   clock_out=out)
+            for role, path in out.items():
+                if not path.exists():
+                    raise UserError(f"the clock build's {role} wrote no marks to {path.name}")
+                with path.open("rb") as src, gzip.open(path.with_suffix(".txt.gz"), "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                path.unlink()
+            case["clock_reads"] = {"build": "clock (make TRACE=clock)", "client_p50_ns": res["rtt_ns"]["p50"],
+                                   "files": {role: f"clock-{role}.txt.gz" for role in out}}
+        except UserError as e:
+            for path in out.values():
+                path.unlink(missing_ok=True)
+            case["clock_reads"] = {"error": str(e)}
+        self.write_manifest()
 
     def finish_case(self, case, runs, order, kept, agreeing, record):
         """The case from its kept round (agreeing: the rounds in that round's level), traces of the

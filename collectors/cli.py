@@ -75,6 +75,10 @@ def add_common(ap, default_calls, default_sizes):
                     help="local testbed, with a calibration: add a run with user events only to every round, which "
                          "records what a user event costs with no kernel event recorded (probe.json "
                          "ust_alone_event_ns); the correction does not use it, and each round takes half as long again")
+    ap.add_argument("--clock-reads", action="store_true",
+                    help="local testbed: after each case's rounds, one more run with the clock build (make "
+                         "TRACE=clock: each step mark one clock read into memory), whose step times the step "
+                         "tables set beside the probe-corrected ones")
     ap.add_argument("--calibration-calls", type=int, default=3000, help="calls per loopback calibration run (default 3000; the in-situ calibration uses --calls and --warmup)")
     ap.add_argument("--keep-perf-data", action="store_true", help="keep perf.data next to the kernel CTF")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
@@ -89,6 +93,7 @@ def params_from(args):
         "kernel_events": args.kernel_events, "executors": args.executors,
         "untraced": args.untraced, "calibration": args.calibration, "calibration_calls": args.calibration_calls,
         "repeats": args.repeats, "user_only_runs": args.user_only_runs, "keep_perf_data": args.keep_perf_data,
+        "clock_reads": args.clock_reads,
         "replace": args.replace,
         "holdout": cap.parse_sizes(args.holdout) if getattr(args, "holdout", None) else [],
     }
@@ -100,6 +105,8 @@ def params_from(args):
     if p["user_only_runs"] and (not cap.in_situ(p, p["kernel"]) or getattr(args, "inventory", None)):
         raise UserError("--user-only-runs: the local testbed's in-situ calibration makes them, which needs a "
                         "calibration and a kernel collector; drop --calibration none, --kernel none or --inventory")
+    if p["clock_reads"] and getattr(args, "inventory", None):
+        raise UserError("--clock-reads: the local testbed only (it runs this checkout's build/clock); drop --inventory")
     if not 1 <= args.repeats <= 15:
         raise UserError(f"--repeats {args.repeats}: use 1 to 15 rounds per size")
     if args.calibration_calls < 100:

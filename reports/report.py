@@ -187,10 +187,21 @@ def steps_section(d: RunData):
         out = [{"step": r["step"], "name": r["name"], "rtp": {True: "yes", False: "", None: "(row)"}[r.get("rtp")],
                 "status": r["status"], "n": r["n"], "median_us": _f(r["median_us"]), "p10_us": _f(r["p10_us"]),
                 "p90_us": _f(r["p90_us"]), "corrected_median_us": _f(r["corrected_median_us"]),
-                "corrected_mean_us": _f(r["corrected_mean_us"]), "missing": r["missing"] or ""} for r in rows]
-        s.items.append(Table(f"Case {case}", STEP_COLS, out,
-                             f"analysis/steps.json steps[case={case}] columns {', '.join(STEP_COLS[1:])} "
+                "corrected_mean_us": _f(r["corrected_mean_us"]), "missing": r["missing"] or "",
+                "clock_reads_median_us": _f(r.get("clock_reads_median_us"))} for r in rows]
+        cols = STEP_COLS[:-1] + ["clock_reads_median_us"] + STEP_COLS[-1:] \
+            if any(r.get("clock_reads_median_us") is not None for r in rows) else STEP_COLS
+        s.items.append(Table(f"Case {case}", cols, out,
+                             f"analysis/steps.json steps[case={case}] columns {', '.join(cols[1:])} "
                              "(also analysis/steps.csv)"))
+        clock = next((r.get("clock_reads") for r in (d.steps_json or {}).get("rtt", []) if r.get("case") == case), None)
+        if clock and clock.get("error"):
+            s.items.append(f"Clock reads ({case}): none: {clock['error']}")
+        elif clock:
+            s.items.append(f"Clock reads ({case}): the clock build's run of this size (each step mark one clock read, "
+                           f"~20 ns, inside every figure; capture --clock-reads), RTT p50 {clock['client_p50_us']:.2f} us, "
+                           f"{clock['marks']} marks, {clock['dropped']} dropped. Source: analysis/steps.json "
+                           f"rtt[case={case}].clock_reads, steps[].clock_reads_median_us (analysis/clockreads.py)")
         split = next((r.get("probe_split") for r in (d.steps_json or {}).get("rtt", []) if r.get("case") == case), None)
         if split:
             s.items.append(f"Corrected ({case}): each user event charged {split['user_beyond_ns']:.0f} ns less than its "

@@ -111,6 +111,7 @@ def cmd_run(args):
                    "--kernel", args.kernel, "--placement", args.placement, "--idle", args.idle,
                    "--aslr", args.aslr, "--kernel-events", args.kernel_events,
                    "--calibration", "quick", "--repeats", str(args.repeats), "--out", str(out)] + \
+                ([] if args.no_clock_reads else ["--clock-reads"]) + \
                 (["--holdout", ",".join(map(str, holdout))] if holdout else []) + (["--replace"] if args.replace else [])
             st.run("capture", cap)
             st.run("analyze", ["analyze", str(out)])
@@ -242,6 +243,9 @@ def register(subparsers):
     ap.add_argument("--kernel-events", choices=KERNEL_EVENT_SETS, default="lean",
                     help="lean: the kernel events the analysis needs (default); full: also each device's start of "
                          "transmit, sched_wakeup and the bridge's side of each veth pair (collectors/README.md)")
+    ap.add_argument("--no-clock-reads", action="store_true",
+                    help="skip the clock build's run of each size (capture --clock-reads: the step tables' "
+                         "clock-read column, ~1 s a size)")
     ap.add_argument("--out", metavar="runs/NAME", help="run directory (default runs/run-DATE-TIME)")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
     ap.add_argument("--keep-testbed", action="store_true", help="leave the testbed up at the end")

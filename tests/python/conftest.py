@@ -41,11 +41,15 @@ STOP_TIMEOUT_S = 10.0
 
 # ------------------------------------------------------------------ binaries
 
-def _make(trace: bool) -> None:
-    """Run make for one build flavour, serialised across processes by a lock file."""
+_BUILDS = {True: ("trace", []), False: ("notrace", ["TRACE=0"]), "clock": ("clock", ["TRACE=clock"])}
+
+
+def _make(trace) -> None:
+    """Run make for one build flavour (True: trace, False: notrace, "clock"), serialised across
+    processes by a lock file."""
     lock_path = REPO / "build" / ".pytest-make.lock"
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    args = ["make", "-C", str(REPO)] + ([] if trace else ["TRACE=0"])
+    args = ["make", "-C", str(REPO)] + _BUILDS[trace][1]
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
@@ -64,10 +68,11 @@ def _sources_mtime() -> float:
     return max(p.stat().st_mtime for p in srcs if p.exists())
 
 
-def rpc_bin(name: str, trace: bool = True) -> Path:
-    """Path of a reference RPC program (rpc-server, rpc-client). Runs make if it is missing or,
-    checked once per session, older than rpc/*.[ch] (so the tests never run a stale binary)."""
-    path = REPO / "build" / ("trace" if trace else "notrace") / "bin" / name
+def rpc_bin(name: str, trace=True) -> Path:
+    """Path of a reference RPC program (rpc-server, rpc-client) of a build (trace: True, False for
+    TRACE=0, "clock" for TRACE=clock). Runs make if it is missing or, checked once per session, older
+    than rpc/*.[ch] (so the tests never run a stale binary)."""
+    path = REPO / "build" / _BUILDS[trace][0] / "bin" / name
     if path not in _fresh:
         if not path.exists() or path.stat().st_mtime < _sources_mtime():
             _make(trace)
@@ -238,7 +243,7 @@ class ServerFactory:
         self.workdir = workdir
         self.servers: list[RpcServer] = []
 
-    def __call__(self, *, transport: str = "both", executors: int = 2, extra=(), trace: bool = True,
+    def __call__(self, *, transport: str = "both", executors: int = 2, extra=(), trace=True,
                  duration: float = SERVER_SAFETY_DURATION_S, env: dict | None = None) -> RpcServer:
         binary = rpc_bin("rpc-server", trace)
         last_err = ""

@@ -112,6 +112,7 @@ def test_bad_input_fails_before_anything_starts(tmp_path):
         (["--sizes", "0,4016", "--holdout", "6000"], "not among --sizes"),
         (["--aslr", "sometimes"], "--aslr"),
         (["--user-only-runs", "--calibration", "none"], "--user-only-runs"),
+        (["--clock-reads", "--inventory", "/nonexistent.yml"], "--clock-reads: the local testbed only"),
     ]:
         p = rpcscope("capture", *args, "--out", str(out), check=False)
         assert p.returncode == 2, (args, p.stdout, p.stderr)
@@ -473,7 +474,7 @@ def test_ftrace_collector_records_every_packet_and_the_calls_rebuild(testbed, tm
     before = _ftrace_instances()
     rpcscope("capture", "--sizes", "0,4016", "--transport", "udp,tcp", "--calls", "300", "--warmup", "30",
              "--kernel", "ftrace", "--calibration", "quick", "--calibration-calls", "500", "--repeats", "1",
-             "--user-only-runs", "--kernel-events", "full", "--out", str(out), timeout=600)
+             "--user-only-runs", "--kernel-events", "full", "--clock-reads", "--out", str(out), timeout=600)
     assert _ftrace_instances() == before
     m = json.loads((out / "manifest.json").read_text())
     # --user-only-runs: every round also ran with user events only, kept for the record.
@@ -505,6 +506,21 @@ def test_ftrace_collector_records_every_packet_and_the_calls_rebuild(testbed, tm
     res = analyze(out, write=False)
     for x in res["rtt"]:
         assert x["complete_rpcs"] >= 0.8 * x["rpcs"], (x["case"], x["incomplete_by_first_missing_step"])
+    # --clock-reads: one run of each case with the clock build, its marks kept compressed, every
+    # measured call's user-mark steps timed; a clock read costs the call far less than a tracepoint.
+    for c in m["cases"]:
+        cr = c["clock_reads"]
+        assert set(cr["files"]) == {"client", "server"} and cr["client_p50_ns"] > 0, cr
+        assert all((out / c["dir"] / f).is_file() for f in cr["files"].values())
+        assert not list((out / c["dir"]).glob("clock-*.txt"))                   # only the .gz are kept
+        assert cr["client_p50_ns"] < c["traced"]["p50"], (c["id"], cr, c["traced"])
+    by = {(r["case"], r["step"]): r for r in res["steps"]}
+    for x in res["rtt"]:
+        assert x["clock_reads"]["dropped"] == 0 and x["clock_reads"]["marks"] > 0, x["clock_reads"]
+        for step in ("C1", "C5", "S4", "RTT"):
+            r = by[(x["case"], step)]
+            assert 0 < r["clock_reads_median_us"] < r["median_us"], (x["case"], step, r)
+        assert by[(x["case"], "C8")]["clock_reads_median_us"] is None          # kernel-bounded: no user marks
     p = rpcscope("capture", "--inventory", str(REPO / "ansible" / "inventories" / "local" / "hosts.yml"),
                  "--kernel", "ftrace", "--sizes", "0", "--out", str(tmp_path / "remote"), check=False)
     assert p.returncode == 2 and "local testbed only" in p.stderr, p.stderr

@@ -1,0 +1,34 @@
+/* Clock marks: every step mark as one clock read into memory, written to a file
+ * at exit (make TRACE=clock, build/clock/).
+ *
+ * The tracepoints' own cost is most of a traced call's time on this VM (~200 ns
+ * an event against ~20 ns a clock read), so a step's probe-corrected cost rests
+ * on how that cost is charged (analysis/MODEL.md, "Per-step probe charges").
+ * The clock build times the user-mark steps with nothing but a vDSO
+ * clock_gettime per mark, and `rpcscope capture --clock-reads` runs it beside
+ * the traced runs: an independent figure to set each corrected step beside.
+ *
+ * Recording is on only when RPCS_CLOCKMARK_OUT names the file to write; the
+ * buffer is touched at start so that no page fault lands inside a call. */
+#ifndef RPCS_CLOCKMARK_H
+#define RPCS_CLOCKMARK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Marks one process keeps (16 MiB of them); later ones are counted as dropped. */
+#define CLOCKMARK_CAPACITY (1u << 20)
+/* The file's first line (then "event tid call_id ts_ns" per mark, in record order). */
+#define CLOCKMARK_FORMAT "rpcscope-clockmarks/1"
+
+/* Record one mark: event is a string literal (the mark's catalog name). */
+void clockmark_record(const char *event, uint64_t call_id);
+/* Write every mark to path; UTIL_OK or a util status (util_error() says why). */
+int clockmark_write(const char *path);
+/* Marks recorded and dropped so far. */
+size_t clockmark_count(void);
+size_t clockmark_dropped(void);
+/* Start recording without the environment variable (tests), or stop. */
+void clockmark_enable(int on);
+
+#endif

@@ -126,6 +126,14 @@ def cmd_rtp(args):
         pct[c["case"]] = (f"{(c['rtt_corrected_median_ns'] - u) * 100 / u:+.1f}"
                           if u and c.get("rtt_corrected_median_ns") is not None else "")
     _grid([tot, chk, prb, ovl, edg, cor, unt, pct], ["segment", "dce"] + names)
+    splits = [(c["case"], c.get("probe_split")) for c in cases if c.get("probe_split")]
+    if splits:
+        print("\nper-step probe charges (an event's direct cost in its own step, the rest spread over the path "
+              "in proportion to time; analysis/MODEL.md):")
+        for cid, sp in splits:
+            print(f"  {cid}: " + "; ".join(
+                f"{k} event {v['event_ns']:.0f} ns, {v['direct_ns']:.0f} in place ({v['direct_from']})" if v else
+                f"{k} events charged in place" for k, v in sp.items()))
     if cases and not all(c.get("probe_costs") for c in cases):
         print("no probe calibration in the manifest: corrected = traced (capture with --calibration quick|full)")
     print("\noverlapped steps: median slack us (min) -- how much the step could grow before joining the path")

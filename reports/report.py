@@ -9,6 +9,7 @@ The figures and tables are the same objects the notebook (reports/notebooks/rpcs
 from __future__ import annotations
 
 import re
+import statistics
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -169,6 +170,31 @@ STEP_COLS = ["step", "name", "rtp", "status", "n", "median_us", "p10_us", "p90_u
              "corrected_mean_us", "missing"]
 
 
+def clock_check_tables(steps):
+    """Per transport: each step's probe-corrected median less the clock build's (ns), per size, where
+    the capture made clock reads (capture --clock-reads): how far the probe correction leaves a step
+    from what a clock read each side of it measures."""
+    out = []
+    for t in sorted({r["transport"] for r in steps}):
+        mine = [r for r in steps if r["transport"] == t and r.get("clock_reads_median_us") is not None
+                and r.get("corrected_median_us") is not None]
+        if not mine:
+            continue
+        sizes = sorted({r["size"] for r in mine})
+        names = list(dict.fromkeys(r["step"] for r in mine))
+        rows = []
+        for n in names:
+            diff = {r["size"]: 1000 * (r["corrected_median_us"] - r["clock_reads_median_us"]) for r in mine
+                    if r["step"] == n}
+            row = {"step": n, **{str(z): (f"{diff[z]:+.0f}" if z in diff else "") for z in sizes}}
+            row["median |diff| ns"] = f"{statistics.median(abs(v) for v in diff.values()):.0f}"
+            rows.append(row)
+        out.append(Table(f"Probe-corrected minus clock reads, {t.upper()} (ns; each clock figure holds one ~20 ns read)",
+                         ["step"] + [str(z) for z in sizes] + ["median |diff| ns"], rows,
+                         "analysis/steps.json steps[].corrected_median_us - clock_reads_median_us"))
+    return out
+
+
 def steps_section(d: RunData):
     s = Section("Per-step costs")
     if not d.steps:
@@ -180,6 +206,7 @@ def steps_section(d: RunData):
                    "is charged to its own step and the rest is taken off every step in proportion to its time "
                    "(analysis/MODEL.md, section Per-step probe charges; per case below). "
                    "n/a: the run's conditions rule the step out; missing: RPCs where the step applies but was not found.")
+    s.items.extend(clock_check_tables(d.steps))
     by = {}
     for r in d.steps:
         by.setdefault(r["case"], []).append(r)

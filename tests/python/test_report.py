@@ -174,3 +174,20 @@ def test_notebook_runs_on_fixture(run, monkeypatch):
     nbclient.NotebookClient(nb, timeout=120, kernel_name="python3").execute()
     outs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert any("image/svg+xml" in o.get("data", {}) for o in outs)
+
+
+def test_the_clock_check_table_sets_each_corrected_step_beside_the_clock_build():
+    """Per transport, a step's corrected median less its clock-read median (ns) per size, and the
+    median of their absolute values; steps without a clock figure (kernel-bounded) are not listed."""
+    from rpcscope.reports.report import clock_check_tables
+
+    def row(size, step, corr, clock):
+        return {"transport": "udp", "size": size, "step": step, "corrected_median_us": corr,
+                "clock_reads_median_us": clock}
+    steps = [row(0, "C1", 0.012, 0.03), row(8032, "C1", 0.05, 0.03), row(0, "S4", 0.75, 0.61),
+             row(0, "C8", 1.3, None), row(0, "C5", None, 0.02)]
+    (t,) = clock_check_tables(steps)
+    assert t.columns == ["step", "0", "8032", "median |diff| ns"]
+    assert t.rows == [{"step": "C1", "0": "-18", "8032": "+20", "median |diff| ns": "19"},
+                      {"step": "S4", "0": "+140", "8032": "", "median |diff| ns": "140"}]
+    assert clock_check_tables([row(0, "C8", 1.3, None)]) == []

@@ -170,10 +170,23 @@ STEP_COLS = ["step", "name", "rtp", "status", "n", "median_us", "p10_us", "p90_u
              "corrected_mean_us", "missing"]
 
 
-def clock_check_tables(steps):
+CLOCK_CHECK_NOTE = (
+    "A one-mark-pair step with no code (C1-C4, C20) comes out near -20 to -35 ns: the clock figure holds its own "
+    "read. The spans C7-C9, C14-C17 and S8-S10 hold the other side's work too (on veth the receiver's protocol "
+    "input runs inside the sender's sendmsg; the client's wait holds the server's whole call), whose probes the "
+    "step tables charge to the CPU they ran on, not to the span: there the difference is the step tables' "
+    "charging, not the model's (which walks the round-trip path). RTT: the path's corrected RTT "
+    "(rtp.json) against the clock build's c1_begin..c21_end, which holds ~45 reads.")
+
+
+def clock_check_tables(steps, rtp=None):
     """Per transport: each step's probe-corrected median less the clock build's (ns), per size, where
     the capture made clock reads (capture --clock-reads): how far the probe correction leaves a step
-    from what a clock read each side of it measures."""
+    from what a clock read each side of it measures. The RTT row's corrected figure is the round-trip
+    path's (rtp: rtp.json's rtt_corrected_median_ns), not the step table's RTT row, which charges every
+    event on the client's CPU and the server's during the waits."""
+    path = {(c["transport"], c["size"]): c["rtt_corrected_median_ns"] / 1000 for c in (rtp or {}).get("cases", [])
+            if c.get("rtt_corrected_median_ns") is not None}
     out = []
     for t in sorted({r["transport"] for r in steps}):
         mine = [r for r in steps if r["transport"] == t and r.get("clock_reads_median_us") is not None
@@ -184,14 +197,16 @@ def clock_check_tables(steps):
         names = list(dict.fromkeys(r["step"] for r in mine))
         rows = []
         for n in names:
-            diff = {r["size"]: 1000 * (r["corrected_median_us"] - r["clock_reads_median_us"]) for r in mine
-                    if r["step"] == n}
+            diff = {r["size"]: 1000 * ((path.get((t, r["size"])) or r["corrected_median_us"]) if n == "RTT" else
+                                       r["corrected_median_us"]) - 1000 * r["clock_reads_median_us"]
+                    for r in mine if r["step"] == n}
             row = {"step": n, **{str(z): (f"{diff[z]:+.0f}" if z in diff else "") for z in sizes}}
             row["median |diff| ns"] = f"{statistics.median(abs(v) for v in diff.values()):.0f}"
             rows.append(row)
         out.append(Table(f"Probe-corrected minus clock reads, {t.upper()} (ns; each clock figure holds one ~20 ns read)",
                          ["step"] + [str(z) for z in sizes] + ["median |diff| ns"], rows,
-                         "analysis/steps.json steps[].corrected_median_us - clock_reads_median_us"))
+                         "analysis/steps.json steps[].corrected_median_us - clock_reads_median_us "
+                         "(RTT: analysis/rtp.json cases[].rtt_corrected_median_ns)", CLOCK_CHECK_NOTE))
     return out
 
 
@@ -206,7 +221,7 @@ def steps_section(d: RunData):
                    "is charged to its own step and the rest is taken off every step in proportion to its time "
                    "(analysis/MODEL.md, section Per-step probe charges; per case below). "
                    "n/a: the run's conditions rule the step out; missing: RPCs where the step applies but was not found.")
-    s.items.extend(clock_check_tables(d.steps))
+    s.items.extend(clock_check_tables(d.steps, d.rtp))
     by = {}
     for r in d.steps:
         by.setdefault(r["case"], []).append(r)

@@ -191,3 +191,7 @@ def test_the_clock_check_table_sets_each_corrected_step_beside_the_clock_build()
     assert t.rows == [{"step": "C1", "0": "-18", "8032": "+20", "median |diff| ns": "19"},
                       {"step": "S4", "0": "+140", "8032": "", "median |diff| ns": "140"}]
     assert clock_check_tables([row(0, "C8", 1.3, None)]) == []
+    # the RTT row: the round-trip path's corrected RTT (rtp.json), not the step table's RTT row
+    rtp = {"cases": [{"transport": "udp", "size": 0, "rtt_corrected_median_ns": 18440.0}]}
+    (t,) = clock_check_tables([row(0, "RTT", 15.8, 18.94)], rtp)
+    assert t.rows == [{"step": "RTT", "0": "-500", "median |diff| ns": "500"}]

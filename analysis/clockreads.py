@@ -96,7 +96,15 @@ def clock_rows(client, server, warmup):
 def case_clock_reads(case):
     """The case's clock-read figures: None where the capture made no clock run; {"error": why} where it
     failed or its files cannot be read; else {"rows": clock_rows, "client_p50_us" (the clock run's own
-    RTT p50, which tells the host's speed level it ran in), "marks", "dropped"}."""
+    RTT p50, which tells the host's speed level it ran in), "marks", "dropped", "torn"}. Read once per
+    case object (the step rows and the case summary both ask)."""
+    memo = case.__dict__
+    if "_clock_reads" not in memo:
+        memo["_clock_reads"] = _read_case(case)
+    return memo["_clock_reads"]
+
+
+def _read_case(case):
     meta = case.meta.get("clock_reads")
     if not meta:
         return None

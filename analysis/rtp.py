@@ -512,7 +512,8 @@ def _pct(a, q):
 # over UDP, whose kernel events cost ~370 ns, the steps of one kernel event (C8'', S3, C17) 250-400 ns.
 # Charged whole to the step it lies in, every such step came out at -0.1 to -0.26 us, and the steps
 # that do work kept the rest of the events' cost (the tracer's cache and TLB traffic, its daemons'
-# time on the CPUs) as their own (C5's copy of 24 KB: 62-81 ns against 180 ns by clock reads).
+# time on the CPUs) as their own (C5's copy of 24 KB over TCP in runs/run-20261127-105226: 69 ns, where
+# the clock build's reads, one ~30 ns read included, give 210; with the split, 169).
 # So each class of event (user, kernel) is charged in place only what the emptiest step holding one
 # event of that class and nothing else takes (its direct cost: that step's mean over the RPCs where it
 # holds just that, in SPLIT_MIN_SHARE of them or more), and the rest of every event's cost on the path
@@ -625,8 +626,8 @@ def aggregate(res):
                      "share_of_rtt": float(on[lab].sum() / rtt.sum()) if rtt.sum() else 0.0,
                      "probe_median_ns": float(np.median(cost[lab])),
                      "typical_ns": float(on[lab][band].mean()) if nb else None,
-                     # what the correction took off it: its events' in-place charge, with the split
-                     # (probe_split) the direct cost of its user events and its share of their rest
+                     # what the correction took off it: its events' in-place charge, or with the split
+                     # (probe_split) their direct cost and its share of every event's rest
                      "typical_probe_ns": float(taken[lab][band].mean()) if nb else None,
                      "typical_corrected_ns": float((on[lab][band] - taken[lab][band]).mean()) if nb else None,
                      "typical_count": float(cnt[lab][band].mean()) if nb else None,

@@ -69,11 +69,10 @@ def probe_split_rows(rpcs):
     factor) for the step tables' correction, by the round-trip path's rule (rtp.probe_split): each
     event is charged in place only what the emptiest step holding one event of its class and nothing
     else takes (per occurrence: its mean over the RPCs where each of its occurrences holds just that,
-    in SPLIT_MIN_SHARE of them or more), and the rest
-    of the events' cost on the call (the RTT row's charge: the client's CPU outside its waits and the
-    server's during them) is taken off every step in proportion to the time it keeps after its direct
-    charges, one factor per RPC. None where the roles' events cost differently or no class splits:
-    every event is charged in place then."""
+    in SPLIT_MIN_SHARE of them or more), and the rest of the events' cost on the call (the RTT row's
+    charge: the client's CPU outside its waits and the server's during them) is taken off every step
+    in proportion to the time it keeps after its direct charges, one factor per RPC. None where the
+    roles' events cost differently or no class splits: every event is charged in place then."""
     costs = [_class_costs(rpcs.case.calibration(r)) for r in ("client", "server")]
     if costs[0] != costs[1]:
         return None

@@ -996,9 +996,10 @@ class Capture:
                 path.unlink()
             case["clock_reads"] = {"build": "clock (make TRACE=clock)", "client_p50_ns": res["rtt_ns"]["p50"],
                                    "files": {role: f"clock-{role}.txt.gz" for role in out}}
-        except UserError as e:
+        except (UserError, OSError) as e:      # OSError: the marks could not be written or compressed
             for path in out.values():
                 path.unlink(missing_ok=True)
+                path.with_suffix(".txt.gz").unlink(missing_ok=True)
             case["clock_reads"] = {"error": str(e)}
         self.write_manifest()
 

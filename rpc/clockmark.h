@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Marks one process keeps (16 MiB of them); later ones are counted as dropped. */
+/* Marks one process keeps (32 bytes each: 32 MiB); later ones are counted as dropped. */
 #define CLOCKMARK_CAPACITY (1u << 20)
 /* The file's first line (then "event tid call_id ts_ns" per mark, in record order). */
 #define CLOCKMARK_FORMAT "rpcscope-clockmarks/1"

@@ -95,6 +95,11 @@ def test_unreadable_mark_files_say_what_and_where(tmp_path):
     p.write_text(p.read_text() + "c21_end 10 42")
     got = read_clockmarks(p)
     assert len(got["ts"]) == 2 and got["torn"] == 1 and got["marks"] == 3
+    # a compressed file cut short (a disk filled while it was written): named, not a traceback
+    z = _write(tmp_path / "cut.txt.gz", [("c1_begin", 10, A, i) for i in range(5000)], gz=True)
+    z.write_bytes(z.read_bytes()[:200])
+    with pytest.raises(TraceError, match="cut.txt.gz: cannot read the clock marks"):
+        read_clockmarks(z)
 
 
 def test_the_clock_build_over_loopback(rpc_bin, rpc_server, tmp_path):
@@ -115,3 +120,31 @@ def test_the_clock_build_over_loopback(rpc_bin, rpc_server, tmp_path):
     assert 0 < rows["C1"]["median_us"] < 1.0 and rows["RTT"]["median_us"] > rows["C7-C9"]["median_us"] > 0
     res = json.loads(cp.stdout.strip().splitlines()[-1])
     assert rows["RTT"]["median_us"] < res["rtt_ns"]["p50"] / 1000 + 1.0       # the client's own clock spans a bit more
+
+
+def test_a_case_without_clock_reads_or_with_broken_ones(tmp_path):
+    """case_clock_reads: None where the capture made no clock run; the capture's own error where the run
+    failed; the reader's where its files are gone; else the rows and the run's figures."""
+    import types
+
+    from rpcscope.analysis.clockreads import case_clock_reads
+
+    def case(meta):
+        return types.SimpleNamespace(meta=dict(meta, dir="cases/x"), run=types.SimpleNamespace(path=tmp_path),
+                                     warmup=1)
+    assert case_clock_reads(case({})) is None
+    assert case_clock_reads(case({"clock_reads": {"error": "no clock build"}})) == {"error": "no clock build"}
+    files = {"client": "clock-client.txt.gz", "server": "clock-server.txt.gz"}
+    got = case_clock_reads(case({"clock_reads": {"files": files, "client_p50_ns": 10000}}))
+    assert "cannot read the clock marks" in got["error"]
+    (tmp_path / "cases" / "x").mkdir(parents=True)
+    client, server = [], []
+    for seq in range(4):
+        c, s = _call(seq, 100_000 * seq, 200, 300)
+        client += c
+        server += s
+    _write(tmp_path / "cases" / "x" / files["client"], client, gz=True)
+    _write(tmp_path / "cases" / "x" / files["server"], server, gz=True)
+    got = case_clock_reads(case({"clock_reads": {"files": files, "client_p50_ns": 10000}}))
+    assert got["rows"]["RTT"] == {"median_us": 10.0, "calls": 2} and got["client_p50_us"] == 10.0
+    assert got["marks"] == len(client) + len(server) and got["dropped"] == got["torn"] == 0

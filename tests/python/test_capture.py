@@ -604,3 +604,31 @@ def test_wait_files_closed_waits_for_the_holder_and_names_it(tmp_path):
         holder.kill()
         holder.wait()
     clttng.wait_files_closed(tmp_path / "nothing-here", timeout=0)
+
+
+def test_a_clock_run_that_cannot_run_is_recorded_and_the_capture_goes_on(tmp_path, monkeypatch):
+    """capture --clock-reads without the clock build (make TRACE=clock), or whose process wrote no marks:
+    the case's clock_reads says why, no mark file is left, and no exception stops the capture."""
+    import types
+
+    from rpcscope.collectors import capture as cap
+    case = {"id": "udp-maxarg-0", "dir": "cases/udp-maxarg-0", "size": 0, "calls": 10, "warmup": 1}
+    (tmp_path / case["dir"]).mkdir(parents=True)
+    written = []
+    fake = types.SimpleNamespace(out=tmp_path, step=lambda msg: None, write_manifest=lambda: written.append(1))
+    monkeypatch.setattr(cap, "CLOCK_BIN", tmp_path / "no-clock-build")
+    cap.Capture.clock_reads(fake, case, "udp")
+    assert "no clock build" in case["clock_reads"]["error"] and "make TRACE=clock" in case["clock_reads"]["error"]
+    assert written and not list((tmp_path / case["dir"]).iterdir())
+    # the build is there but the run leaves one role's marks unwritten
+    (tmp_path / "clock").mkdir()
+    (tmp_path / "clock" / "rpc-client").write_text("")
+    monkeypatch.setattr(cap, "CLOCK_BIN", tmp_path / "clock")
+
+    def run_pair(transport, size, calls, warmup, traced, log_dir, tag, clock_out=None):
+        clock_out["client"].write_text("rpcscope-clockmarks/1 marks 0 dropped 0\n")
+        return {"rtt_ns": {"p50": 1000}}, {}
+    fake.run_pair = run_pair
+    cap.Capture.clock_reads(fake, case, "udp")
+    assert "server wrote no marks" in case["clock_reads"]["error"]
+    assert not list((tmp_path / case["dir"]).iterdir())

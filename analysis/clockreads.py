@@ -78,12 +78,13 @@ def clock_rows(client, server, warmup):
     """{row: {"median_us", "calls"}} from the two roles' marks (read_clockmarks): each row's per-call
     sum over the measured calls where it occurred, its median."""
     calls = _measured_calls(client, warmup)
+    # a listener's marks before recvfrom returns carry call id 0: they take the next one on the thread
+    marks = {side: dict(m, call_id=_attach_zero_ids(m["tid"], m["call_id"]))
+             for side, m in (("client", client), ("server", server))}
     out = {}
-    for m in (client, server):
-        m["call_id"] = _attach_zero_ids(m["tid"], m["call_id"])     # a listener's marks before recvfrom
     for row, (begin, end) in row_marks().items():
         side = _STEP[row]["side"] if row in _STEP else _STEP[SPANS[row][0]]["side"]
-        cid, dur = _pairs(client if side == "client" else server, begin, end)
+        cid, dur = _pairs(marks[side], begin, end)
         m = np.isin(cid, calls)
         if not m.any():
             continue

@@ -104,8 +104,7 @@ def _clock_summary(case):
     return {k: v for k, v in got.items() if k != "rows"}
 
 
-def _split_summary(rpcs):
-    split = probe_split_rows(rpcs)
+def _split_summary(rpcs, split):
     if split is None:
         return None
     extra, factor = split
@@ -128,10 +127,15 @@ def split_corrected(row, split):
     return (row.dur - (row.cost - _beyond(row, extra))) * factor
 
 
-def step_rows(rpcs):
-    """One dict per row (catalog step or extra row) of one case."""
-    case = rpcs.case
+def case_tables(rpcs):
+    """(step_rows, rtt_summary) of one case, its probe split (probe_split_rows) worked out once for both."""
     split = probe_split_rows(rpcs)
+    return step_rows(rpcs, split), rtt_summary(rpcs, split)
+
+
+def step_rows(rpcs, split):
+    """One dict per row (catalog step or extra row) of one case; split: probe_split_rows(rpcs)."""
+    case = rpcs.case
     clock = (case_clock_reads(case) or {}).get("rows") or {}
     out = []
     for name in ROW_ORDER:
@@ -162,7 +166,7 @@ def step_rows(rpcs):
     return out
 
 
-def rtt_summary(rpcs):
+def rtt_summary(rpcs, split):
     case = rpcs.case
     row = rpcs.rows["RTT"]
     m = row.status == MEASURED
@@ -218,7 +222,7 @@ def rtt_summary(rpcs):
             # what one event costs beyond the direct cost charged to its own step, and the median
             # factor by which every step's time after its direct charges is scaled to take that rest
             # off; None: each event's whole cost charged to the step it lies in.
-            "probe_split": _split_summary(rpcs),
+            "probe_split": _split_summary(rpcs, split),
             # The clock build's run of the case (capture --clock-reads): its own RTT p50 (the host's
             # speed level it ran in), its marks; or why there is none.
             "clock_reads": _clock_summary(case),
@@ -353,8 +357,9 @@ def _in_process(run, cases, progress, kernel):
         if cb:
             cb(0, 0)
         r = reconstruct(case, progress=cb, kernel=kernel)
-        steps += step_rows(r)
-        rtts.append(rtt_summary(r))
+        rows, rtt = case_tables(r)
+        steps += rows
+        rtts.append(rtt)
         r.release()
         per_rpc[case.id] = r
     return steps, rtts, per_rpc
@@ -431,6 +436,6 @@ def _w_read_stats(run, k, at_fork):
 
 def _w_tables(run, k, kernel):
     r = reconstruct(run.cases[k], kernel=kernel)
-    rows, rtt = step_rows(r), rtt_summary(r)
+    rows, rtt = case_tables(r)
     r.release()
     return rows, rtt, r

@@ -153,6 +153,12 @@ def aslr_prefix(setting):
     return ["setarch", "-R"] if setting == "off" else []
 
 
+def rpc_bindir(traced, clock_out=None):
+    """Where the programs of the build a run uses are: the clock build where it writes clock marks, else
+    the traced or the untraced one."""
+    return CLOCK_BIN if clock_out else TRACE_BIN if traced else NOTRACE_BIN
+
+
 def clock_env(path):
     """The argv prefix that has the clock build (make TRACE=clock) write its marks to path."""
     return ["env", f"RPCS_CLOCKMARK_OUT={path}"] if path else []
@@ -508,7 +514,7 @@ class Capture:
 
     # ------------------------------------------------------------ rpc processes
     def start_server(self, ns, bind, port, transport, cpu, traced, log_dir, tag, wait, clock_out=None):
-        bindir = CLOCK_BIN if clock_out else TRACE_BIN if traced else NOTRACE_BIN
+        bindir = rpc_bindir(traced, clock_out)
         ready = log_dir / f"server-{tag}.ready"
         ready.unlink(missing_ok=True)
         argv = ["ip", "netns", "exec", ns, *aslr_prefix(self.p.get("aslr", "off")), "taskset", "-c", str(cpu),
@@ -526,7 +532,7 @@ class Capture:
         return pr
 
     def client_argv(self, ns, server, port, transport, size, calls, warmup, cpu, traced, clock_out=None):
-        bindir = CLOCK_BIN if clock_out else TRACE_BIN if traced else NOTRACE_BIN
+        bindir = rpc_bindir(traced, clock_out)
         max_s = max(30, int(calls * 0.005) + 30)
         return ["ip", "netns", "exec", ns, *aslr_prefix(self.p.get("aslr", "off")), "taskset", "-c", str(cpu),
                 *clock_env(clock_out), "sh", "-c", 'read _go && exec "$@"', "sh",

@@ -225,6 +225,7 @@ def steps_section(d: RunData):
     by = {}
     for r in d.steps:
         by.setdefault(r["case"], []).append(r)
+    rtt = {r.get("case"): r for r in (d.steps_json or {}).get("rtt", [])}
     for case, rows in by.items():
         out = [{"step": r["step"], "name": r["name"], "rtp": {True: "yes", False: "", None: "(row)"}[r.get("rtp")],
                 "status": r["status"], "n": r["n"], "median_us": _f(r["median_us"]), "p10_us": _f(r["p10_us"]),
@@ -236,7 +237,7 @@ def steps_section(d: RunData):
         s.items.append(Table(f"Case {case}", cols, out,
                              f"analysis/steps.json steps[case={case}] columns {', '.join(cols[1:])} "
                              "(also analysis/steps.csv)"))
-        clock = next((r.get("clock_reads") for r in (d.steps_json or {}).get("rtt", []) if r.get("case") == case), None)
+        clock = (rtt.get(case) or {}).get("clock_reads")
         if clock and clock.get("error"):
             s.items.append(f"Clock reads ({case}): none: {clock['error']}")
         elif clock:
@@ -244,7 +245,7 @@ def steps_section(d: RunData):
                            f"~20 ns, inside every figure; capture --clock-reads), RTT p50 {clock['client_p50_us']:.2f} us, "
                            f"{clock['marks']} marks, {clock['dropped']} dropped. Source: analysis/steps.json "
                            f"rtt[case={case}].clock_reads, steps[].clock_reads_median_us (analysis/clockreads.py)")
-        split = next((r.get("probe_split") for r in (d.steps_json or {}).get("rtt", []) if r.get("case") == case), None)
+        split = (rtt.get(case) or {}).get("probe_split")
         if split:
             s.items.append(f"Corrected ({case}): each user event charged {split['user_beyond_ns']:.0f} ns less than its "
                            f"calibrated cost to its own step, each kernel event {split['kernel_beyond_ns']:.0f} ns less; "

@@ -33,7 +33,7 @@ import json
 
 import numpy as np
 
-PROBE_FORMAT = "rpcscope-probe/16"
+PROBE_FORMAT = "rpcscope-probe/17"
 
 
 def in_situ(run):
@@ -75,10 +75,15 @@ def path_probe_ns(run, case_id):
     costs = (pr.get("cases") or {}).get(case_id) or {}
     point = next((v["points"][case_id] for v in (pr.get("transports") or {}).values()
                   if case_id in (v.get("points") or {})), None)
-    k = costs.get("kernel_event_ns")
-    if point is None or costs.get("ust_event_ns") is None or not k:
+    if point is None or costs.get("ust_event_ns") is None or not costs.get("kernel_event_ns"):
         return None
-    ev = point["path_events_per_call"]
+    return _path_cost(point["path_events_per_call"], costs)
+
+
+def _path_cost(ev, costs):
+    """What events per class on a path ({"ust", "kernel_net", "kernel_other"}) cost at costs (a cost
+    below zero counts nothing)."""
+    k = costs["kernel_event_ns"]
     return (ev["ust"] * max(0.0, costs["ust_event_ns"]) + ev["kernel_net"] * max(0.0, k["net"])
             + ev["kernel_other"] * max(0.0, k["other"]))
 
@@ -178,11 +183,11 @@ def point_noise(untraced, rounds):
     return out
 
 
-def _rounds(case):
+def _rounds(meta, kinds=("untraced", "ust", "traced")):
     """Each kind's rounds' p50s in the kept round's speed level: a switch of the host's level between
     rounds is not noise of the kept round's differences (they come from one round, in one level)."""
     from .run import level_rounds_p50s
-    return {k: level_rounds_p50s(case.meta, k) for k in ("untraced", "ust", "traced")}
+    return {k: level_rounds_p50s(meta, k) for k in kinds}
 
 
 def _per_case(run):
@@ -212,7 +217,7 @@ def _per_case_cases(run):
 
 def _per_case_key(run):
     key = {c.id: [c.meta["untraced"]["p50"], (c.meta.get("ust_only") or {}).get("p50"), c.meta["traced"]["p50"],
-                  c.meta.get("pids"), c.meta.get("sleeps_per_call")]
+                  c.meta.get("pids"), c.meta.get("sleeps_per_call"), _kept_clock_p50(c.meta)]
            for c in _per_case_cases(run)}
     held = _holdout_ids(run)
     if key and held:
@@ -243,10 +248,41 @@ def case_point(case):
     p50 = {"untraced": case.meta["untraced"]["p50"], "traced": case.meta["traced"]["p50"]}
     if case.meta.get("ust_only"):
         p50["ust"] = case.meta["ust_only"]["p50"]
+    clock = _kept_clock_p50(case.meta)
+    if clock is not None:
+        p50["clock"] = clock
     level = {k: level_p50_ns(case.meta, k) for k in p50}
     if all(v is not None for v in level.values()):
         p50 = level
-    return _point(case, p50["untraced"], p50.get("ust"), p50["traced"], _rounds(case))
+    point = _point(case, p50["untraced"], p50.get("ust"), p50["traced"], _rounds(case.meta))
+    if point is not None and clock is not None:
+        point["clock"] = _clock_point(case.meta, p50)
+    return point
+
+
+def _kept_clock_p50(meta):
+    """The kept round's clock-build p50 (capture --clock-reads since session 30: a clock-build run in
+    every round), or None where the capture made none in the rounds (before session 30, one run after
+    them, in whichever level held then)."""
+    rep = meta.get("repeats") or {}
+    p50s, kept = rep.get("clock_p50_ns") or [], rep.get("kept_round")
+    return p50s[kept] if kept is not None and kept < len(p50s) and p50s[kept] else None
+
+
+def _clock_point(meta, p50):
+    """A point's clock-build figures: its p50 (in the level where every kind has three rounds, as the
+    point's others), the kept traced run's p50, the noise of its clock minus untraced difference (the
+    half-ranges of the two kinds' level rounds in quadrature, at least NOISE_FLOOR of the RTT: it weighs
+    the point where the cost of a mark is solved), and whether it blocked and was woken as the traced
+    run (path_as_traced) and as the untraced one (path_as_untraced)."""
+    from .run import same_path
+    rounds = _rounds(meta, ("untraced", "clock"))
+    half = [(max(x) - min(x)) / 2 if len(x) > 1 else 0.0 for x in rounds.values()]
+    sp = meta.get("sleeps_per_call") or {}
+    return {"p50_ns": p50["clock"], "traced_kept_p50_ns": meta["traced"]["p50"],
+            "noise_ns": {"clock_minus_untraced": max(NOISE_FLOOR * p50["untraced"], float(np.hypot(*half)))},
+            "path_as_traced": same_path(sp.get("clock"), sp.get("traced")),
+            "path_as_untraced": same_path(sp.get("clock"), sp.get("untraced"))}
 
 
 def per_case_solve(run, key, points):
@@ -294,7 +330,77 @@ def solve_cases(points, holdout=()):
             if len(others) >= 2:
                 out["cases"][cid] = dict(_costs(others, "in-situ, the other cases", transport, form=form),
                                          points=None, solved_from=sorted(others))
+        if CLOCK_ANCHOR:
+            _anchor_on_clock(out, pts, holdout)
     return out
+
+
+# Whether a case's probe effect is anchored on its clock-build runs where it can be (_anchor_on_clock);
+# off, every case takes the other cases' per-event costs as before session 30 (for comparisons).
+CLOCK_ANCHOR = True
+
+
+def _anchor_on_clock(out, pts, holdout):
+    """Where a case's clock-build runs (capture --clock-reads) took its traced run's path, its probe
+    effect is anchored on them: the traced minus the clock build's p50, measured at that case, plus what
+    the clock reads cost the call, m marks on its path (its user events) at a cost per mark solved from
+    the OTHER cases' clock minus untraced p50s (leave one out, held-out sizes never solving). The case's
+    per-event costs (out["cases"][cid]) are scaled so that its path's events add up to that probe effect
+    (as the kept round's traces carry it: times the kept traced run's p50 over the level's);
+    their split between user and kernel events, and so each step's share, is the solve's. Recorded in
+    out["cases"][cid]["clock_anchor"] (the scale and every figure it came from).
+
+    Why (analysis/MODEL.md, session 30): the per-event costs of the other sizes predict a size's probe
+    effect only as well as that effect is one cost per event, and over TCP in the host's faster level it
+    grows with the payload (~0.4 us from 0 to 24096 bytes, of a 15-16 us RTT) though every size has the
+    same events: the kernel tracer's doing (the user events alone and the clock build pay for the bytes
+    as the untraced run does). The clock build pays ~25 ns a mark, and pays it alike at every size, so
+    anchored the probe effect is measured where it is removed, and only that small cost is predicted.
+    A case whose clock runs took another path than its traced run (woken by interrupts where it was
+    not, say) keeps the other cases' costs: its traced minus clock difference would hold that path's
+    cost too; nor does a case whose clock runs took another path than its untraced runs solve the cost
+    per mark."""
+    by = {cid: p for cid, p in pts.items() if p.get("clock")}
+    solvers = {cid: p for cid, p in by.items() if cid not in holdout and p["clock"]["path_as_untraced"]
+               and (p["untraced_path"] or {}).get("same") is not False}
+    for cid, p in by.items():
+        costs = out["cases"].get(cid)
+        if not costs or costs.get("ust_event_ns") is None or not costs.get("kernel_event_ns"):
+            continue
+        ev = p["path_events_per_call"]
+        base = _path_cost(ev, costs)
+        others = {k: q for k, q in solvers.items() if k != cid}
+        why = None
+        if not p["clock"]["path_as_traced"]:
+            why = "its clock-build runs took another path than its traced run"
+        elif len(others) < 2:
+            why = "fewer than two other cases whose clock-build and untraced runs took one path"
+        elif base <= 0:
+            why = "no probe cost on its path to scale"
+        if why:
+            costs["clock_anchor"] = {"anchored": False, "why": why}
+            continue
+        marks = np.array([q["path_events_per_call"]["ust"] for q in others.values()], float)
+        d = np.array([q["clock"]["p50_ns"] - q["p50_ns"]["untraced"] for q in others.values()], float)
+        w = 1.0 / np.square([q["clock"]["noise_ns"]["clock_minus_untraced"] for q in others.values()])
+        per_mark = _per_event(marks, d, w / w.mean())
+        traced_minus_clock = p["p50_ns"]["both"] - p["clock"]["p50_ns"]
+        effect = traced_minus_clock + ev["ust"] * max(0.0, per_mark)
+        # The effect is the level's (its rounds' medians); the costs are charged on the kept round's
+        # traces, whose calls ran uniformly faster or slower by kept / level, probes and all, and which
+        # the model scales back by level / kept (model.level_figures): charged as it is, the effect
+        # would come out of the level's RTT that factor over or short (TCP 0 of runs/run-20261127-125526:
+        # a kept round 1.8 % faster than its level, 0.19 us of a 15.1 us RTT).
+        kept = p["clock"].get("traced_kept_p50_ns") or p["p50_ns"]["both"]
+        scale = effect * (kept / p["p50_ns"]["both"]) / base
+        costs.update(ust_event_ns=round(costs["ust_event_ns"] * scale, 1),
+                     kernel_event_ns={k: round(v * scale, 1) for k, v in costs["kernel_event_ns"].items()},
+                     source=costs["source"] + ", anchored on its clock build")
+        costs["clock_anchor"] = {"anchored": True, "scale": round(scale, 4), "probe_effect_ns": round(effect, 1),
+                                 "kept_round_factor": round(kept / p["p50_ns"]["both"], 4),
+                                 "unanchored_ns": round(base, 1), "traced_minus_clock_ns": round(traced_minus_clock, 1),
+                                 "clock_read_ns_per_mark": round(per_mark, 2), "marks_on_path": float(ev["ust"]),
+                                 "per_mark_solved_from": sorted(others)}
 
 
 # The noise an other-path case's point takes on per wake-up its rows add (_as_solver): a sleep in the

@@ -444,6 +444,7 @@ def analyze_case(case, progress=None, sample=None, detail=True):
     role_cpu = {h.get("role"): int(h["cpus"][0]) for h in case.run.hosts.values() if h.get("cpus")}
     res["probe_costs"] = rpcs.probe_costs_available
     res["probe_calibration"] = case.calibration("client").get("source", "loopback") if res["probe_costs"] else None
+    res["probe_anchor"] = ((case.run.probe.get("cases") or {}).get(case.id) or {}).get("clock_anchor")
     if sample is None or sample >= len(rpcs):
         walk_rpcs = range(len(rpcs))
     else:
@@ -689,6 +690,7 @@ def aggregate(res):
             "path_events_median": {k: float(np.median([p["path_events"][i] for p in per])) if n else None
                                    for i, k in enumerate(("ust", "kernel_net", "kernel_other"))},
             "probe_calibration": res.get("probe_calibration"),
+            "probe_anchor": res.get("probe_anchor"),
             "probe_split": split,
             "untraced_p50_ns": res.get("untraced_p50_ns"),
             "typical": {"band": f"the {TYPICAL_SHARE:.0%} of RPCs nearest the median corrected RTT", "rpcs": nb,

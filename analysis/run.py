@@ -110,6 +110,15 @@ def _same_path_bound(key):
     return IPI_SAME_PATH if key.endswith("_ipi") else SLEEPS_SAME_PATH
 
 
+def same_path(a, b):
+    """Whether two runs' sleeps_per_call (collectors/capture.py) say they blocked in the same waits and
+    were woken alike (within SLEEPS_SAME_PATH and IPI_SAME_PATH a call); False where either is missing."""
+    if not a or not b:
+        return False
+    return all(abs(a[k] - b[k]) < _same_path_bound(k) for k in ("client", "server", "client_ipi", "server_ipi")
+               if k in a and k in b)
+
+
 def path_shape(case_meta):
     """The kept round's sleeps per call, untraced and traced (collectors/capture.py sleeps_per_call: the
     client's and the server's voluntary context switches per call), and whether the two runs blocked

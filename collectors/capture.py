@@ -218,7 +218,10 @@ def preflight(p, testbed_state):
     require_tool("lttng", "install lttng-tools (make bootstrap does)")
     require_tool("lttng-sessiond", "install lttng-tools (make bootstrap does)")
     require_tool("babeltrace2", "install babeltrace2 (make bootstrap does)")
-    for d, hint in ((TRACE_BIN, "make"), (NOTRACE_BIN, "make TRACE=0")):
+    builds = ((TRACE_BIN, "make"), (NOTRACE_BIN, "make TRACE=0"))
+    if p.get("clock_reads"):
+        builds += ((CLOCK_BIN, "make TRACE=clock"),)
+    for d, hint in builds:
         for prog in ("rpc-server", "rpc-client"):
             if not (d / prog).exists():
                 raise UserError(f"{d / prog} is missing; build it with `{hint}`")
@@ -243,14 +246,19 @@ def preflight(p, testbed_state):
 # Bytes on disk per call and per packet of a traced run's user and kernel traces, an upper bound of
 # what was measured here (a 7-fragment UDP call: 19 KB of CTF; a null call: 3.8 KB).
 TRACE_BYTES_PER_PACKET_CALL = 4000
+# And of a clock-build run's two mark files, uncompressed until the round to keep is chosen (a null
+# call: 46 marks of ~45 bytes; a 7-fragment UDP call: ~100).
+CLOCK_BYTES_PER_PACKET_CALL = 2100
 
 
 def disk_needed(p):
-    """Bytes a capture holds at its peak: every round's traced run of every size of a transport (kept
-    until the round to keep is chosen, at most repeats + MAX_EXTRA_ROUNDS), plus the kept traces of the
+    """Bytes a capture holds at its peak: every round's traced run (and clock-build run) of every size of
+    a transport (kept until the round to keep is chosen, at most repeats + MAX_EXTRA_ROUNDS), plus the kept traces of the
     transports before it."""
+    per_packet_call = TRACE_BYTES_PER_PACKET_CALL + (CLOCK_BYTES_PER_PACKET_CALL if p.get("clock_reads") else 0)
+
     def one(transport, size):
-        return (p["calls"] + p["warmup"]) * (fragments(size, transport) + 1) * TRACE_BYTES_PER_PACKET_CALL
+        return (p["calls"] + p["warmup"]) * (fragments(size, transport) + 1) * per_packet_call
     rounds = p.get("repeats", 1) + (MAX_EXTRA_ROUNDS if p.get("repeats", 1) > 1 else 0)
     per_transport = {t: sum(one(t, s) for s in p["sizes"]) for t in p["transports"]}
     return max(rounds * v for v in per_transport.values()) + sum(per_transport.values())
@@ -742,8 +750,8 @@ class Capture:
 
     # ------------------------------------------------------------ rounds, in sweeps over a transport's cases
     def sweeps(self, transport, cases, kinds, n):
-        """n rounds of runs of the given kinds ("untraced", "ust": user events only, "traced": user and
-        kernel events) of every case of a transport into cases/ID/repeat-R/, in sweeps: round r of
+        """n rounds of runs of the given kinds ("untraced", "clock": the clock build, "ust": user events
+        only, "traced": user and kernel events) of every case of a transport into cases/ID/repeat-R/, in sweeps: round r of
         every case (in size order) before round r + 1 of any. Returns ({case id: {kind: [run]}}, the
         order the runs ran in per case, {case id: (its kept round, the rounds that agree with it)}, the
         sweeps' record), a run being {"res", "pids", "got", "dir", "ust"}.
@@ -777,12 +785,15 @@ class Capture:
             if kind != "traced":
                 self.kernel_release()
             self.step(f"{case['id']}: {kind}, round {r + 1}/{rounds}")
-            got, hook, ust = {}, None, rdir / f"ust-{kind}"
-            if kind != "untraced":
+            got, hook, ust, clock_out = {}, None, rdir / f"ust-{kind}", None
+            if kind == "clock":
+                clock_out = {role: rdir / f"clock-{role}.txt" for role in ("client", "server")}
+            elif kind != "untraced":
                 hook = self.trace_hook(ust, calls + warmup, fragments(case["size"], transport), got,
                                        kernel_dir=rdir if kind == "traced" else None)
-            res, pids = self.run_pair(transport, case["size"], calls, warmup, kind != "untraced" or
-                                      self.p["untraced"] == "stopped", rdir, f"{kind}-{r}", hook)
+            traced = kind in ("ust", "traced") or (kind == "untraced" and self.p["untraced"] == "stopped")
+            res, pids = self.run_pair(transport, case["size"], calls, warmup, traced, rdir, f"{kind}-{r}", hook,
+                                      clock_out=clock_out)
             if kind == "ust":
                 shutil.rmtree(ust, ignore_errors=True)   # only its p50 is used: no disk held for it
             sleeps = sleeps_per_call(res, rdir / f"server-{kind}-{r}-stats.json", self.last_ipis, calls + warmup)
@@ -974,40 +985,30 @@ class Capture:
         self.manifest.setdefault("sweeps", {})[transport] = record
         for case in cases:
             self.finish_case(case, runs[case["id"]], order[case["id"]], *by_case[case["id"]], record)
-            if self.p.get("clock_reads"):
-                self.clock_reads(case, transport)
             if self.after_case:
                 self.after_case(self, case)
 
-    def clock_reads(self, case, transport):
-        """One more run of the case with the clock build (make TRACE=clock: each step mark one clock
-        read into memory, ~20 ns, where a tracepoint costs the call ~200): its marks, compressed, beside
-        the case's traces (cases/ID/clock-client.txt.gz, clock-server.txt.gz), for the step tables'
-        clock-read column (analysis/clockreads.py). It runs after the case's rounds, so in whichever
-        level of the host's speed holds then; its client p50 is recorded to tell. A failure is recorded
-        and the capture goes on: the figures are a check, not an input of the model."""
+    def keep_clock_marks(self, case, run):
+        """The kept round's clock-build run (make TRACE=clock: each step mark one clock read into memory,
+        ~20 ns, where a tracepoint costs the call ~200): its marks, compressed, beside the case's traces
+        (cases/ID/clock-client.txt.gz, clock-server.txt.gz), for the step tables' clock-read column
+        (analysis/clockreads.py); every round's p50 is in repeats.clock_p50_ns. Marks that are not there
+        are recorded as the case's clock_reads error and the capture goes on: the figures are a check."""
         cdir = self.out / case["dir"]
-        out = {role: cdir / f"clock-{role}.txt" for role in ("client", "server")}
-        self.step(f"{case['id']}: clock reads")
+        files = {role: cdir / f"clock-{role}.txt.gz" for role in ("client", "server")}
         try:
-            if not (CLOCK_BIN / "rpc-client").exists():
-                raise UserError(f"no clock build at {CLOCK_BIN} (run `make TRACE=clock`)")
-            res, _ = self.run_pair(transport, case["size"], case["calls"], case["warmup"], False, cdir, "clock",
-                                   clock_out=out)
-            for role, path in out.items():
-                if not path.exists():
-                    raise UserError(f"the clock build's {role} wrote no marks to {path.name}")
-                with path.open("rb") as src, gzip.open(path.with_suffix(".txt.gz"), "wb") as dst:
-                    shutil.copyfileobj(src, dst)
-                path.unlink()
-            case["clock_reads"] = {"build": "clock (make TRACE=clock)", "client_p50_ns": res["rtt_ns"]["p50"],
-                                   "files": {role: f"clock-{role}.txt.gz" for role in out}}
-        except (UserError, OSError) as e:      # OSError: the marks could not be written or compressed
-            for path in out.values():
-                path.unlink(missing_ok=True)
-                path.with_suffix(".txt.gz").unlink(missing_ok=True)
+            for role, dst in files.items():
+                src = run["dir"] / f"clock-{role}.txt"
+                if not src.exists():
+                    raise UserError(f"the clock build's {role} wrote no marks to {src.name}")
+                with src.open("rb") as f, gzip.open(dst, "wb", compresslevel=6) as g:
+                    shutil.copyfileobj(f, g)
+            case["clock_reads"] = {"build": "clock (make TRACE=clock)", "client_p50_ns": run["res"]["rtt_ns"]["p50"],
+                                   "files": {role: f.name for role, f in files.items()}, "every_round": True}
+        except (UserError, OSError) as e:      # OSError: the marks could not be read or compressed
+            for f in files.values():
+                f.unlink(missing_ok=True)
             case["clock_reads"] = {"error": str(e)}
-        self.write_manifest()
 
     def finish_case(self, case, runs, order, kept, agreeing, record):
         """The case from its kept round (agreeing: the rounds in that round's level), traces of the
@@ -1022,6 +1023,8 @@ class Capture:
         self.step(f"{cid}: convert and count")
         kept_run = runs["traced"][kept]
         n_k, k_lost, per_event = self.keep_run(kept_run, cdir)
+        if "clock" in runs:
+            self.keep_clock_marks(case, runs["clock"][kept])
         self.discard(cdir)
         res_t, pids, got = kept_run["res"], kept_run["pids"], kept_run["got"]
         ust_dir = cdir / "ust"
@@ -1173,14 +1176,16 @@ def in_situ(p, kernel):
 
 
 def case_kinds(p, kernel):
-    """The runs of each round of a case: untraced, user events only (capture --user-only-runs, with an
-    in-situ calibration), traced. Why user-only runs are not made by default (session 21): since session
-    20 the probe correction is solved from traced minus untraced alone, and a user-only run only records
-    what a user event costs with no kernel event recorded; it took a third of every round, time that
-    now goes to more rounds, so that more sizes have three or more rounds in one speed level of the
-    host."""
+    """The runs of each round of a case: untraced, the clock build (capture --clock-reads), user events
+    only (capture --user-only-runs, with an in-situ calibration), traced. Why user-only runs are not made
+    by default (session 21): since session 20 the probe correction is solved from traced minus untraced
+    alone, and a user-only run only records what a user event costs with no kernel event recorded; it
+    took a third of every round, time that now goes to more rounds, so that more sizes have three or
+    more rounds in one speed level of the host. Why the clock build runs in every round (session 30),
+    not once after the rounds: its RTT then has a median in the kept round's speed level like the other
+    kinds, and the kept round's marks come from the level the traces do."""
     ust = in_situ(p, kernel) and p.get("user_only_runs")
-    return ("untraced", "ust", "traced") if ust else ("untraced", "traced")
+    return ("untraced", *(("clock",) if p.get("clock_reads") else ()), *(("ust",) if ust else ()), "traced")
 
 
 # Two rounds agree when their runs' p50s differ by at most this much (root mean square of the % differences
@@ -1194,8 +1199,10 @@ MAX_EXTRA_ROUNDS = 6
 
 
 def _p50s(runs):
-    """{(case id, kind): [p50 ns of each round]} of sweeps()' runs."""
-    return {(cid, k): [r["res"]["rtt_ns"]["p50"] for r in rs] for cid, kinds in runs.items() for k, rs in kinds.items()}
+    """{(case id, kind): [p50 ns of each round]} of sweeps()' runs. The clock build's runs are left out:
+    which round is kept, and in which level, is chosen as it was before they ran in every round."""
+    return {(cid, k): [r["res"]["rtt_ns"]["p50"] for r in rs] for cid, kinds in runs.items()
+            for k, rs in kinds.items() if k != "clock"}
 
 
 def sweep_distances(p50s):

@@ -76,9 +76,9 @@ def add_common(ap, default_calls, default_sizes):
                          "records what a user event costs with no kernel event recorded (probe.json "
                          "ust_alone_event_ns); the correction does not use it, and each round takes half as long again")
     ap.add_argument("--clock-reads", action="store_true",
-                    help="local testbed: after each case's rounds, one more run with the clock build (make "
-                         "TRACE=clock: each step mark one clock read into memory), whose step times the step "
-                         "tables set beside the probe-corrected ones")
+                    help="local testbed: in every round, one more run with the clock build (make "
+                         "TRACE=clock: each step mark one clock read into memory); its RTT per round, and the "
+                         "kept round's step times, which the step tables set beside the probe-corrected ones")
     ap.add_argument("--calibration-calls", type=int, default=3000, help="calls per loopback calibration run (default 3000; the in-situ calibration uses --calls and --warmup)")
     ap.add_argument("--keep-perf-data", action="store_true", help="keep perf.data next to the kernel CTF")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")

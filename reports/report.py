@@ -176,7 +176,9 @@ CLOCK_CHECK_NOTE = (
     "input runs inside the sender's sendmsg; the client's wait holds the server's whole call), whose probes the "
     "step tables charge to the CPU they ran on, not to the span: there the difference is the step tables' "
     "charging, not the model's (which walks the round-trip path). RTT: the path's corrected RTT "
-    "(rtp.json) against the clock build's c1_begin..c21_end, which holds ~45 reads.")
+    "(rtp.json) against the clock build's c1_begin..c21_end, which holds ~45 reads. Where a case's probe "
+    "effect is anchored on its clock runs (probe.json cases.*.clock_anchor), its corrected RTT is the clock "
+    "build's less its reads by construction, and the RTT row checks the kept round against the level.")
 
 
 def clock_check_tables(steps, rtp=None):

@@ -244,8 +244,8 @@ def register(subparsers):
                     help="lean: the kernel events the analysis needs (default); full: also each device's start of "
                          "transmit, sched_wakeup and the bridge's side of each veth pair (collectors/README.md)")
     ap.add_argument("--no-clock-reads", action="store_true",
-                    help="skip the clock build's run of each size (capture --clock-reads: the step tables' "
-                         "clock-read column, ~1 s a size)")
+                    help="skip the clock build's run in each round of each size (capture --clock-reads: its "
+                         "RTT per round and the step tables' clock-read column, ~1 min a capture)")
     ap.add_argument("--out", metavar="runs/NAME", help="run directory (default runs/run-DATE-TIME)")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
     ap.add_argument("--keep-testbed", action="store_true", help="leave the testbed up at the end")

@@ -480,7 +480,7 @@ def test_ftrace_collector_records_every_packet_and_the_calls_rebuild(testbed, tm
     # --user-only-runs: every round also ran with user events only, kept for the record.
     assert m["calibration_in_situ"] == {"method": "per case", "complete": True, "user_only_runs": True}
     for c in m["cases"]:
-        assert c["repeats"]["order"] == ["untraced-0", "ust-0", "traced-0"], c["repeats"]
+        assert c["repeats"]["order"] == ["untraced-0", "clock-0", "ust-0", "traced-0"], c["repeats"]
         assert c["ust_only"]["p50"] == c["repeats"]["ust_p50_ns"][0] > 0, c
     assert m["complete"] and m["kernel_collector"] == "ftrace" and m["kernel_clock_aligned_to_ust"]
     assert all("all" in h["kernel_event_ns"] for h in m["calibration"].values()), m["calibration"]
@@ -506,11 +506,14 @@ def test_ftrace_collector_records_every_packet_and_the_calls_rebuild(testbed, tm
     res = analyze(out, write=False)
     for x in res["rtt"]:
         assert x["complete_rpcs"] >= 0.8 * x["rpcs"], (x["case"], x["incomplete_by_first_missing_step"])
-    # --clock-reads: one run of each case with the clock build, its marks kept compressed, every
-    # measured call's user-mark steps timed; a clock read costs the call far less than a tracepoint.
+    # --clock-reads: a run of each case with the clock build in every round, the kept round's marks kept
+    # compressed, every measured call's user-mark steps timed; a clock read costs the call far less than
+    # a tracepoint.
     for c in m["cases"]:
         cr = c["clock_reads"]
         assert set(cr["files"]) == {"client", "server"} and cr["client_p50_ns"] > 0, cr
+        assert cr["client_p50_ns"] == c["repeats"]["clock_p50_ns"][c["repeats"]["kept_round"]], c["repeats"]
+        assert c["sleeps_per_call"]["clock"]["client"] > 0.9, c["sleeps_per_call"]
         assert all((out / c["dir"] / f).is_file() for f in cr["files"].values())
         assert not list((out / c["dir"]).glob("clock-*.txt"))                   # only the .gz are kept
         assert cr["client_p50_ns"] < c["traced"]["p50"], (c["id"], cr, c["traced"])
@@ -606,29 +609,33 @@ def test_wait_files_closed_waits_for_the_holder_and_names_it(tmp_path):
     clttng.wait_files_closed(tmp_path / "nothing-here", timeout=0)
 
 
-def test_a_clock_run_that_cannot_run_is_recorded_and_the_capture_goes_on(tmp_path, monkeypatch):
-    """capture --clock-reads without the clock build (make TRACE=clock), or whose process wrote no marks:
-    the case's clock_reads says why, no mark file is left, and no exception stops the capture."""
+def test_clock_reads_without_the_clock_build_or_its_marks(tmp_path, monkeypatch):
+    """capture --clock-reads without the clock build (make TRACE=clock) is refused before anything runs,
+    saying how to make it; a kept round whose clock run left one role's marks unwritten is recorded as the
+    case's clock_reads error, no mark file is left, and no exception stops the capture."""
     import types
 
     from rpcscope.collectors import capture as cap
-    case = {"id": "udp-maxarg-0", "dir": "cases/udp-maxarg-0", "size": 0, "calls": 10, "warmup": 1}
-    (tmp_path / case["dir"]).mkdir(parents=True)
-    written = []
-    fake = types.SimpleNamespace(out=tmp_path, step=lambda msg: None, write_manifest=lambda: written.append(1))
     monkeypatch.setattr(cap, "CLOCK_BIN", tmp_path / "no-clock-build")
-    cap.Capture.clock_reads(fake, case, "udp")
-    assert "no clock build" in case["clock_reads"]["error"] and "make TRACE=clock" in case["clock_reads"]["error"]
-    assert written and not list((tmp_path / case["dir"]).iterdir())
-    # the build is there but the run leaves one role's marks unwritten
-    (tmp_path / "clock").mkdir()
-    (tmp_path / "clock" / "rpc-client").write_text("")
-    monkeypatch.setattr(cap, "CLOCK_BIN", tmp_path / "clock")
-
-    def run_pair(transport, size, calls, warmup, traced, log_dir, tag, clock_out=None):
-        clock_out["client"].write_text("rpcscope-clockmarks/1 marks 0 dropped 0\n")
-        return {"rtt_ns": {"p50": 1000}}, {}
-    fake.run_pair = run_pair
-    cap.Capture.clock_reads(fake, case, "udp")
-    assert "server wrote no marks" in case["clock_reads"]["error"]
-    assert not list((tmp_path / case["dir"]).iterdir())
+    monkeypatch.setattr(cap.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(cap.idle.IdlePolicy, "check", lambda self: None)
+    monkeypatch.setattr(cap, "require_tool", lambda name, fix: None)
+    import rpcscope.testbed
+    monkeypatch.setattr(rpcscope.testbed, "health", lambda st: [])
+    with pytest.raises(UserError, match=r"no-clock-build/rpc-server is missing; build it with `make TRACE=clock`"):
+        cap.preflight({"clock_reads": True, "aslr": "off", "kernel": "none"}, {"hosts": []})
+    case = {"id": "udp-maxarg-0", "dir": "cases/udp-maxarg-0", "size": 0, "calls": 10, "warmup": 1}
+    rdir = tmp_path / case["dir"] / "repeat-0"
+    rdir.mkdir(parents=True)
+    (rdir / "clock-client.txt").write_text("rpcscope-clockmarks/1 marks 0 dropped 0\n")
+    fake = types.SimpleNamespace(out=tmp_path)
+    run = {"res": {"rtt_ns": {"p50": 1000}}, "dir": rdir}
+    cap.Capture.keep_clock_marks(fake, case, run)
+    assert "server wrote no marks" in case["clock_reads"]["error"], case
+    assert not list((tmp_path / case["dir"]).glob("clock-*"))
+    (rdir / "clock-server.txt").write_text("rpcscope-clockmarks/1 marks 0 dropped 0\n")
+    cap.Capture.keep_clock_marks(fake, case, run)
+    assert case["clock_reads"] == {"build": "clock (make TRACE=clock)", "client_p50_ns": 1000, "every_round": True,
+                                   "files": {"client": "clock-client.txt.gz", "server": "clock-server.txt.gz"}}
+    assert sorted(f.name for f in (tmp_path / case["dir"]).glob("clock-*")) == ["clock-client.txt.gz",
+                                                                              "clock-server.txt.gz"]

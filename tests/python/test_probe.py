@@ -585,3 +585,88 @@ def test_the_rows_cost_of_a_case():
     assert other_path_cost({"server_sleeps": 0.3, "server_ipis": -0.24}, wake) == (0.0, 0)
     assert other_path_cost({"client_ipis": 0.9}, wake) is None           # no calibrated interrupt cost
     assert other_path_cost(None, wake) == (0.0, 0)
+
+
+def _tcp_like_points(clock_path=None, untraced_clock_path=None):
+    """TCP-like points (33 user and 17 kernel events on every path) whose probe effect grows with the
+    payload as the faster level's does: 213 ns an event plus 16 ps a byte (0.39 us at 24096), while the
+    clock build pays 25 ns a mark at every size. Untraced p50 15.2 us plus 25 ps a byte."""
+    pts = {}
+    for size in (0, 1392, 1393, 4016, 6000, 8032, 16064, 24096):
+        untraced = 15_200.0 + 0.025 * size
+        traced = untraced + 50 * 213.0 + 0.016 * size
+        clock = untraced + 33 * 25.0
+        pts[f"tcp-maxarg-{size}"] = {
+            "transport": "tcp", "size": size, "d_total_ns": traced - untraced, "noise_ns": {"d_total": 100.0},
+            "untraced_path": {"same": True}, "other_path_rows": None,
+            "path_events_per_call": {"ust": 33.0, "kernel_net": 4.0, "kernel_other": 13.0},
+            "p50_ns": {"untraced": untraced, "ust": None, "both": traced},
+            "clock": {"p50_ns": clock, "noise_ns": {"clock_minus_untraced": 100.0},
+                      "path_as_traced": (clock_path or {}).get(size, True),
+                      "path_as_untraced": (untraced_clock_path or {}).get(size, True)}}
+    return pts
+
+
+def test_the_probe_effect_is_anchored_on_the_clock_build():
+    """A probe effect that grows with the bytes though the events do not: the other sizes' per-event
+    costs miss the end sizes by the slope, while anchored on each size's clock build (traced minus clock,
+    plus 33 marks at the others' cost per mark) every case's path charges its own effect; the user and
+    kernel events keep the solve's ratio, and held-out sizes never solve the cost per mark."""
+    held = ["tcp-maxarg-1393", "tcp-maxarg-6000"]
+    pts = _tcp_like_points()
+    out = probe.solve_cases(pts, held)
+
+    def charged(cid):
+        c, ev = out["cases"][cid], pts[cid]["path_events_per_call"]
+        return ev["ust"] * c["ust_event_ns"] + (ev["kernel_net"] + ev["kernel_other"]) * c["kernel_event_ns"]["net"]
+    for cid, p in pts.items():
+        a = out["cases"][cid]["clock_anchor"]
+        assert a["anchored"] and a["clock_read_ns_per_mark"] == pytest.approx(25.0), a
+        assert charged(cid) == pytest.approx(p["d_total_ns"], abs=3.0), cid      # costs rounded to 0.1 ns
+        assert a["probe_effect_ns"] == pytest.approx(p["d_total_ns"], abs=0.1)
+        assert not set(held) & set(a["per_mark_solved_from"]) and cid not in a["per_mark_solved_from"]
+        assert out["cases"][cid]["source"].endswith("anchored on its clock build")
+    # A kept round 2 % faster than its level carries 2 % less of the level's probe effect on its traces.
+    pts["tcp-maxarg-4016"]["clock"]["traced_kept_p50_ns"] = 0.98 * pts["tcp-maxarg-4016"]["p50_ns"]["both"]
+    fast = probe.solve_cases(pts, held)["cases"]["tcp-maxarg-4016"]
+    assert fast["clock_anchor"]["kept_round_factor"] == 0.98
+    assert fast["ust_event_ns"] == pytest.approx(0.98 * out["cases"]["tcp-maxarg-4016"]["ust_event_ns"], abs=0.1)
+    # Unanchored, the other sizes' costs put the null call's effect ~0.2 us high and 24096's ~0.2 us low.
+    a0, a24 = out["cases"]["tcp-maxarg-0"]["clock_anchor"], out["cases"]["tcp-maxarg-24096"]["clock_anchor"]
+    assert a0["unanchored_ns"] - pts["tcp-maxarg-0"]["d_total_ns"] > 150
+    assert pts["tcp-maxarg-24096"]["d_total_ns"] - a24["unanchored_ns"] > 150
+
+
+def test_a_case_whose_clock_runs_took_another_path_keeps_the_other_cases_costs():
+    """TCP 4016's clock runs were woken by interrupts where its traced run was not: its traced minus
+    clock difference holds that path's cost, so it is not anchored, and says why. 8032's clock runs took
+    another path than its untraced ones: anchored itself, but no other case's cost per mark comes from it."""
+    pts = _tcp_like_points(clock_path={4016: False}, untraced_clock_path={8032: False})
+    pts["tcp-maxarg-8032"]["clock"]["p50_ns"] += 2000.0          # its clock runs' second mode
+    plain = probe.solve_cases({k: {x: y for x, y in p.items() if x != "clock"} for k, p in pts.items()})
+    out = probe.solve_cases(pts)
+    a = out["cases"]["tcp-maxarg-4016"]
+    assert a["clock_anchor"] == {"anchored": False, "why": "its clock-build runs took another path than its traced run"}
+    assert a["ust_event_ns"] == plain["cases"]["tcp-maxarg-4016"]["ust_event_ns"]
+    assert "clock_anchor" not in plain["cases"]["tcp-maxarg-4016"]
+    for cid, c in out["cases"].items():
+        if c["clock_anchor"]["anchored"]:
+            assert "tcp-maxarg-8032" not in c["clock_anchor"]["per_mark_solved_from"], cid
+            assert c["clock_anchor"]["clock_read_ns_per_mark"] == pytest.approx(25.0)
+
+
+def test_a_cases_clock_point_from_its_manifest_entry():
+    """The clock figures of a case (capture --clock-reads in every round): its path against the traced and
+    the untraced runs' (sleeps and interrupts per call) and the noise of its clock minus untraced p50s
+    over the kept round's level."""
+    calm = {"client": 1.0, "server": 1.0, "client_ipi": 0.0, "server_ipi": 0.0}
+    meta = {"traced": {"p50": 25_100}, "repeats": {
+        "kept_round": 1, "agreeing_rounds": [0, 1, 2], "clock_p50_ns": [15_900, 16_000, 16_100, 19_000],
+        "untraced_p50_ns": [15_100, 15_200, 15_300, 18_000]},
+        "sleeps_per_call": {"untraced": dict(calm, client_ipi=0.38), "clock": calm, "traced": dict(calm, client_ipi=0.01)}}
+    assert probe._kept_clock_p50(meta) == 16_000
+    got = probe._clock_point(meta, {"untraced": 15_200, "clock": 16_000})
+    assert got["path_as_traced"] and not got["path_as_untraced"], got
+    assert got["noise_ns"]["clock_minus_untraced"] == pytest.approx((100 ** 2 + 100 ** 2) ** 0.5)
+    assert got["traced_kept_p50_ns"] == 25_100
+    assert probe._kept_clock_p50({"repeats": {"kept_round": 0}}) is None        # no clock runs in the rounds

@@ -255,8 +255,10 @@ def case_point(case):
     if all(v is not None for v in level.values()):
         p50 = level
     point = _point(case, p50["untraced"], p50.get("ust"), p50["traced"], _rounds(case.meta))
-    if point is not None and clock is not None:
-        point["clock"] = _clock_point(case.meta, p50)
+    if point is not None:
+        point["traced_kept_p50_ns"] = case.meta["traced"]["p50"]
+        if clock is not None:
+            point["clock"] = _clock_point(case.meta, p50)
     return point
 
 
@@ -271,7 +273,7 @@ def _kept_clock_p50(meta):
 
 def _clock_point(meta, p50):
     """A point's clock-build figures: its p50 (in the level where every kind has three rounds, as the
-    point's others), the kept traced run's p50, the noise of its clock minus untraced difference (the
+    point's others), the noise of its clock minus untraced difference (the
     half-ranges of the two kinds' level rounds in quadrature, at least NOISE_FLOOR of the RTT: it weighs
     the point where the cost of a mark is solved), and whether it blocked and was woken as the traced
     run (path_as_traced) and as the untraced one (path_as_untraced)."""
@@ -279,10 +281,11 @@ def _clock_point(meta, p50):
     rounds = _rounds(meta, ("untraced", "clock"))
     half = [(max(x) - min(x)) / 2 if len(x) > 1 else 0.0 for x in rounds.values()]
     sp = meta.get("sleeps_per_call") or {}
-    return {"p50_ns": p50["clock"], "traced_kept_p50_ns": meta["traced"]["p50"],
+    counted = all(sp.get(k) for k in ("untraced", "clock", "traced"))
+    return {"p50_ns": p50["clock"],
             "noise_ns": {"clock_minus_untraced": max(NOISE_FLOOR * p50["untraced"], float(np.hypot(*half)))},
-            "path_as_traced": same_path(sp.get("clock"), sp.get("traced")),
-            "path_as_untraced": same_path(sp.get("clock"), sp.get("untraced"))}
+            "path_as_traced": same_path(sp["clock"], sp["traced"]) if counted else None,
+            "path_as_untraced": same_path(sp["clock"], sp["untraced"]) if counted else None}
 
 
 def per_case_solve(run, key, points):
@@ -332,7 +335,33 @@ def solve_cases(points, holdout=()):
                                          points=None, solved_from=sorted(others))
         if CLOCK_ANCHOR:
             _anchor_on_clock(out, pts, holdout)
+        if KEPT_ROUND_FACTOR:
+            _as_the_kept_round_carries_it(out, pts)
     return out
+
+
+def _as_the_kept_round_carries_it(out, pts):
+    """Each case's costs times its kept traced run's p50 over its level's (kept_round_factor). The costs
+    are a level's (solved from, or anchored on, the medians of the level's rounds), but they are charged
+    on the kept round's traces, whose calls ran uniformly faster or slower than the level's median,
+    probes and all, and which the model scales back to the level by the inverse (model.level_figures,
+    session 19). Charged as they are, the probe effect comes out of the level's RTT that factor over or
+    short: TCP 0 of runs/run-20261127-125526, a kept round 1.8 % faster than its level, 0.19 us of a
+    15.1 us RTT (analysis/MODEL.md, session 30)."""
+    for cid, p in pts.items():
+        costs = out["cases"].get(cid)
+        kept, level = p.get("traced_kept_p50_ns"), (p.get("p50_ns") or {}).get("both")
+        if not costs or costs.get("ust_event_ns") is None or not costs.get("kernel_event_ns") or not kept or not level:
+            continue
+        f = kept / level
+        costs.update(ust_event_ns=round(costs["ust_event_ns"] * f, 1),
+                     kernel_event_ns={k: round(v * f, 1) for k, v in costs["kernel_event_ns"].items()},
+                     kept_round_factor=round(f, 4))
+
+
+# Whether each case's costs are charged as its kept round carries them (_as_the_kept_round_carries_it);
+# off, as the level's, as before session 30 (for comparisons).
+KEPT_ROUND_FACTOR = True
 
 
 # Whether a case's probe effect is anchored on its clock-build runs where it can be (_anchor_on_clock);
@@ -346,7 +375,7 @@ def _anchor_on_clock(out, pts, holdout):
     the clock reads cost the call, m marks on its path (its user events) at a cost per mark solved from
     the OTHER cases' clock minus untraced p50s (leave one out, held-out sizes never solving). The case's
     per-event costs (out["cases"][cid]) are scaled so that its path's events add up to that probe effect
-    (as the kept round's traces carry it: times the kept traced run's p50 over the level's);
+    (the level's: _as_the_kept_round_carries_it then takes it to the kept round's traces);
     their split between user and kernel events, and so each step's share, is the solve's. Recorded in
     out["cases"][cid]["clock_anchor"] (the scale and every figure it came from).
 
@@ -361,7 +390,7 @@ def _anchor_on_clock(out, pts, holdout):
     cost too; nor does a case whose clock runs took another path than its untraced runs solve the cost
     per mark."""
     by = {cid: p for cid, p in pts.items() if p.get("clock")}
-    solvers = {cid: p for cid, p in by.items() if cid not in holdout and p["clock"]["path_as_untraced"]
+    solvers = {cid: p for cid, p in by.items() if cid not in holdout and p["clock"]["path_as_untraced"] is True
                and (p["untraced_path"] or {}).get("same") is not False}
     for cid, p in by.items():
         costs = out["cases"].get(cid)
@@ -371,7 +400,9 @@ def _anchor_on_clock(out, pts, holdout):
         base = _path_cost(ev, costs)
         others = {k: q for k, q in solvers.items() if k != cid}
         why = None
-        if not p["clock"]["path_as_traced"]:
+        if p["clock"]["path_as_traced"] is None:
+            why = "the capture did not count its clock-build runs' sleeps, so their path is not known"
+        elif not p["clock"]["path_as_traced"]:
             why = "its clock-build runs took another path than its traced run"
         elif len(others) < 2:
             why = "fewer than two other cases whose clock-build and untraced runs took one path"
@@ -386,18 +417,11 @@ def _anchor_on_clock(out, pts, holdout):
         per_mark = _per_event(marks, d, w / w.mean())
         traced_minus_clock = p["p50_ns"]["both"] - p["clock"]["p50_ns"]
         effect = traced_minus_clock + ev["ust"] * max(0.0, per_mark)
-        # The effect is the level's (its rounds' medians); the costs are charged on the kept round's
-        # traces, whose calls ran uniformly faster or slower by kept / level, probes and all, and which
-        # the model scales back by level / kept (model.level_figures): charged as it is, the effect
-        # would come out of the level's RTT that factor over or short (TCP 0 of runs/run-20261127-125526:
-        # a kept round 1.8 % faster than its level, 0.19 us of a 15.1 us RTT).
-        kept = p["clock"].get("traced_kept_p50_ns") or p["p50_ns"]["both"]
-        scale = effect * (kept / p["p50_ns"]["both"]) / base
+        scale = effect / base
         costs.update(ust_event_ns=round(costs["ust_event_ns"] * scale, 1),
                      kernel_event_ns={k: round(v * scale, 1) for k, v in costs["kernel_event_ns"].items()},
                      source=costs["source"] + ", anchored on its clock build")
         costs["clock_anchor"] = {"anchored": True, "scale": round(scale, 4), "probe_effect_ns": round(effect, 1),
-                                 "kept_round_factor": round(kept / p["p50_ns"]["both"], 4),
                                  "unanchored_ns": round(base, 1), "traced_minus_clock_ns": round(traced_minus_clock, 1),
                                  "clock_read_ns_per_mark": round(per_mark, 2), "marks_on_path": float(ev["ust"]),
                                  "per_mark_solved_from": sorted(others)}

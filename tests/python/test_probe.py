@@ -626,11 +626,18 @@ def test_the_probe_effect_is_anchored_on_the_clock_build():
         assert a["probe_effect_ns"] == pytest.approx(p["d_total_ns"], abs=0.1)
         assert not set(held) & set(a["per_mark_solved_from"]) and cid not in a["per_mark_solved_from"]
         assert out["cases"][cid]["source"].endswith("anchored on its clock build")
-    # A kept round 2 % faster than its level carries 2 % less of the level's probe effect on its traces.
-    pts["tcp-maxarg-4016"]["clock"]["traced_kept_p50_ns"] = 0.98 * pts["tcp-maxarg-4016"]["p50_ns"]["both"]
-    fast = probe.solve_cases(pts, held)["cases"]["tcp-maxarg-4016"]
-    assert fast["clock_anchor"]["kept_round_factor"] == 0.98
-    assert fast["ust_event_ns"] == pytest.approx(0.98 * out["cases"]["tcp-maxarg-4016"]["ust_event_ns"], abs=0.1)
+    # A kept round 2 % faster than its level carries 2 % less of the level's probe effect on its traces,
+    # anchored or not.
+    pts["tcp-maxarg-4016"]["traced_kept_p50_ns"] = 0.98 * pts["tcp-maxarg-4016"]["p50_ns"]["both"]
+    for anchor in (True, False):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(probe, "CLOCK_ANCHOR", anchor)
+            fast = probe.solve_cases(pts, held)["cases"]["tcp-maxarg-4016"]
+            mp.delitem(pts["tcp-maxarg-4016"], "traced_kept_p50_ns")
+            level = probe.solve_cases(pts, held)["cases"]["tcp-maxarg-4016"]
+        pts["tcp-maxarg-4016"]["traced_kept_p50_ns"] = 0.98 * pts["tcp-maxarg-4016"]["p50_ns"]["both"]
+        assert fast["kept_round_factor"] == 0.98 and "kept_round_factor" not in level
+        assert fast["ust_event_ns"] == pytest.approx(0.98 * level["ust_event_ns"], abs=0.1)
     # Unanchored, the other sizes' costs put the null call's effect ~0.2 us high and 24096's ~0.2 us low.
     a0, a24 = out["cases"]["tcp-maxarg-0"]["clock_anchor"], out["cases"]["tcp-maxarg-24096"]["clock_anchor"]
     assert a0["unanchored_ns"] - pts["tcp-maxarg-0"]["d_total_ns"] > 150
@@ -668,5 +675,10 @@ def test_a_cases_clock_point_from_its_manifest_entry():
     got = probe._clock_point(meta, {"untraced": 15_200, "clock": 16_000})
     assert got["path_as_traced"] and not got["path_as_untraced"], got
     assert got["noise_ns"]["clock_minus_untraced"] == pytest.approx((100 ** 2 + 100 ** 2) ** 0.5)
-    assert got["traced_kept_p50_ns"] == 25_100
     assert probe._kept_clock_p50({"repeats": {"kept_round": 0}}) is None        # no clock runs in the rounds
+    # Runs whose sleeps were not counted: their path is not known, and the anchor says so.
+    del meta["sleeps_per_call"]["clock"]
+    assert probe._clock_point(meta, {"untraced": 15_200, "clock": 16_000})["path_as_traced"] is None
+    pts = _tcp_like_points(clock_path={0: None})
+    assert probe.solve_cases(pts)["cases"]["tcp-maxarg-0"]["clock_anchor"] == {
+        "anchored": False, "why": "the capture did not count its clock-build runs' sleeps, so their path is not known"}

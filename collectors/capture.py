@@ -252,9 +252,9 @@ CLOCK_BYTES_PER_PACKET_CALL = 2100
 
 
 def disk_needed(p):
-    """Bytes a capture holds at its peak: every round's traced run (and clock-build run) of every size of
-    a transport (kept until the round to keep is chosen, at most repeats + MAX_EXTRA_ROUNDS), plus the kept traces of the
-    transports before it."""
+    """Bytes a capture holds at its peak: every round's traced run (and clock-build run) of every size
+    of a transport (kept until the round to keep is chosen, at most repeats + MAX_EXTRA_ROUNDS), plus
+    the kept traces of the transports before it."""
     per_packet_call = TRACE_BYTES_PER_PACKET_CALL + (CLOCK_BYTES_PER_PACKET_CALL if p.get("clock_reads") else 0)
 
     def one(transport, size):
@@ -751,8 +751,8 @@ class Capture:
     # ------------------------------------------------------------ rounds, in sweeps over a transport's cases
     def sweeps(self, transport, cases, kinds, n):
         """n rounds of runs of the given kinds ("untraced", "clock": the clock build, "ust": user events
-        only, "traced": user and kernel events) of every case of a transport into cases/ID/repeat-R/, in sweeps: round r of
-        every case (in size order) before round r + 1 of any. Returns ({case id: {kind: [run]}}, the
+        only, "traced": user and kernel events) of every case of a transport into cases/ID/repeat-R/, in
+        sweeps: round r of every case (in size order) before round r + 1 of any. Returns ({case id: {kind: [run]}}, the
         order the runs ran in per case, {case id: (its kept round, the rounds that agree with it)}, the
         sweeps' record), a run being {"res", "pids", "got", "dir", "ust"}.
 
@@ -990,10 +990,12 @@ class Capture:
 
     def keep_clock_marks(self, case, run):
         """The kept round's clock-build run (make TRACE=clock: each step mark one clock read into memory,
-        ~20 ns, where a tracepoint costs the call ~200): its marks, compressed, beside the case's traces
+        ~25 ns, where a tracepoint costs the call ~200): its marks, compressed, beside the case's traces
         (cases/ID/clock-client.txt.gz, clock-server.txt.gz), for the step tables' clock-read column
-        (analysis/clockreads.py); every round's p50 is in repeats.clock_p50_ns. Marks that are not there
-        are recorded as the case's clock_reads error and the capture goes on: the figures are a check."""
+        (analysis/clockreads.py). Marks that are not there are recorded as the case's clock_reads error
+        and the capture goes on: they are a check of the step costs. The probe effect's anchor
+        (analysis/probe.py) takes every round's p50 (repeats.clock_p50_ns), which the client reports
+        whatever became of the marks."""
         cdir = self.out / case["dir"]
         files = {role: cdir / f"clock-{role}.txt.gz" for role in ("client", "server")}
         try:

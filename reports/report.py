@@ -467,12 +467,14 @@ def rtt_section(d: RunData):
     # The probe-corrected RTT of record is the round-trip path's (rtp.json: each RPC's probes on its path,
     # with the in-situ costs); steps.json's (the case's events on the path per call times the same costs,
     # or without an in-situ calibration every probe on the client's CPU) stands in without an rtp.json.
-    path_corr, noise, absorbed = {}, {}, {}
+    path_corr, noise, absorbed, anchors = {}, {}, {}, {}
     for c in (d.rtp or {}).get("cases", []) if isinstance((d.rtp or {}).get("cases"), list) else []:
         if c.get("rtt_corrected_median_ns") is not None:
             path_corr[c["case"]] = c["rtt_corrected_median_ns"] / 1000
         if (c.get("probe_retimed") or {}).get("absorbed_median_ns") is not None:
             absorbed[c["case"]] = c["probe_retimed"]["absorbed_median_ns"] / 1000
+        if c.get("probe_anchor"):
+            anchors[c["case"]] = "clock build" if c["probe_anchor"].get("anchored") else "other cases"
     from rpcscope.analysis.run import modes_label, path_shape, traced_noise_pct, untraced_modes
     shapes, modes = {}, {}
     for c in d.cases:
@@ -506,7 +508,7 @@ def rtt_section(d: RunData):
         s.items.append(Table(f"Traced vs untraced, {tr} {proc}",
                              ["size", "rpcs", "complete", "traced_p50_us", "corrected_p50_us", "untraced_p50_us",
                               "traced_vs_untraced_%", "corrected_vs_untraced_%", "noise_%", "overlap_absorbed_us",
-                              "sleeps_untraced", "sleeps_traced", "ipis_untraced", "ipis_traced", "same_path",
+                              *(["probe_effect_from"] if anchors else []), "sleeps_untraced", "sleeps_traced", "ipis_untraced", "ipis_traced", "same_path",
                               "untraced_modes"],
                              [{"size": r["size"], "rpcs": r.get("rpcs", ""), "complete": r.get("complete_rpcs", ""),
                                "traced_p50_us": _f(r["traced_rtt_median_us"]),
@@ -516,6 +518,7 @@ def rtt_section(d: RunData):
                                "corrected_vs_untraced_%": _f(r.get("corrected_vs_untraced_pct"), 1),
                                "noise_%": _f(noise.get(r.get("case")), 1),
                                "overlap_absorbed_us": _f(absorbed.get(r.get("case"))),
+                               "probe_effect_from": anchors.get(r.get("case"), ""),
                                "sleeps_untraced": shapes.get(r.get("case"), {}).get("untraced", ""),
                                "sleeps_traced": shapes.get(r.get("case"), {}).get("traced", ""),
                                "ipis_untraced": shapes.get(r.get("case"), {}).get("untraced_ipi", ""),
@@ -526,6 +529,7 @@ def rtt_section(d: RunData):
                              src + "; traced_vs_untraced_pct, corrected_vs_untraced_pct; noise: manifest.json "
                                    "cases[].repeats.traced_p50_ns, half their spread as % of the untraced p50; "
                                    "overlap_absorbed: analysis/rtp.json cases[].probe_retimed.absorbed_median_ns; "
+                                   "probe_effect_from: analysis/rtp.json cases[].probe_anchor; "
                                    "sleeps, ipis: manifest.json cases[].sleeps_per_call (client/server voluntary "
                                    "context switches and IPIs per call, the kept round's runs); untraced_modes: "
                                    "cases/*/client-untraced.json rtt_hist (analysis/run.py untraced_modes)",
@@ -534,6 +538,9 @@ def rtt_section(d: RunData):
                              "correction. overlap absorbed: how much of the probe cost charged to the walked path "
                              "a branch beside it would take back with every wake-up still waiting for its waker "
                              "(analysis/rtp.py retime; 0: the correction's path is the path without probes too). "
+                             "probe effect from: clock build, the case's traced minus clock-build p50 plus the "
+                             "clock reads' cost; other cases, their per-event costs (its clock runs took another "
+                             "path; analysis/MODEL.md, session 30). "
                              "sleeps: how often the client and the server blocked per call (client/server); "
                              "ipis: the interrupts per call their CPUs got from each other (a wake-up sent as an "
                              "interrupt, ~12 µs on this VM in session 24, where a polling CPU's costs about "

@@ -138,11 +138,9 @@ def path_shape(case_meta):
     if not u or not t:
         return None
     ipi = ("client_ipi", "server_ipi")
-    keys = ["client", "server"] + (list(ipi) if all(k in u and k in t for k in ipi) else [])
-    same = all(abs(u[k] - t[k]) < _same_path_bound(k) for k in keys)
     out = {"untraced": f"{u['client']:.2f}/{u['server']:.2f}", "traced": f"{t['client']:.2f}/{t['server']:.2f}",
-           "same": same}
-    if len(keys) > 2:
+           "same": same_path(u, t)}
+    if all(k in u and k in t for k in ipi):
         out.update(untraced_ipi=f"{u['client_ipi']:.2f}/{u['server_ipi']:.2f}",
                    traced_ipi=f"{t['client_ipi']:.2f}/{t['server_ipi']:.2f}")
     return out

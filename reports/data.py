@@ -151,9 +151,9 @@ class RunData:
         from rpcscope.analysis.run import Run
         ins = Run(self.path).in_situ_calibrations() if (self.path / "manifest.json").exists() else {}
         if (m.get("calibration_in_situ") or {}).get("method") == "per case":
-            models = "".join(f"; {t}: {v.get('method')}" for t, v in
-                             (Run(self.path).probe.get("transports") or {}).items())
-            anchored = sorted(cid for cid, c in (Run(self.path).probe.get("cases") or {}).items()
+            probe = Run(self.path).probe
+            models = "".join(f"; {t}: {v.get('method')}" for t, v in (probe.get("transports") or {}).items())
+            anchored = sorted(cid for cid, c in (probe.get("cases") or {}).items()
                               if (c.get("clock_anchor") or {}).get("anchored"))
             add("in-situ probe calibration", "per case: each case corrected with the costs of a user and a kernel event on its path "
                 "solved from the other cases' probe effects (traced minus untraced p50) of its transport "

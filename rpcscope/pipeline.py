@@ -244,8 +244,9 @@ def register(subparsers):
                     help="lean: the kernel events the analysis needs (default); full: also each device's start of "
                          "transmit, sched_wakeup and the bridge's side of each veth pair (collectors/README.md)")
     ap.add_argument("--no-clock-reads", action="store_true",
-                    help="skip the clock build's run in each round of each size (capture --clock-reads: its "
-                         "RTT per round and the step tables' clock-read column, ~1 min a capture)")
+                    help="skip the clock build's run in each round of each size (capture --clock-reads, ~50 s "
+                         "a capture): the probe effect is then not anchored on it (analysis/MODEL.md, session 30) "
+                         "and the step tables have no clock-read column")
     ap.add_argument("--out", metavar="runs/NAME", help="run directory (default runs/run-DATE-TIME)")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
     ap.add_argument("--keep-testbed", action="store_true", help="leave the testbed up at the end")

@@ -22,6 +22,11 @@ any. A case is corrected with the costs solved from the other cases of its trans
 out), so its corrected RTT is a prediction; the model those costs take is the one chosen over every
 case of the transport (solve_cases).
 
+Where the capture ran the clock build in every round (capture --clock-reads, session 30), a case's
+costs are then scaled so that its path's events add up to its probe effect anchored on those runs, its
+traced minus clock-build p50 plus the clock reads' small cost (_anchor_on_clock); and every case's
+costs are taken from its level to its kept round (_as_the_kept_round_carries_it).
+
 Those costs are what the analysis charges to the path (Case.calibration). An event off the path
 costs the RTT nothing; what an event costs beyond its own instructions where the call really runs
 (tracer daemons sharing the CPUs, cache effects) is folded into these costs, which the loopback

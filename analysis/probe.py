@@ -77,12 +77,29 @@ def path_probe_ns(run, case_id):
     calibration's walk) times the costs the case is corrected with (the other cases', leave one out).
     None without a per-case in-situ calibration of that case."""
     pr = run.probe
-    costs = (pr.get("cases") or {}).get(case_id) or {}
+    costs = case_costs(run, case_id)
     point = next((v["points"][case_id] for v in (pr.get("transports") or {}).values()
                   if case_id in (v.get("points") or {})), None)
-    if point is None or costs.get("ust_event_ns") is None or not costs.get("kernel_event_ns"):
+    if point is None or not _has_costs(costs):
         return None
     return _path_cost(point["path_events_per_call"], costs)
+
+
+def case_costs(run, case_id):
+    """The costs a case is corrected with (probe.json cases[case_id]: the other cases', anchored where
+    it was, with the record of how), {} where the run has none for it."""
+    return (run.probe.get("cases") or {}).get(case_id) or {}
+
+
+def _has_costs(costs):
+    """Whether costs hold a user and a kernel event's cost."""
+    return bool(costs) and costs.get("ust_event_ns") is not None and bool(costs.get("kernel_event_ns"))
+
+
+def _scale_costs(costs, f):
+    """Every event cost in costs times f (in place), to 0.1 ns."""
+    costs.update(ust_event_ns=round(costs["ust_event_ns"] * f, 1),
+                 kernel_event_ns={k: round(v * f, 1) for k, v in costs["kernel_event_ns"].items()})
 
 
 def _path_cost(ev, costs):
@@ -356,12 +373,10 @@ def _as_the_kept_round_carries_it(out, pts):
     for cid, p in pts.items():
         costs = out["cases"].get(cid)
         kept, level = p.get("traced_kept_p50_ns"), (p.get("p50_ns") or {}).get("both")
-        if not costs or costs.get("ust_event_ns") is None or not costs.get("kernel_event_ns") or not kept or not level:
+        if not _has_costs(costs) or not kept or not level:
             continue
-        f = kept / level
-        costs.update(ust_event_ns=round(costs["ust_event_ns"] * f, 1),
-                     kernel_event_ns={k: round(v * f, 1) for k, v in costs["kernel_event_ns"].items()},
-                     kept_round_factor=round(f, 4))
+        _scale_costs(costs, kept / level)
+        costs["kept_round_factor"] = round(kept / level, 4)
 
 
 # Whether each case's costs are charged as its kept round carries them (_as_the_kept_round_carries_it);
@@ -399,7 +414,7 @@ def _anchor_on_clock(out, pts, holdout):
                and (p["untraced_path"] or {}).get("same") is not False}
     for cid, p in by.items():
         costs = out["cases"].get(cid)
-        if not costs or costs.get("ust_event_ns") is None or not costs.get("kernel_event_ns"):
+        if not _has_costs(costs):
             continue
         ev = p["path_events_per_call"]
         base = _path_cost(ev, costs)
@@ -423,9 +438,8 @@ def _anchor_on_clock(out, pts, holdout):
         traced_minus_clock = p["p50_ns"]["both"] - p["clock"]["p50_ns"]
         effect = traced_minus_clock + ev["ust"] * max(0.0, per_mark)
         scale = effect / base
-        costs.update(ust_event_ns=round(costs["ust_event_ns"] * scale, 1),
-                     kernel_event_ns={k: round(v * scale, 1) for k, v in costs["kernel_event_ns"].items()},
-                     source=costs["source"] + ", anchored on its clock build")
+        _scale_costs(costs, scale)
+        costs["source"] += ", anchored on its clock build"
         costs["clock_anchor"] = {"anchored": True, "scale": round(scale, 4), "probe_effect_ns": round(effect, 1),
                                  "unanchored_ns": round(base, 1), "traced_minus_clock_ns": round(traced_minus_clock, 1),
                                  "clock_read_ns_per_mark": round(per_mark, 2), "marks_on_path": float(ev["ust"]),

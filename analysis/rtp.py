@@ -48,6 +48,7 @@ import numpy as np
 from rpcscope.tracepoints import STEPS
 
 from .graph import Graph
+from .probe import case_costs
 from .rpcs import EXTRA_ROWS, KERNEL_COLUMNS, MEASURED, reconstruct
 from .run import call_edges_ns, load_run
 
@@ -444,7 +445,7 @@ def analyze_case(case, progress=None, sample=None, detail=True):
     role_cpu = {h.get("role"): int(h["cpus"][0]) for h in case.run.hosts.values() if h.get("cpus")}
     res["probe_costs"] = rpcs.probe_costs_available
     res["probe_calibration"] = case.calibration("client").get("source", "loopback") if res["probe_costs"] else None
-    res["probe_anchor"] = ((case.run.probe.get("cases") or {}).get(case.id) or {}).get("clock_anchor")
+    res["probe_anchor"] = case_costs(case.run, case.id).get("clock_anchor")
     if sample is None or sample >= len(rpcs):
         walk_rpcs = range(len(rpcs))
     else:

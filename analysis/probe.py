@@ -38,7 +38,7 @@ import json
 
 import numpy as np
 
-PROBE_FORMAT = "rpcscope-probe/17"
+PROBE_FORMAT = "rpcscope-probe/18"
 
 
 def in_situ(run):
@@ -192,17 +192,39 @@ def point_noise(untraced, rounds):
     quadrature, at least NOISE_FLOOR of the untraced p50. A host's burst of noise over some rounds of
     one case makes that case's differences unreliable; the solver weighs each point by 1 / noise^2, so
     such a point does not set the costs the other cases are corrected with (session 10: one case with
-    rounds 12-33 % apart had pulled every UDP case's correction 3-5 % low)."""
+    rounds 12-33 % apart had pulled every UDP case's correction 3-5 % low).
+    A difference one of whose kinds ran a single round in the level has no spread to tell: its noise is
+    None, unknown, and the point weighs as the median of the others (_weights)."""
     floor = NOISE_FLOOR * untraced
+    u, s, t = (_half_range((rounds or {}).get(k)) for k in ("untraced", "ust", "traced"))
 
-    def half(k):
-        x = (rounds or {}).get(k) or []
-        return (max(x) - min(x)) / 2 if len(x) > 1 else 0.0
-    u, s, t = half("untraced"), half("ust"), half("traced")
-    out = {"d_total": max(floor, float(np.hypot(u, t)))}
+    def moves(a, b):
+        return None if a is None or b is None else max(floor, float(np.hypot(a, b)))
+    out = {"d_total": moves(u, t)}
     if (rounds or {}).get("ust"):
-        out.update(d_user=max(floor, float(np.hypot(u, s))), d_kernel=max(floor, float(np.hypot(s, t))))
+        out.update(d_user=moves(u, s), d_kernel=moves(s, t))
     return out
+
+
+def _half_range(p50s):
+    """Half the spread of a kind's round p50s in the level: 0 where the capture made no rounds (before
+    session 14: every point alike at the floor), None where one round ran in the level (unknown: a
+    spread of nought is no evidence of quiet, and such a point weighed as the least noisy there could
+    be set every other case's cost per clock mark in runs/run-20261127-152809, MODEL.md session 31)."""
+    if not p50s:
+        return 0.0
+    return (max(p50s) - min(p50s)) / 2 if len(p50s) > 1 else None
+
+
+def _inverse_variance(noise):
+    """Weights 1 / noise^2 scaled to a mean of 1, a None noise (unknown) taking the median of the known
+    ones; every weight 1 where none is known."""
+    known = [x for x in noise if x]
+    if not known:
+        return np.ones(len(noise))
+    mid = float(np.median(known))
+    w = 1.0 / np.square(np.array([x if x else mid for x in noise], float))
+    return w / w.mean()
 
 
 def _rounds(meta, kinds=("untraced", "ust", "traced")):
@@ -301,11 +323,12 @@ def _clock_point(meta, p50):
     run (path_as_traced) and as the untraced one (path_as_untraced)."""
     from .run import same_path
     rounds = _rounds(meta, ("untraced", "clock"))
-    half = [(max(x) - min(x)) / 2 if len(x) > 1 else 0.0 for x in rounds.values()]
+    half = [_half_range(x) for x in rounds.values()]
     sp = meta.get("sleeps_per_call") or {}
     counted = all(sp.get(k) for k in ("untraced", "clock", "traced"))
     return {"p50_ns": p50["clock"],
-            "noise_ns": {"clock_minus_untraced": max(NOISE_FLOOR * p50["untraced"], float(np.hypot(*half)))},
+            "noise_ns": {"clock_minus_untraced": None if None in half else
+                         max(NOISE_FLOOR * p50["untraced"], float(np.hypot(*half)))},
             "path_as_traced": same_path(sp["clock"], sp["traced"]) if counted else None,
             "path_as_untraced": same_path(sp["clock"], sp["untraced"]) if counted else None}
 
@@ -433,8 +456,8 @@ def _anchor_on_clock(out, pts, holdout):
             continue
         marks = np.array([q["path_events_per_call"]["ust"] for q in others.values()], float)
         d = np.array([q["clock"]["p50_ns"] - q["p50_ns"]["untraced"] for q in others.values()], float)
-        w = 1.0 / np.square([q["clock"]["noise_ns"]["clock_minus_untraced"] for q in others.values()])
-        per_mark = _per_event(marks, d, w / w.mean())
+        w = _inverse_variance([q["clock"]["noise_ns"]["clock_minus_untraced"] for q in others.values()])
+        per_mark = _per_event(marks, d, w)
         traced_minus_clock = p["p50_ns"]["both"] - p["clock"]["p50_ns"]
         effect = traced_minus_clock + ev["ust"] * max(0.0, per_mark)
         scale = effect / base
@@ -468,7 +491,8 @@ def _as_solver(point):
     if not rows or not rows.get("wakeups"):
         return None
     noise = dict(point["noise_ns"])
-    noise["d_total"] = float(np.hypot(noise["d_total"], rows["wakeups"] * ROWS_NOISE_NS))
+    if noise["d_total"] is not None:      # unknown stays unknown: it weighs as the others' median
+        noise["d_total"] = float(np.hypot(noise["d_total"], rows["wakeups"] * ROWS_NOISE_NS))
     return dict(point, d_total_ns=point["d_total_ns"] + rows["ns"], noise_ns=noise)
 
 
@@ -510,12 +534,12 @@ def _calibrate(run, meta, sizes):
 
 def _weights(per, key):
     """Per point 1 / noise^2 of its difference `key` ("d_total", "d_user"; point_noise), scaled to a
-    mean of 1; every point 1 where a point has no noise recorded."""
-    noise = [(p.get("noise_ns") or {}).get(key) for p in per.values()]
-    if not noise or any(not x for x in noise):
+    mean of 1; a point whose noise is unknown (None: one round in its level) weighs as the median of the
+    others (_inverse_variance); every point 1 where a point has no noise recorded (older probe files)."""
+    noise = [(p.get("noise_ns") or {}).get(key, 0.0) for p in per.values()]
+    if not noise or any(x is not None and not x for x in noise):
         return np.ones(len(noise))
-    w = 1.0 / np.square(np.array(noise, float))
-    return w / w.mean()
+    return _inverse_variance(noise)
 
 
 def _wlstsq(X, y, w):

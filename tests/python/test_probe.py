@@ -75,6 +75,32 @@ def test_a_point_whose_rounds_spread_widely_does_not_set_the_costs():
     assert abs(49 * cu + 65 * ck - target) > 0.02 * target
 
 
+def test_a_point_with_one_round_in_its_level_weighs_as_the_median():
+    """A case whose level held one round (the others' runs off it) has no spread to tell: its noise is
+    unknown (None), and it weighs as the median of the others, not as the quietest there could be. In
+    runs/run-20261127-152809 TCP 16064's clock minus untraced p50, from one round, 0.4 us above the
+    others', set every other TCP case's cost per clock mark (49 ns against 36) through a weight 13 to 300
+    times theirs, and four TCP sizes missed by 2.6-4.9 %."""
+    calm = [60_000, 60_100, 59_900]
+    assert probe.point_noise(60_000, {"untraced": [60_000], "traced": calm})["d_total"] is None
+    assert probe.point_noise(60_000, {"untraced": [], "traced": []})["d_total"] == probe.NOISE_FLOOR * 60_000
+    assert probe._inverse_variance([100.0, None, 400.0]).tolist() == pytest.approx(
+        (np.array([1e-4, 1 / 250.0 ** 2, 1 / 400.0 ** 2]) / np.mean([1e-4, 1 / 250.0 ** 2, 1 / 400.0 ** 2])).tolist())
+    assert probe._inverse_variance([None, None]).tolist() == [1.0, 1.0]
+    pts = _tcp_like_points()
+    odd = pts["tcp-maxarg-16064"]["clock"]
+    odd["p50_ns"] += 400.0
+    odd["noise_ns"]["clock_minus_untraced"] = probe._clock_point(
+        {"repeats": {"agreeing_rounds": [0], "kept_round": 0, "clock_p50_ns": [16_000], "untraced_p50_ns": [15_000]},
+         "sleeps_per_call": {}}, {"untraced": 15_000, "clock": 16_000})["noise_ns"]["clock_minus_untraced"]
+    assert odd["noise_ns"]["clock_minus_untraced"] is None
+    a = probe.solve_cases(pts)["cases"]["tcp-maxarg-4016"]["clock_anchor"]
+    # Six other points of 25 ns a mark and one of 37: weighed alike, 26.7 ns; as the quietest, near 37.
+    assert a["clock_read_ns_per_mark"] == pytest.approx(25.0 + 400.0 / 33 / 7, abs=0.05), a
+    odd["noise_ns"]["clock_minus_untraced"] = 1.0
+    assert probe.solve_cases(pts)["cases"]["tcp-maxarg-4016"]["clock_anchor"]["clock_read_ns_per_mark"] > 36
+
+
 def test_held_out_cases_are_corrected_but_correct_no_other():
     """capture --holdout: a size the model predicts is corrected from the other cases, and no case's
     costs, nor the transport's models, are solved with it (fixture: the session-13 UDP points)."""

@@ -159,9 +159,10 @@ def rpc_bindir(traced, clock_out=None):
     return CLOCK_BIN if clock_out else TRACE_BIN if traced else NOTRACE_BIN
 
 
-def clock_env(path):
-    """The argv prefix that has the clock build (make TRACE=clock) write its marks to path."""
-    return ["env", f"RPCS_CLOCKMARK_OUT={path}"] if path else []
+def clock_env(path, ring=False):
+    """The argv prefix that has the clock build (make TRACE=clock) write its marks to path; ring: only
+    the latest few (rpc/clockmark.h RPCS_CLOCKMARK_RING), as the rounds' clock runs do."""
+    return ["env", f"RPCS_CLOCKMARK_OUT={path}", *(["RPCS_CLOCKMARK_RING=1"] if ring else [])] if path else []
 
 
 def aslr_record(setting, local=True):
@@ -521,12 +522,12 @@ class Capture:
         tmp.replace(self.out / "manifest.json")
 
     # ------------------------------------------------------------ rpc processes
-    def start_server(self, ns, bind, port, transport, cpu, traced, log_dir, tag, wait, clock_out=None):
+    def start_server(self, ns, bind, port, transport, cpu, traced, log_dir, tag, wait, clock_out=None, clock_ring=False):
         bindir = rpc_bindir(traced, clock_out)
         ready = log_dir / f"server-{tag}.ready"
         ready.unlink(missing_ok=True)
         argv = ["ip", "netns", "exec", ns, *aslr_prefix(self.p.get("aslr", "off")), "taskset", "-c", str(cpu),
-                *clock_env(clock_out), str(bindir / "rpc-server"),
+                *clock_env(clock_out, clock_ring), str(bindir / "rpc-server"),
                 "--bind", bind, "--port", str(port), "--transport", transport,
                 "--executors", str(self.p["executors"]), "--cpu", str(cpu), "--wait", wait,
                 "--duration", str(SERVER_SAFETY_S), "--ready-file", str(ready),
@@ -539,11 +540,12 @@ class Capture:
         ready.unlink(missing_ok=True)
         return pr
 
-    def client_argv(self, ns, server, port, transport, size, calls, warmup, cpu, traced, clock_out=None):
+    def client_argv(self, ns, server, port, transport, size, calls, warmup, cpu, traced, clock_out=None,
+                    clock_ring=False):
         bindir = rpc_bindir(traced, clock_out)
         max_s = max(30, int(calls * 0.005) + 30)
         return ["ip", "netns", "exec", ns, *aslr_prefix(self.p.get("aslr", "off")), "taskset", "-c", str(cpu),
-                *clock_env(clock_out), "sh", "-c", 'read _go && exec "$@"', "sh",
+                *clock_env(clock_out, clock_ring), "sh", "-c", 'read _go && exec "$@"', "sh",
                 str(bindir / "rpc-client"), "--server", server, "--port", str(port), "--transport", transport,
                 "--proc", self.p["proc"], "--size", str(size), "--calls", str(calls), "--warmup", str(warmup),
                 "--cpu", str(cpu), "--wait", self.p["wait"], "--max-seconds", str(max_s), "--json"], max_s + 60
@@ -575,8 +577,9 @@ class Capture:
     def run_pair(self, transport, size, calls, warmup, traced, log_dir, tag, trace_hook=None,
                  server_ns=None, client_ns=None, server_addr=None, cpus=None, clock_out=None):
         """One server and one client run; trace_hook(server_pid, client_pid) -> stop() is called
-        once both pids are known and before the client runs. clock_out {"server", "client": path}: the
-        clock build (make TRACE=clock), each writing its clock marks there."""
+        once both pids are known and before the client runs. clock_out {"server", "client": path, "ring":
+        bool}: the clock build (make TRACE=clock), each writing its clock marks there (ring: the latest few
+        only, clock_env)."""
         cpus = cpus or self.cpus
         self.last_ipis = None
         sns = server_ns or self.ns("server")
@@ -584,11 +587,13 @@ class Capture:
         saddr = server_addr or self.addr("server")
         port = self.next_port()
         srv = self.start_server(sns, saddr, port, transport, cpus["server"], traced, log_dir, tag,
-                                self.server_wait(transport), clock_out=(clock_out or {}).get("server"))
+                                self.server_wait(transport), clock_out=(clock_out or {}).get("server"),
+                                clock_ring=(clock_out or {}).get("ring", False))
         stop_trace = None
         try:
             argv, timeout = self.client_argv(cns, saddr, port, transport, size, calls, warmup, cpus["client"], traced,
-                                             clock_out=(clock_out or {}).get("client"))
+                                             clock_out=(clock_out or {}).get("client"),
+                                             clock_ring=(clock_out or {}).get("ring", False))
             cl = self.spawn_client(argv, log_dir / f"client-{tag}.log")
             if trace_hook:
                 stop_trace = trace_hook(srv.pid, cl.pid)
@@ -786,8 +791,8 @@ class Capture:
                 self.kernel_release()
             self.step(f"{case['id']}: {kind}, round {r + 1}/{rounds}")
             got, hook, ust, clock_out = {}, None, rdir / f"ust-{kind}", None
-            if kind == "clock":
-                clock_out = {role: rdir / f"clock-{role}.txt" for role in ("client", "server")}
+            if kind == "clock":      # the rounds' clock runs keep a ring of marks: the anchor's (clock_env)
+                clock_out = {**{role: rdir / f"clock-{role}.txt" for role in ("client", "server")}, "ring": True}
             elif kind != "untraced":
                 hook = self.trace_hook(ust, calls + warmup, fragments(case["size"], transport), got,
                                        kernel_dir=rdir if kind == "traced" else None)
@@ -861,7 +866,9 @@ class Capture:
             if rec.data.parent.parent == d and rec.data.parent.name.startswith("repeat-"):
                 rec.data.unlink(missing_ok=True)
         self.stopped_perf = [r for r in self.stopped_perf if r.data.exists()]
-        for rdir in d.glob("repeat-*"):
+        for rdir in (*d.glob("repeat-*"), d / "clock-marks"):
+            if not rdir.is_dir():
+                continue
             for f in rdir.glob("*.log"):
                 if f.stat().st_size:
                     f.replace(d / f.name)
@@ -988,9 +995,31 @@ class Capture:
             if self.after_case:
                 self.after_case(self, case)
 
+    def clock_marks_run(self, case):
+        """One run of the clock build that keeps every mark, after the case's rounds, whose marks
+        keep_clock_marks keeps: the step tables' clock-read column. The rounds' clock runs keep a ring of
+        the latest marks only (clock_env), for the probe effect's anchor: keeping every mark streams ~0.5
+        KB of stores a call into 32 MiB on each side, which cost TCP 24096 ~0.35 us more than TCP 0 on
+        session 31's host, and the anchor needs a clock build that pays for the bytes as the untraced
+        run does (analysis/MODEL.md, session 31). A run that fails is the case's clock_reads error, and
+        the capture goes on."""
+        rdir = self.out / case["dir"] / "clock-marks"
+        rdir.mkdir(parents=True, exist_ok=True)
+        self.kernel_release()
+        self.step(f"{case['id']}: clock build, every mark")
+        clock_out = {role: rdir / f"clock-{role}.txt" for role in ("client", "server")}
+        try:
+            res, pids = self.run_pair(case["transport"], case["size"], case["calls"], case["warmup"], False, rdir,
+                                      "clock-marks", clock_out=clock_out)
+            run = {"res": res, "pids": pids, "dir": rdir}
+        except UserError as e:
+            run = {"error": f"the clock build's run that keeps every mark failed: {e}"}
+        self.advance()
+        return run
+
     def keep_clock_marks(self, case, run):
-        """The kept round's clock-build run (make TRACE=clock: each step mark one clock read into memory,
-        ~25 ns, where a tracepoint costs the call ~200): its marks, compressed, beside the case's traces
+        """A clock-build run's marks (make TRACE=clock: each step mark one clock read into memory, ~25 ns,
+        where a tracepoint costs the call ~200; clock_marks_run), compressed, beside the case's traces
         (cases/ID/clock-client.txt.gz, clock-server.txt.gz), for the step tables' clock-read column
         (analysis/clockreads.py). Marks that are not there are recorded as the case's clock_reads error
         and the capture goes on: they are a check of the step costs. The probe effect's anchor
@@ -999,6 +1028,8 @@ class Capture:
         cdir = self.out / case["dir"]
         files = {role: cdir / f"clock-{role}.txt.gz" for role in ("client", "server")}
         try:
+            if run.get("error"):
+                raise UserError(run["error"])
             for role, dst in files.items():
                 src = run["dir"] / f"clock-{role}.txt"
                 if not src.exists():
@@ -1006,7 +1037,9 @@ class Capture:
                 with src.open("rb") as f, gzip.open(dst, "wb", compresslevel=6) as g:
                     shutil.copyfileobj(f, g)
             case["clock_reads"] = {"build": "clock (make TRACE=clock)", "client_p50_ns": run["res"]["rtt_ns"]["p50"],
-                                   "files": {role: f.name for role, f in files.items()}, "every_round": True}
+                                   "files": {role: f.name for role, f in files.items()}, "every_round": True,
+                                   "marks_from": "a run after the rounds that keeps every mark",
+                                   "rounds_keep": "a ring of the latest marks (rpc/clockmark.h CLOCKMARK_RING_SLOTS)"}
         except (UserError, OSError) as e:      # OSError: the marks could not be read or compressed
             for f in files.values():
                 f.unlink(missing_ok=True)
@@ -1026,7 +1059,7 @@ class Capture:
         kept_run = runs["traced"][kept]
         n_k, k_lost, per_event = self.keep_run(kept_run, cdir)
         if "clock" in runs:
-            self.keep_clock_marks(case, runs["clock"][kept])
+            self.keep_clock_marks(case, self.clock_marks_run(case))
         self.discard(cdir)
         res_t, pids, got = kept_run["res"], kept_run["pids"], kept_run["got"]
         ust_dir = cdir / "ust"

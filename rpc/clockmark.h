@@ -9,7 +9,14 @@
  * the traced runs: an independent figure to set each corrected step beside.
  *
  * Recording is on only when RPCS_CLOCKMARK_OUT names the file to write; the
- * buffer is touched at start so that no page fault lands inside a call. */
+ * buffer is touched at start so that no page fault lands inside a call.
+ *
+ * With RPCS_CLOCKMARK_RING=1 too, the marks go round a ring of CLOCKMARK_RING_SLOTS
+ * (8 KiB) and only the latest are written: what the clock reads cost a call, without
+ * the stream of stores into 32 MiB that keeping every mark takes. That stream cost
+ * TCP 24096 ~0.35 us more than TCP 0 on session 31's host (the payload's copies
+ * share the caches with it), and the probe effect's anchor needs a clock build
+ * that pays for the bytes as the untraced one does (analysis/MODEL.md, session 31). */
 #ifndef RPCS_CLOCKMARK_H
 #define RPCS_CLOCKMARK_H
 
@@ -18,6 +25,8 @@
 
 /* Marks one process keeps (32 bytes each: 32 MiB); later ones are counted as dropped. */
 #define CLOCKMARK_CAPACITY (1u << 20)
+/* Marks a run in ring mode keeps (a power of two); earlier ones are counted as dropped. */
+#define CLOCKMARK_RING_SLOTS 256u
 /* The file's first line (then "event tid call_id ts_ns" per mark, in record order). */
 #define CLOCKMARK_FORMAT "rpcscope-clockmarks/1"
 
@@ -30,5 +39,7 @@ size_t clockmark_count(void);
 size_t clockmark_dropped(void);
 /* Start recording without the environment variable (tests), or stop. */
 void clockmark_enable(int on);
+/* Keep only the latest CLOCKMARK_RING_SLOTS marks (before clockmark_enable; tests). */
+void clockmark_set_ring(int on);
 
 #endif

@@ -506,20 +506,22 @@ def test_ftrace_collector_records_every_packet_and_the_calls_rebuild(testbed, tm
     res = analyze(out, write=False)
     for x in res["rtt"]:
         assert x["complete_rpcs"] >= 0.8 * x["rpcs"], (x["case"], x["incomplete_by_first_missing_step"])
-    # --clock-reads: a run of each case with the clock build in every round, the kept round's marks kept
-    # compressed, every measured call's user-mark steps timed; a clock read costs the call far less than
-    # a tracepoint.
+    # --clock-reads: the clock build in every round (its p50 in repeats; a ring of marks, the anchor's),
+    # then one run of each case that keeps every mark, compressed, every measured call's user-mark steps
+    # timed; a clock read costs the call far less than a tracepoint.
     for c in m["cases"]:
         cr = c["clock_reads"]
         assert set(cr["files"]) == {"client", "server"} and cr["client_p50_ns"] > 0, cr
-        assert cr["client_p50_ns"] == c["repeats"]["clock_p50_ns"][c["repeats"]["kept_round"]], c["repeats"]
-        assert c["sleeps_per_call"]["clock"]["client"] > 0.9, c["sleeps_per_call"]
+        assert cr["marks_from"] == "a run after the rounds that keeps every mark", cr
+        assert c["repeats"]["clock_p50_ns"][0] > 0 and c["sleeps_per_call"]["clock"]["client"] > 0.9, c["repeats"]
         assert all((out / c["dir"] / f).is_file() for f in cr["files"].values())
         assert not list((out / c["dir"]).glob("clock-*.txt"))                   # only the .gz are kept
+        assert not (out / c["dir"] / "clock-marks").exists()
         assert cr["client_p50_ns"] < c["traced"]["p50"], (c["id"], cr, c["traced"])
     by = {(r["case"], r["step"]): r for r in res["steps"]}
     for x in res["rtt"]:
-        assert x["clock_reads"]["dropped"] == 0 and x["clock_reads"]["marks"] > 0, x["clock_reads"]
+        # Every mark of 330 calls, not a ring's 256.
+        assert x["clock_reads"]["dropped"] == 0 and x["clock_reads"]["marks"] > 330 * 10, x["clock_reads"]
         for step in ("C1", "C5", "S4", "RTT"):
             r = by[(x["case"], step)]
             assert 0 < r["clock_reads_median_us"] < r["median_us"], (x["case"], step, r)
@@ -636,6 +638,16 @@ def test_clock_reads_without_the_clock_build_or_its_marks(tmp_path, monkeypatch)
     (rdir / "clock-server.txt").write_text("rpcscope-clockmarks/1 marks 0 dropped 0\n")
     cap.Capture.keep_clock_marks(fake, case, run)
     assert case["clock_reads"] == {"build": "clock (make TRACE=clock)", "client_p50_ns": 1000, "every_round": True,
-                                   "files": {"client": "clock-client.txt.gz", "server": "clock-server.txt.gz"}}
+                                   "files": {"client": "clock-client.txt.gz", "server": "clock-server.txt.gz"},
+                                   "marks_from": "a run after the rounds that keeps every mark",
+                                   "rounds_keep": "a ring of the latest marks (rpc/clockmark.h CLOCKMARK_RING_SLOTS)"}
     assert sorted(f.name for f in (tmp_path / case["dir"]).glob("clock-*")) == ["clock-client.txt.gz",
                                                                               "clock-server.txt.gz"]
+    # The run that keeps every mark failed: its error is the case's, and its marks are gone.
+    cap.Capture.keep_clock_marks(fake, case, {"error": "the clock build's run that keeps every mark failed: boom"})
+    assert case["clock_reads"] == {"error": "the clock build's run that keeps every mark failed: boom"}
+    assert not list((tmp_path / case["dir"]).glob("clock-*"))
+    # The rounds' clock runs keep a ring of marks; the run after them every mark.
+    assert cap.clock_env(rdir / "m.txt", ring=True) == ["env", f"RPCS_CLOCKMARK_OUT={rdir / 'm.txt'}",
+                                                        "RPCS_CLOCKMARK_RING=1"]
+    assert cap.clock_env(rdir / "m.txt") == ["env", f"RPCS_CLOCKMARK_OUT={rdir / 'm.txt'}"] and cap.clock_env(None) == []

@@ -5,6 +5,7 @@ import gzip
 import json
 import subprocess
 
+import numpy as np
 import pytest
 
 from rpcscope.analysis.clockreads import clock_rows, row_marks
@@ -120,6 +121,26 @@ def test_the_clock_build_over_loopback(rpc_bin, rpc_server, tmp_path):
     assert 0 < rows["C1"]["median_us"] < 1.0 and rows["RTT"]["median_us"] > rows["C7-C9"]["median_us"] > 0
     res = json.loads(cp.stdout.strip().splitlines()[-1])
     assert rows["RTT"]["median_us"] < res["rtt_ns"]["p50"] / 1000 + 1.0       # the client's own clock spans a bit more
+
+
+def test_the_clock_build_in_ring_mode_over_loopback(rpc_bin, rpc_server, tmp_path):
+    """RPCS_CLOCKMARK_RING=1, as the capture's rounds run the clock build: the marks go round a ring and
+    only the latest are written, the rest counted as dropped, the latest client marks those of the last
+    calls, in order."""
+    env = {"RPCS_CLOCKMARK_RING": "1"}
+    srv = rpc_server(trace="clock", executors=0, env={**env, "RPCS_CLOCKMARK_OUT": str(tmp_path / "s.txt")})
+    cp = subprocess.run([str(rpc_bin("rpc-client", "clock")), "--server", LOOPBACK, "--port", str(srv.port),
+                         "--transport", "tcp", "--proc", "maxarg", "--size", "0", "--calls", "300",
+                         "--warmup", "20", "--json"], capture_output=True, text=True, timeout=60,
+                        env={**env, "RPCS_CLOCKMARK_OUT": str(tmp_path / "c.txt"), "PATH": "/usr/bin:/bin"})
+    assert cp.returncode == 0, cp.stderr
+    srv.stop()
+    for role in ("c", "s"):
+        marks = read_clockmarks(tmp_path / f"{role}.txt")
+        assert marks["marks"] == len(marks["ts"]) == 256 and marks["dropped"] > 300 * 5, (role, marks["dropped"])
+        assert (np.diff(marks["ts"]) >= 0).all() or role == "s"         # the server's two threads interleave
+    client = read_clockmarks(tmp_path / "c.txt")
+    assert int(client["call_id"].max()) - int(client["call_id"].min()) < 40       # the last calls only
 
 
 def test_a_case_without_clock_reads_or_with_broken_ones(tmp_path):

@@ -75,6 +75,7 @@ RULES = {
     "request_windows": lambda q, r: _window_bytes(q),             # once per window, the bytes it sends
     "request_frags_but_last": lambda q, r: _frags_but_last(q),
     "request_window_ends": lambda q, r: [q.frags[i] for i in _window_end_frags(q)],
+    "request_window_wakes": lambda q, r: [q.frags[i] for i in _window_first_frags(q)],
 }
 
 
@@ -91,13 +92,35 @@ def _frags_but_last(q):
     return list(q.frags[:-1]) if _final_window_overlaps(q) else list(q.frags)
 
 
-def _window_end_frags(q):
-    """Indices of the fragments whose receive is on the path: the last of each window (the one the
-    server wakes for), and the one before the last when the final window holds more than one."""
+def _window_first_frags(q):
+    """Indices of the first fragment of each window: the one whose arrival wakes the server waiting for
+    that window. Why a rule of its own (request_window_wakes: once per window, the bytes of that
+    fragment): over UDP the server's wake-up on the path (S2) grows with the datagram that wakes it, not
+    with the window. On session 31's host it took 1.95, 2.25, 2.47 us a window at 0, 1392 and 4016
+    bytes (waking datagrams of 4, 1396 and, on average, 2010 bytes: 4016 and a 4-byte tail) and
+    2.88-2.92 from 8032 on, where every window begins with a 4016-byte fragment though the windows
+    hold 4 to 16064 bytes; a line through the windows' bytes put 24096 1.2 us high
+    (runs/run-20261127-151245, analysis/MODEL.md session 31)."""
+    starts, i = [], 0
+    for k in q.windows:
+        starts.append(i)
+        i += k
+    return starts
+
+
+def _window_last_frags(q):
+    """Indices of the last fragment of each window: the one the server waits for to end it."""
     ends, i = [], 0
     for k in q.windows:
         i += k
         ends.append(i - 1)
+    return ends
+
+
+def _window_end_frags(q):
+    """Indices of the fragments whose receive is on the path: the last of each window (the one the
+    server wakes for), and the one before the last when the final window holds more than one."""
+    ends = _window_last_frags(q)
     if _final_window_overlaps(q):
         ends.insert(len(ends) - 1, ends[-1] - 1)
     return ends
@@ -146,6 +169,8 @@ def _per_fragment_sum(rule, q, per_req, per_rep):
         return sum(per_req[:len(_frags_but_last(q))])
     if rule == "request_window_ends":
         return sum(per_req[i] for i in _window_end_frags(q))
+    if rule == "request_window_wakes":
+        return sum(per_req[i] for i in _window_first_frags(q))
     return {"call_request": req, "request_frags": req, "request_windows": req,
             "request_frags_multi": req if len(q.windows) > 1 else 0,
             "call_reply": rep, "reply_frags": rep, "server_sends": rep, "client_receives": rep,
@@ -788,7 +813,13 @@ def gap_rule(sid, costs, sizes, fit_sizes, params, weights=None):
 # depends on the overlap (a server wakes once per window on the path, though once per fragment in all).
 PATH_RULE_CANDIDATES = ("call", "call_request", "call_reply", "request_frags", "reply_frags", "server_sends",
                         "client_receives", "windows", "request_windows", "acks", "request_frags_multi",
-                        "request_frags_but_last", "request_window_ends")
+                        "request_frags_but_last", "request_window_ends", "request_window_wakes")
+
+
+# Rules that only the steps named may take: the wake-up that the first fragment of each window brings
+# (request_window_wakes) is the server's (S2); other steps once per window on the path (the client's
+# receives, the server's ACK sends) had taken it by a closer fit over some captures' noise alone.
+STEP_ONLY_RULES = {"request_window_wakes": ("S2",)}
 
 
 def path_rule(step, observed, totals, params, weights=None):
@@ -820,8 +851,9 @@ def path_rule(step, observed, totals, params, weights=None):
         # zeros and 0.6 us and charged 0.1-0.3 us where the path never waits there; like a gap
         # (NEAREST_RULE), the step takes its count from the nearest fitted size.
         return NEAREST_RULE
-    best = min(miss(r) for r in PATH_RULE_CANDIDATES)
-    tied = [r for r in PATH_RULE_CANDIDATES if miss(r) == best]
+    rules = [r for r in PATH_RULE_CANDIDATES if r not in STEP_ONLY_RULES or step in STEP_ONLY_RULES[r]]
+    best = min(miss(r) for r in rules)
+    tied = [r for r in rules if miss(r) == best]
     return min(tied, key=lambda r: (residual(r), r != own))
 
 

@@ -254,6 +254,28 @@ def test_final_window_overlap_rules_and_the_path_rule_that_picks_them():
     assert M.path_rule("C7", dict(zip(sizes, (1, 1, 2, 3, 5, 7))), totals, p) == "request_frags"
 
 
+def test_the_servers_wake_up_grows_with_the_fragment_that_wakes_it():
+    """S2 over UDP, once per window on the path, costs with the first fragment of each window (the one
+    whose arrival wakes the server), not with the window's bytes: session 31's host, runs/run-20261127-151245,
+    a window's S2 1.95, 2.25, 2.47, 2.88, 2.90, 2.92 us at 0-24096 bytes. Its rule (request_window_wakes)
+    ties with the windows' rules on counts and wins on the fit; it is no candidate for other steps."""
+    p = {"proc": "maxarg", "transport": "udp"}
+    wakes = {s: M.occurrences("request_window_wakes", s, p) for s in (0, 1392, 4016, 8032, 16064, 24096)}
+    assert wakes == {0: (1, 4.0), 1392: (1, 1396.0), 4016: (2, 2010.0), 8032: (2, 4016.0), 16064: (3, 4016.0),
+                     24096: (3, 4016.0)}
+    assert M.occurrences("request_windows", 24096, p) == (3, pytest.approx(24100 / 3))
+    assert M.extra_ip_packets("request_window_wakes", 24096, p) == 3 * 2       # three 4016-byte fragments
+    assert M.fragmented_datagrams("request_window_wakes", 4016, p) == 1         # the 4-byte tail is not
+    sizes = (0, 1392, 4016, 8032, 16064, 24096)
+    windows = dict(zip(sizes, (1, 1, 2, 2, 3, 3)))
+    totals = dict(zip(sizes, (1.95, 2.25, 4.94, 5.76, 8.71, 8.76)))
+    assert M.path_rule("S2", windows, totals, p) == "request_window_wakes"
+    assert M.path_rule("C16", windows, totals, p) != "request_window_wakes"
+    m = M.fit(M.Costs({s: {"S2": {"median_ns": 1000 * t, "path_count": windows[s]}} for s, t in totals.items()},
+                      {s: 10_000.0 * (1 + s / 4016) for s in sizes}, dict(p, path_rules=True), "synthetic"), steps=["S2"])
+    assert m.calculated(24096) == pytest.approx(8.76, abs=0.1), m.calculated(24096)
+
+
 def test_a_gap_that_grows_by_windows_is_counted_by_windows():
     """A gap of the round-trip path (time between two marks that is no step) counted once per call
     by its bytes, or once per window, whichever predicts a left-out size better (model.gap_rule). The

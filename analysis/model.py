@@ -99,7 +99,7 @@ def _window_first_frags(q):
     with the window. On session 31's host it took 1.95, 2.25, 2.47 us a window at 0, 1392 and 4016
     bytes (waking datagrams of 4, 1396 and, on average, 2010 bytes: 4016 and a 4-byte tail) and
     2.88-2.92 from 8032 on, where every window begins with a 4016-byte fragment though the windows
-    hold 4 to 16064 bytes; a line through the windows' bytes put 24096 1.2 us high
+    hold 4016 to 12052 bytes; a line through the windows' bytes put 24096 1.2 us high
     (runs/run-20261127-151245, analysis/MODEL.md session 31)."""
     starts, i = [], 0
     for k in q.windows:

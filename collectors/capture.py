@@ -522,7 +522,8 @@ class Capture:
         tmp.replace(self.out / "manifest.json")
 
     # ------------------------------------------------------------ rpc processes
-    def start_server(self, ns, bind, port, transport, cpu, traced, log_dir, tag, wait, clock_out=None, clock_ring=False):
+    def start_server(self, ns, bind, port, transport, cpu, traced, log_dir, tag, wait, clock_out=None,
+                     clock_ring=False):
         bindir = rpc_bindir(traced, clock_out)
         ready = log_dir / f"server-{tag}.ready"
         ready.unlink(missing_ok=True)
@@ -1218,7 +1219,8 @@ def case_kinds(p, kernel):
     took a third of every round, time that now goes to more rounds, so that more sizes have three or
     more rounds in one speed level of the host. Why the clock build runs in every round (session 30),
     not once after the rounds: its RTT then has a median in the kept round's speed level like the other
-    kinds, and the kept round's marks come from the level the traces do."""
+    kinds, which anchors the probe effect. Those runs keep a ring of marks (session 31); the step tables'
+    marks come from one more run after the rounds (clock_marks_run)."""
     ust = in_situ(p, kernel) and p.get("user_only_runs")
     return ("untraced", *(("clock",) if p.get("clock_reads") else ()), *(("ust",) if ust else ()), "traced")
 

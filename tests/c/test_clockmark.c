@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "clockmark.h"
+#include "markfile.h"
 #include "util.h"
 
 #define PER_THREAD 1000
@@ -52,22 +53,16 @@ int main(void)
     if (f) {
         CHECK(fgets(line, sizeof line, f) != NULL);
         CHECK(strcmp(line, CLOCKMARK_FORMAT " marks 4000 dropped 0\n") == 0);
-        while (fgets(line, sizeof line, f)) {
-            char ev[64];
-            int tid;
-            unsigned long long cid, ts;
-            if (sscanf(line, "%63s %d %llu %llu", ev, &tid, &cid, &ts) != 4)
-                break;
-            lines++;
-            begins += strcmp(ev, "c1_begin") == 0;
-            int k = tid == tids[0] ? 0 : tid == tids[1] ? 1 : -1;
+        for (struct markfile_line m; markfile_next(f, &m); lines++) {
+            int k = m.tid == tids[0] ? 0 : m.tid == tids[1] ? 1 : -1;
+            begins += strcmp(m.event, "c1_begin") == 0;
             if (k < 0 && ntids < 2) {
                 k = ntids;
-                tids[ntids++] = tid;
+                tids[ntids++] = m.tid;
             }
             if (k >= 0) {
-                ordered &= ts >= last_ts[k];     /* each thread's marks in its own time order */
-                last_ts[k] = ts;
+                ordered &= m.ts >= last_ts[k];     /* each thread's marks in its own time order */
+                last_ts[k] = m.ts;
             }
         }
         fclose(f);

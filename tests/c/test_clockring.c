@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "clockmark.h"
+#include "markfile.h"
 #include "util.h"
 
 #define MARKS 1000
@@ -43,15 +44,9 @@ int main(void)
                  MARKS - CLOCKMARK_RING_SLOTS);
         CHECK(fgets(line, sizeof line, f) != NULL);
         CHECK(strcmp(line, want) == 0);
-        while (fgets(line, sizeof line, f)) {
-            char ev[64];
-            int tid;
-            unsigned long long cid, ts;
-            if (sscanf(line, "%63s %d %llu %llu", ev, &tid, &cid, &ts) != 4)
-                break;
-            in_order &= cid == expect++ && ts >= last_ts;      /* the latest marks, oldest first */
-            last_ts = ts;
-            lines++;
+        for (struct markfile_line m; markfile_next(f, &m); lines++) {
+            in_order &= m.call_id == expect++ && m.ts >= last_ts;      /* the latest marks, oldest first */
+            last_ts = m.ts;
         }
         fclose(f);
     }

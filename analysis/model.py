@@ -118,8 +118,9 @@ def _window_last_frags(q):
 
 
 def _window_end_frags(q):
-    """Indices of the fragments whose receive is on the path: the last of each window (the one the
-    server wakes for), and the one before the last when the final window holds more than one."""
+    """Indices of the fragments whose receive is on the path: the last of each window (the one that
+    ends the server's wait for it), and the one before the last when the final window holds more than
+    one."""
     ends = _window_last_frags(q)
     if _final_window_overlaps(q):
         ends.insert(len(ends) - 1, ends[-1] - 1)

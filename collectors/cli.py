@@ -143,8 +143,8 @@ def do_capture(p, out, quiet=False, inventory=None, after_case=None, extra_steps
     out = cap.prepare_out(out, p["replace"])
     p["out"] = str(out)
     kinds = len(cap.case_kinds(p, cap.choose_kernel_collector(p["kernel"])))
-    total = len(p["sizes"]) * len(p["transports"]) * (kinds * p["repeats"] + 1 + (1 if p.get("clock_reads") else 0)) + \
-        (2 if p["calibration"] != "none" else 0) + extra_steps
+    per_case = kinds * p["repeats"] + 1 + (1 if p.get("clock_reads") else 0)    # the rounds, convert, clock marks
+    total = len(p["sizes"]) * len(p["transports"]) * per_case + (2 if p["calibration"] != "none" else 0) + extra_steps
     bar = _progress(total, disable=quiet or None)
     c = cap.Capture(p, out, st, progress=bar, after_case=after_case)
     try:

@@ -149,9 +149,10 @@ class RunData:
                                      for h, c in (m.get("calibration") or {}).items()) or "none (corrected = raw)",
             "manifest.json calibration.HOST.ust_event_ns, kernel_event_ns.all")
         from rpcscope.analysis.run import Run
-        ins = Run(self.path).in_situ_calibrations() if (self.path / "manifest.json").exists() else {}
-        if (m.get("calibration_in_situ") or {}).get("method") == "per case":
-            probe = Run(self.path).probe
+        run = Run(self.path) if (self.path / "manifest.json").exists() else None
+        ins = run.in_situ_calibrations() if run else {}
+        if run and (m.get("calibration_in_situ") or {}).get("method") == "per case":
+            probe = run.probe
             models = "".join(f"; {t}: {v.get('method')}" for t, v in (probe.get("transports") or {}).items())
             anchored = sorted(cid for cid, c in (probe.get("cases") or {}).items()
                               if (c.get("clock_anchor") or {}).get("anchored"))

@@ -138,8 +138,8 @@ def test_the_clock_build_in_ring_mode_over_loopback(rpc_bin, rpc_server, tmp_pat
     for role in ("c", "s"):
         marks = read_clockmarks(tmp_path / f"{role}.txt")
         assert marks["marks"] == len(marks["ts"]) == 256 and marks["dropped"] > 300 * 5, (role, marks["dropped"])
-        assert (np.diff(marks["ts"]) >= 0).all() or role == "s"         # the server's two threads interleave
     client = read_clockmarks(tmp_path / "c.txt")
+    assert (np.diff(client["ts"]) >= 0).all()        # one thread: in time order (the server's two interleave)
     assert int(client["call_id"].max()) - int(client["call_id"].min()) < 40       # the last calls only
 
 

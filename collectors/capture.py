@@ -821,7 +821,8 @@ class Capture:
         p50s = _p50s(runs)
         kept, agreeing, dist = choose_sweep(p50s)
         r = n
-        while r < n + MAX_EXTRA_ROUNDS and n > 1 and not sweeps_settled(agreeing, r):
+        budget = self.p.get("extra_sweep_seconds", EXTRA_SWEEP_SECONDS)
+        while sweeps_end(agreeing, r, n, seconds, budget) is None:
             if self.progress is not None:
                 self.progress.total += len(kinds) * len(cases)
             sweep(r, r + 1)
@@ -829,6 +830,7 @@ class Capture:
             p50s = _p50s(runs)
             kept, agreeing, dist = choose_sweep(p50s)
         self.kernel_release()
+        ended = sweeps_end(agreeing, r, n, seconds, budget)
         settled = sweeps_settled(agreeing, r)
         if settled:
             level, by_case = None, {c["id"]: settled_rounds(p50s, c["id"], kept, agreeing) for c in cases}
@@ -843,6 +845,7 @@ class Capture:
                   "kept_straddle_pct": {cid: round(straddle_pct({x: v for x, v in p50s.items() if x[0] == cid})[k], 2)
                                         for cid, (k, _) in by_case.items()},
                   "distance_pct": [[round(x, 2) for x in row] for row in dist], "seconds": seconds,
+                  "ended": ended, "extra_sweep_seconds": budget,
                   "cases": [c["id"] for c in cases]}
         return runs, order, by_case, record
 
@@ -1233,6 +1236,27 @@ SWEEP_AGREE_PCT = 3.0
 # itself included; else up to MAX_EXTRA_ROUNDS more sweeps are made.
 SWEEP_SETTLE_ROUNDS = 3
 MAX_EXTRA_ROUNDS = 6
+# ... and no more of one transport's extra sweeps than fit in this many seconds (each estimated as the
+# median sweep so far): where the rounds never settle, six extra sweeps of both transports took a fresh
+# clone's `make run` to 9 min 44 s of the 10 it must finish in (runs/run-20261127-183746: UDP's sweeps
+# 14-20 s, TCP's 9-11 s), and a slower host would pass it. 90 s is five extra UDP sweeps there, six TCP.
+EXTRA_SWEEP_SECONDS = 90.0
+
+
+def sweeps_end(agreeing, rounds, repeats, seconds, budget):
+    """Why sweeps() makes no more extra sweeps after `rounds` (repeats of them planned, `seconds` each
+    took, `agreeing` the rounds that agree with the kept one): "settled", "single round" (nothing to
+    agree), "most extra rounds" (MAX_EXTRA_ROUNDS), "extra-sweep seconds" (another would pass `budget`
+    seconds of extra sweeps), or None to make another."""
+    if repeats <= 1:
+        return "single round"
+    if sweeps_settled(agreeing, rounds):
+        return "settled"
+    if rounds >= repeats + MAX_EXTRA_ROUNDS:
+        return "most extra rounds"
+    if sum(seconds[repeats:]) + statistics.median(seconds) > budget:
+        return "extra-sweep seconds"
+    return None
 
 
 def _p50s(runs):
@@ -1446,6 +1470,8 @@ def _kept_note(sweep):
         return ("; sizes whose kept round had a kind off its level keep another (rounds " +
                 ", ".join(f"{c.split('-')[-1]}: {k}" for c, k in other.items()) + ")") if other else ""
     note = f", NOT settled: fewer than {SWEEP_SETTLE_ROUNDS} rounds agreed, the host's speed level kept changing"
+    if sweep.get("ended") == "extra-sweep seconds":
+        note += f" (extra sweeps ended by their {sweep['extra_sweep_seconds']:g} s: --extra-sweep-seconds)"
     if sweep.get("kept_by_case"):
         how = (f"most central whole round in the host's {sweep['level']} level" if sweep.get("level")
                else "fastest whole round")                   # captures before session 18: fastest_round

@@ -71,6 +71,10 @@ def add_common(ap, default_calls, default_sizes):
                     help="local testbed: rounds of untraced and traced runs of every size, in sweeps over "
                          "the sizes; the round most others agree with is kept for every size (default "
                          f"{cap.DEFAULT_REPEATS}; one run's p50 can differ from the next identical one's by 10-25%%)")
+    ap.add_argument("--extra-sweep-seconds", type=float, default=cap.EXTRA_SWEEP_SECONDS,
+                    help="local testbed: while fewer than 3 rounds agree, more sweeps of the sizes are made (at "
+                         f"most {cap.MAX_EXTRA_ROUNDS}), but no more per transport than fit in this many seconds "
+                         f"(default {cap.EXTRA_SWEEP_SECONDS:g}; 0: none)")
     ap.add_argument("--user-only-runs", action="store_true",
                     help="local testbed, with a calibration: add a run with user events only to every round, which "
                          "records what a user event costs with no kernel event recorded (probe.json "
@@ -92,7 +96,8 @@ def params_from(args):
         "kernel": args.kernel, "placement": args.placement, "wait": args.wait, "idle": args.idle, "aslr": args.aslr,
         "kernel_events": args.kernel_events, "executors": args.executors,
         "untraced": args.untraced, "calibration": args.calibration, "calibration_calls": args.calibration_calls,
-        "repeats": args.repeats, "user_only_runs": args.user_only_runs, "keep_perf_data": args.keep_perf_data,
+        "repeats": args.repeats, "extra_sweep_seconds": args.extra_sweep_seconds,
+        "user_only_runs": args.user_only_runs, "keep_perf_data": args.keep_perf_data,
         "clock_reads": args.clock_reads,
         "replace": args.replace,
         "holdout": cap.parse_sizes(args.holdout) if getattr(args, "holdout", None) else [],
@@ -109,6 +114,8 @@ def params_from(args):
         raise UserError("--clock-reads: the local testbed only (it runs this checkout's build/clock); drop --inventory")
     if not 1 <= args.repeats <= 15:
         raise UserError(f"--repeats {args.repeats}: use 1 to 15 rounds per size")
+    if not 0 <= args.extra_sweep_seconds <= 3600:
+        raise UserError(f"--extra-sweep-seconds {args.extra_sweep_seconds:g}: use 0 (no extra sweeps) to 3600")
     if args.calibration_calls < 100:
         raise UserError(f"--calibration-calls {args.calibration_calls}: use at least 100")
     cap.validate(p)

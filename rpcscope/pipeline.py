@@ -16,7 +16,7 @@ import time
 from contextlib import redirect_stdout
 
 from . import ROOT
-from .collectors.capture import DEFAULT_REPEATS, unsettled_transports
+from .collectors.capture import DEFAULT_REPEATS, EXTRA_SWEEP_SECONDS, unsettled_transports
 from .collectors.perf import KERNEL_EVENT_SETS
 from .interrupts import interruptible, uninterrupted
 from .output import UserError, emit_json, table
@@ -89,6 +89,8 @@ def cmd_run(args):
     all_sizes = sorted(set(sizes) | set(holdout))
     if len(set(sizes) - set(holdout)) < 2:
         raise UserError("the model needs at least two fitted sizes besides the held-out ones")
+    if not 0 <= args.extra_sweep_seconds <= 3600:      # before the testbed comes up, not at the capture
+        raise UserError(f"--extra-sweep-seconds {args.extra_sweep_seconds:g}: use 0 (no extra sweeps) to 3600")
     out = pathlib.Path(args.out or f"runs/run-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     if out.exists() and not args.replace:
         raise UserError(f"{out} already exists; choose another --out or pass --replace")
@@ -110,7 +112,8 @@ def cmd_run(args):
                    "--transport", ",".join(transports), "--calls", str(args.calls), "--warmup", str(args.warmup),
                    "--kernel", args.kernel, "--placement", args.placement, "--idle", args.idle,
                    "--aslr", args.aslr, "--kernel-events", args.kernel_events,
-                   "--calibration", "quick", "--repeats", str(args.repeats), "--out", str(out)] + \
+                   "--calibration", "quick", "--repeats", str(args.repeats),
+                   "--extra-sweep-seconds", f"{args.extra_sweep_seconds:g}", "--out", str(out)] + \
                 ([] if args.no_clock_reads else ["--clock-reads"]) + \
                 (["--holdout", ",".join(map(str, holdout))] if holdout else []) + (["--replace"] if args.replace else [])
             st.run("capture", cap)
@@ -232,6 +235,9 @@ def register(subparsers):
     ap.add_argument("--warmup", type=int, default=200, help="warm-up calls per size (default 200)")
     ap.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
                     help=f"rounds of untraced and traced runs per size (default {DEFAULT_REPEATS})")
+    ap.add_argument("--extra-sweep-seconds", type=float, default=EXTRA_SWEEP_SECONDS,
+                    help="while the rounds do not agree, extra sweeps of a transport's sizes for at most this "
+                         f"many seconds (default {EXTRA_SWEEP_SECONDS:g}; 0: none; capture --help)")
     ap.add_argument("--kernel", choices=("auto", "perf", "ftrace", "lttng"), default="auto",
                     help="kernel collector (default auto: LTTng's kernel tracer where it loads, else ftrace, "
                          "else perf; collectors/README.md)")

@@ -351,6 +351,30 @@ def test_the_sweeps_summary_names_the_kept_round_and_an_unsettled_transport():
     assert sweeps_summary(None) is None
 
 
+def test_extra_sweeps_end_when_settled_at_the_most_rounds_or_past_their_seconds():
+    from rpcscope.collectors.capture import MAX_EXTRA_ROUNDS, sweeps_end
+    nine = [16.0] * 9
+    assert sweeps_end([0, 1, 2], 9, 9, nine, 90) == "settled"
+    assert sweeps_end([0], 1, 1, [16.0], 90) == "single round"
+    assert sweeps_end([0, 4], 9, 9, nine, 90) is None                      # unsettled: one more
+    # 16 s sweeps: five extra fit in 90 s (64 + 16), a sixth would not (80 + 16)
+    assert sweeps_end([0, 4], 13, 9, nine + [16.0] * 4, 90) is None
+    assert sweeps_end([0, 4], 14, 9, nine + [16.0] * 5, 90) == "extra-sweep seconds"
+    assert sweeps_end([0, 4], 9, 9, nine, 0) == "extra-sweep seconds"      # --extra-sweep-seconds 0
+    assert sweeps_end([0, 4], 9 + MAX_EXTRA_ROUNDS, 9, [1.0] * (9 + MAX_EXTRA_ROUNDS), 90) == "most extra rounds"
+    # the estimate is the median sweep so far, not the last (one burst does not stop them)
+    assert sweeps_end([0, 4], 10, 9, nine + [80.0], 120) is None           # 80 + 16, not 80 + 80
+
+
+def test_a_capture_whose_extra_sweeps_ran_out_of_seconds_says_so():
+    from rpcscope.collectors.capture import sweeps_summary
+    sw = {"udp": {"rounds": 9, "extra_rounds": 5, "kept_round": 0, "agreeing_rounds": [0], "settled": False,
+                  "agree_pct": 3.0, "ended": "extra-sweep seconds", "extra_sweep_seconds": 90.0}}
+    assert "NOT settled" in sweeps_summary(sw) and "ended by their 90 s: --extra-sweep-seconds" in sweeps_summary(sw)
+    sw["udp"]["ended"] = "most extra rounds"
+    assert "--extra-sweep-seconds" not in sweeps_summary(sw)
+
+
 def test_unsettled_transports_are_those_whose_sweeps_never_settled():
     from rpcscope.collectors.capture import unsettled_transports
     man = {"sweeps": {"udp": {"settled": True}, "tcp": {"settled": False}}}

@@ -119,9 +119,17 @@ def validate(p):
         raise UserError(f"--kernel-events {p.get('kernel_events')!r}: use lean (the default) or full")
     if p.get("aslr", "off") not in ASLR_SETTINGS:
         raise UserError(f"--aslr {p.get('aslr')!r}: use off (one address layout for every run) or on")
+    check_extra_sweep_seconds(p.get("extra_sweep_seconds", EXTRA_SWEEP_SECONDS))
     if p["placement"] == "split" and len(os.sched_getaffinity(0)) < 2:
         raise UserError("--placement split needs two CPUs (one per host); this machine offers "
                         f"{sorted(os.sched_getaffinity(0))}: use --placement same")
+
+
+def check_extra_sweep_seconds(seconds):
+    """Refuse an --extra-sweep-seconds outside 0..3600 (capture's validate, and `rpcscope run` before
+    its testbed comes up)."""
+    if not 0 <= seconds <= 3600:
+        raise UserError(f"--extra-sweep-seconds {seconds:g}: use 0 (no extra sweeps) to 3600")
 
 
 def check_sizes(proc, sizes):
@@ -822,7 +830,7 @@ class Capture:
         kept, agreeing, dist = choose_sweep(p50s)
         r = n
         budget = self.p.get("extra_sweep_seconds", EXTRA_SWEEP_SECONDS)
-        while sweeps_end(agreeing, r, n, seconds, budget) is None:
+        while (ended := sweeps_end(agreeing, r, n, seconds, budget)) is None:
             if self.progress is not None:
                 self.progress.total += len(kinds) * len(cases)
             sweep(r, r + 1)
@@ -830,7 +838,6 @@ class Capture:
             p50s = _p50s(runs)
             kept, agreeing, dist = choose_sweep(p50s)
         self.kernel_release()
-        ended = sweeps_end(agreeing, r, n, seconds, budget)
         settled = sweeps_settled(agreeing, r)
         if settled:
             level, by_case = None, {c["id"]: settled_rounds(p50s, c["id"], kept, agreeing) for c in cases}

@@ -114,8 +114,6 @@ def params_from(args):
         raise UserError("--clock-reads: the local testbed only (it runs this checkout's build/clock); drop --inventory")
     if not 1 <= args.repeats <= 15:
         raise UserError(f"--repeats {args.repeats}: use 1 to 15 rounds per size")
-    if not 0 <= args.extra_sweep_seconds <= 3600:
-        raise UserError(f"--extra-sweep-seconds {args.extra_sweep_seconds:g}: use 0 (no extra sweeps) to 3600")
     if args.calibration_calls < 100:
         raise UserError(f"--calibration-calls {args.calibration_calls}: use at least 100")
     cap.validate(p)

@@ -16,7 +16,8 @@ import time
 from contextlib import redirect_stdout
 
 from . import ROOT
-from .collectors.capture import DEFAULT_REPEATS, EXTRA_SWEEP_SECONDS, unsettled_transports
+from .collectors.capture import (DEFAULT_REPEATS, EXTRA_SWEEP_SECONDS, check_extra_sweep_seconds,
+                                 unsettled_transports)
 from .collectors.perf import KERNEL_EVENT_SETS
 from .interrupts import interruptible, uninterrupted
 from .output import UserError, emit_json, table
@@ -89,8 +90,7 @@ def cmd_run(args):
     all_sizes = sorted(set(sizes) | set(holdout))
     if len(set(sizes) - set(holdout)) < 2:
         raise UserError("the model needs at least two fitted sizes besides the held-out ones")
-    if not 0 <= args.extra_sweep_seconds <= 3600:      # before the testbed comes up, not at the capture
-        raise UserError(f"--extra-sweep-seconds {args.extra_sweep_seconds:g}: use 0 (no extra sweeps) to 3600")
+    check_extra_sweep_seconds(args.extra_sweep_seconds)      # before the testbed comes up, not at the capture
     out = pathlib.Path(args.out or f"runs/run-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     if out.exists() and not args.replace:
         raise UserError(f"{out} already exists; choose another --out or pass --replace")

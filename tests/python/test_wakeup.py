@@ -95,7 +95,13 @@ def test_rpc_wakecal_after_an_interrupt_for_real(rpc_bin):
     if after["after_raced"]:
         assert after["after_raced_p50_ns"] > 0
     cost, _why = after_interrupt_us(after)
-    assert (cost is None) == (after["after_raced"] < 50)
+    # None with too few wake-ups behind an interrupt, or where they came out no slower than the sweep's
+    # point (a real run on this VM can: a clean-clone `make test` had 123 of them, none costing more);
+    # else exactly their p50 less that point
+    no_cost = after["after_raced"] < 50 or after["after_raced_p50_ns"] <= after["plain_p50_ns"]
+    assert (cost is None) == no_cost, (after, _why)
+    if cost is not None:
+        assert cost == pytest.approx((after["after_raced_p50_ns"] - after["plain_p50_ns"]) / 1000.0)
 
 
 def test_after_interrupt_cost_against_the_sweeps_point():

@@ -329,11 +329,13 @@ class Term:
                    float(t.get("e_us_per_fragmented_datagram", 0)))
 
 
-def goal_verdict(models, unsettled=()):
+def goal_verdict(models, unsettled=(), cpu_loss=None):
     """The model's goals over every size of every transport, and whether this run can judge them: a size
     whose Measured moves between identical untraced rounds by more than its goal (noise, half the
     rounds' spread) cannot show the model within that goal except by chance; nor can a transport whose
-    capture never settled (unsettled: the host's speed level changed inside every sweep). {"met",
+    capture never settled (unsettled: the host's speed level changed inside every sweep). cpu_loss:
+    (most, median) % of a check's time the CPUs lost between sweeps (analysis/cpuspeed.py worst_loss),
+    said where the host was too noisy or a transport never settled, as the likely why. {"met",
     "sizes", "judgeable" (sizes whose noise is within their goal), "met_judgeable" (of those, the ones
     that met it: the figure a noisy run can still give), "median_noise_pct", "unsettled", "other_path"
     (the sizes, "udp 8032", whose untraced run took another path than the traced one: an error row's
@@ -373,8 +375,13 @@ def goal_verdict(models, unsettled=()):
                  f"level changed inside every sweep of the sizes), so each size's figures come from a round of "
                  f"its own in one level (the report's run summary says which), minutes apart; run again when the "
                  f"host is quiet")
+    if cpu_loss and (unsettled or judgeable < len(errs) / 2):
+        text += (f". Between the sweeps the testbed's CPUs lost up to {cpu_loss[0]:.0f} % (median "
+                 f"{cpu_loss[1]:.0f} %) of a fixed loop's time: time the hypervisor gave their cores to "
+                 f"something else (rpc-cpuspeed; the report's run summary)")
     return {"met": met, "sizes": len(errs), "judgeable": judgeable, "met_judgeable": met_quiet,
             "median_noise_pct": med, "unsettled": list(unsettled),
+            "cpu_lost_pct": None if not cpu_loss else {"max": cpu_loss[0], "median": cpu_loss[1]},
             "other_path": [f"{t} {e['size']}" for t, e in other], "met_same_path": met_same, "text": text + "."}
 
 

@@ -59,6 +59,7 @@ TRACE_BIN = ROOT / "build" / "trace" / "bin"
 NOTRACE_BIN = ROOT / "build" / "notrace" / "bin"
 CLOCK_BIN = ROOT / "build" / "clock" / "bin"      # make TRACE=clock: each mark one clock read (rpc/clockmark.h)
 WAKECAL_SECONDS = 20           # rpc-wakecal's own bound (it takes ~0.5 s a role here)
+CPUSPEED_SECONDS = 5           # rpc-cpuspeed's own bound (it takes ~0.07 s at full speed)
 
 
 # ---------------------------------------------------------------- input
@@ -822,6 +823,8 @@ class Capture:
                 for kind in kinds:
                     one(case, r, kind, rounds)
             seconds.append(round(time.monotonic() - t0, 1))
+            self.kernel_release()         # the check runs with no tracer attached, as untraced runs do
+            self.cpu_speed_check(f"{transport} sweep {r + 1}")
 
         seconds = []
         for r in range(n):
@@ -979,6 +982,28 @@ class Capture:
                 out[role] = {"error": f"{binary.name}: {e} (run `make` for the binary; the model gets no "
                                       f"other-path terms)"}
         return out
+
+    def cpu_speed_check(self, when):
+        """How long the testbed's CPUs took for a fixed piece of work, slice after slice (rpc-cpuspeed,
+        rpc/cpuspeed.h), appended to the manifest's cpu_speed.checks as {"when", "cpus": [cpu_speed_summary]}
+        or {"when", "error"}: before the wake-up calibration and after every sweep, ~0.1 s each. A VM's
+        CPU runs only while the hypervisor gives it a core, which its guest cannot see otherwise; the
+        run summary and the goals' verdict say how much of their time the CPUs lost (analysis/cpuspeed.py).
+        A check that fails is recorded as such and the capture goes on."""
+        binary = NOTRACE_BIN / "rpc-cpuspeed"
+        cpus = sorted(set(self.cpus.values()))
+        argv = [str(binary), "--cpu", ",".join(map(str, cpus)), "--max-seconds", str(CPUSPEED_SECONDS), "--json"]
+        try:
+            cp = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                timeout=CPUSPEED_SECONDS + 10)
+            if cp.returncode != 0:
+                raise ValueError((cp.stderr.strip() or f"exit {cp.returncode}")[-300:])
+            check = {"when": when, "cpus": [cpu_speed_summary(c) for c in json.loads(cp.stdout)["cpus"]]}
+        except (OSError, ValueError, KeyError, subprocess.TimeoutExpired) as e:
+            check = {"when": when, "error": f"{binary.name}: {e} (run `make` for the binary)"}
+        speed = self.manifest.setdefault("cpu_speed", {"tool": "rpc-cpuspeed", "checks": []})
+        speed["checks"].append(check)
+        return check
 
     # ------------------------------------------------------------ the cases of a transport
     def new_case(self, transport, size):
@@ -1165,6 +1190,7 @@ class Capture:
             if self.p["calibration"] != "none":
                 self.manifest["calibration"] = self.calibrate()
                 self.write_manifest()
+            self.cpu_speed_check("start")
             self.manifest["wake_calibration"] = self.wake_calibration()
             self.write_manifest()
             if in_situ(self.p, self.kernel):
@@ -1489,6 +1515,14 @@ def _kept_note(sweep):
 
 # cases/ID/rounds.json: every round's rpc-client summary and histogram per kind (finish_case).
 ROUNDS_FORMAT = "rpcscope-rounds/1"
+
+
+def cpu_speed_summary(cpu):
+    """One CPU of rpc-cpuspeed's JSON, its slices' times summed (the manifest keeps no slice): {"cpu",
+    "slices", "min_ns", "p50_ns", "max_ns", "sum_ns"}. With the run's fastest slice on that CPU, sum_ns
+    gives the share of the check's time the CPU lost (analysis/cpuspeed.py lost_pct)."""
+    return {"cpu": cpu["cpu"], "slices": cpu["slices"], "min_ns": cpu["min_ns"], "p50_ns": cpu["p50_ns"],
+            "max_ns": cpu["max_ns"], "sum_ns": sum(cpu["slice_ns"])}
 
 
 def sleeps_per_call(res, server_stats_path, ipis=None, calls=None):

@@ -144,6 +144,10 @@ class RunData:
                 for role, c in wake.items()) or "; ".join(f"{r}: {v.get('error') or v.get('skipped') or v}"
                                                           for r, v in cal.items()),
                 "manifest.json wake_calibration (rpc-wakecal; analysis/wakeup.py wake_costs)")
+        from rpcscope.analysis.cpuspeed import cpu_losses, describe
+        speed = describe(cpu_losses(m))
+        if speed:
+            add("CPU time lost", speed, "manifest.json cpu_speed.checks (rpc-cpuspeed; analysis/cpuspeed.py cpu_losses)")
         add("calibration", ", ".join(f"{h}: UST event {c.get('ust_event_ns')} ns, kernel event "
                                      f"{(c.get('kernel_event_ns') or {}).get('all')} ns"
                                      for h, c in (m.get("calibration") or {}).items()) or "none (corrected = raw)",

@@ -91,9 +91,11 @@ def model_section(d: RunData):
     for transport, (fname, m) in models.items():
         verdicts[transport] = _model_items(s, d, transport, fname, m)
     if len(verdicts) > 1:
+        from rpcscope.analysis.cpuspeed import cpu_losses, worst_loss
         from rpcscope.analysis.model import goal_verdict
         from rpcscope.collectors.capture import unsettled_transports
-        every = goal_verdict({t: {"errors": e} for t, e in verdicts.items()}, unsettled_transports(d.manifest, verdicts))
+        every = goal_verdict({t: {"errors": e} for t, e in verdicts.items()}, unsettled_transports(d.manifest, verdicts),
+                             worst_loss(cpu_losses(d.manifest)))
         if every:
             s.items.append(f"Verdict, every transport: {every['text']}")
     try:
@@ -157,8 +159,10 @@ def _model_items(s, d, transport, fname, m):
     for e in errors:
         e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"], {}))
         e.update(error_row_paths(d.path, cases.get(e["size"]), e.get("calculated_us")))
+    from rpcscope.analysis.cpuspeed import cpu_losses, worst_loss
     from rpcscope.collectors.capture import unsettled_transports
-    verdict = goal_verdict({"model": {"errors": errors}}, unsettled_transports(d.manifest, [params.get("transport")]))
+    verdict = goal_verdict({"model": {"errors": errors}}, unsettled_transports(d.manifest, [params.get("transport")]),
+                           worst_loss(cpu_losses(d.manifest)))
     if verdict:
         s.items.append(f"Verdict: {verdict['text']}")
     for n in m.get("notes", []):

@@ -135,8 +135,10 @@ def cmd_run(args):
                     e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"]) or {})
                     e.update(error_row_paths(out, cases.get(e["size"]), e.get("calculated_us")))
                 result["models"][t] = {"file": str(mfile), "errors": errors}
+            from .analysis.cpuspeed import cpu_losses, worst_loss
             from .analysis.model import goal_verdict
-            result["verdict"] = goal_verdict(result["models"], unsettled_transports(manifest, transports))
+            result["verdict"] = goal_verdict(result["models"], unsettled_transports(manifest, transports),
+                                             worst_loss(cpu_losses(manifest)))
             st.run("report", ["report", str(out)])
         finally:
             if started_testbed and not args.keep_testbed:

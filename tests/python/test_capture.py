@@ -335,6 +335,15 @@ def test_run_directory_is_complete(run):
         assert w["points"][0]["busy"] and len(w["points"]) > 10, w["points"][:2]
     costs = run_wake_costs(m)
     assert set(costs) == {"client", "server"} and all(c["sleep_us"] > 0 for c in costs.values()), costs
+    # The CPU speed checks: one before the calls and one after every sweep, on the testbed's CPUs.
+    checks = m["cpu_speed"]["checks"]
+    assert [c["when"] for c in checks] == ["start"] + [
+        f"{t} sweep {r + 1}" for t in m["params"]["transports"]
+        for r in range(len(m["sweeps"][t]["seconds"]))], [c["when"] for c in checks]
+    assert all(sorted(x["cpu"] for x in c["cpus"]) == sorted(set(cpus.values())) for c in checks), checks[0]
+    from rpcscope.analysis.cpuspeed import cpu_losses
+    losses = cpu_losses(m)
+    assert losses["errors"] == [] and all(0 <= x <= 100 for c in losses["cpus"].values() for x in c["lost_pct"])
 
 
 def test_babeltrace_reads_every_trace_with_nothing_discarded(run):

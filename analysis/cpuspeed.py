@@ -1,0 +1,63 @@
+"""How much of their time the testbed's CPUs lost while a capture ran, from its CPU speed checks
+(rpc-cpuspeed, rpc/cpuspeed.h; manifest.json cpu_speed, made by collectors/capture.py cpu_speed_check
+before the capture's calls and after every sweep of the sizes).
+
+A check times slices of one fixed chain of multiply-adds on each CPU. The fastest slice a CPU ran in the
+whole capture is what the work costs at its full speed; a check's lost share is the part of its time
+above that, 100 x (sum of its slices - slices x fastest) / sum of its slices. On a VM that is mostly the
+time the hypervisor gave the CPU's core to something else, which the guest sees nowhere else (this VM
+reports no steal time); interrupts take microseconds of a ~0.7 ms slice. Session 33's host lost 6-16 %
+in checks of 1000 slices, and ran the same loop 4-5 times slower for seconds at a time, while the
+testbed's round trips moved by 10-25 % from one run to the next.
+"""
+import statistics
+
+
+def cpu_losses(manifest):
+    """{"checks": the checks that ran, "errors": [(when, why)], "cpus": {cpu: {"fastest_slice_ns",
+    "lost_pct": [one a check, in order], "median_lost_pct", "max_lost_pct", "worst_check": its "when",
+    "max_slice_ratio": the slowest slice over the fastest}}}, or None where the capture made no check (an
+    older capture)."""
+    speed = (manifest or {}).get("cpu_speed")
+    if not speed:
+        return None
+    checks = [c for c in speed.get("checks", []) if "cpus" in c]
+    errors = [(c.get("when"), c.get("error")) for c in speed.get("checks", []) if "cpus" not in c]
+    by_cpu = {}
+    for check in checks:
+        for c in check["cpus"]:
+            if c.get("slices"):
+                by_cpu.setdefault(c["cpu"], []).append((check["when"], c))
+    cpus = {}
+    for cpu, seen in sorted(by_cpu.items()):
+        fastest = min(c["min_ns"] for _, c in seen)
+        lost = [100.0 * (c["sum_ns"] - c["slices"] * fastest) / c["sum_ns"] for _, c in seen]
+        worst = max(range(len(lost)), key=lost.__getitem__)
+        cpus[cpu] = {"fastest_slice_ns": fastest, "lost_pct": [round(x, 2) for x in lost],
+                     "median_lost_pct": round(statistics.median(lost), 2), "max_lost_pct": round(lost[worst], 2),
+                     "worst_check": seen[worst][0],
+                     "max_slice_ratio": round(max(c["max_ns"] for _, c in seen) / fastest, 2)}
+    return {"checks": len(checks), "errors": errors, "cpus": cpus}
+
+
+def describe(losses):
+    """The run summary's sentence for cpu_losses' result."""
+    if losses is None:
+        return None
+    parts = [f"CPU {cpu} lost a median {c['median_lost_pct']:.1f} % of a check's time (at most "
+             f"{c['max_lost_pct']:.1f} %, {c['worst_check']}), its slowest slice {c['max_slice_ratio']:.1f}x "
+             f"its fastest ({c['fastest_slice_ns'] / 1e3:.0f} us)" for cpu, c in losses["cpus"].items()]
+    text = "; ".join(parts) if parts else "no check ran"
+    text += (f" ({losses['checks']} checks of a fixed loop: before the calls and after every sweep; time lost "
+             f"is the checks' slices' time above the CPU's fastest slice, the hypervisor's or interrupts')")
+    if losses["errors"]:
+        text += f"; {len(losses['errors'])} check(s) failed: " + "; ".join(f"{w}: {e}" for w, e in losses["errors"])
+    return text
+
+
+def worst_loss(losses):
+    """(the largest lost share of any check of any CPU, the median of the CPUs' median shares), or None."""
+    if not losses or not losses["cpus"]:
+        return None
+    cpus = losses["cpus"].values()
+    return max(c["max_lost_pct"] for c in cpus), statistics.median(c["median_lost_pct"] for c in cpus)

@@ -1,0 +1,110 @@
+"""The CPU speed check (session 33): rpc-cpuspeed (rpc/cpuspeed.h) run for real, the capture's summary of
+its JSON (collectors/capture.py cpu_speed_summary), the lost shares over a capture's checks
+(analysis/cpuspeed.py) on hand-made checks with known answers, and the goals' verdict that cites them."""
+import json
+import subprocess
+
+import pytest
+
+from rpcscope.analysis.cpuspeed import cpu_losses, describe, worst_loss
+from rpcscope.analysis.model import goal_verdict
+from rpcscope.collectors.capture import cpu_speed_summary
+
+
+def _run(rpc_bin, *args, timeout=30):
+    return subprocess.run([str(rpc_bin("rpc-cpuspeed", False)), *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_rpc_cpuspeed_for_real(rpc_bin):
+    cp = _run(rpc_bin, "--cpu", "0,1", "--slices", "20", "--json")
+    assert cp.returncode == 0, cp.stderr
+    d = json.loads(cp.stdout)
+    assert d["slices"] == 20 and d["slice_iterations"] == 500000 and d["bounded"] is False
+    assert [c["cpu"] for c in d["cpus"]] == [0, 1]
+    for c in d["cpus"]:
+        s = sorted(c["slice_ns"])
+        assert c["slices"] == len(s) == 20 and s[0] > 0
+        # the figures are the slices' own order statistics (the lower middle one for p50, as bench.c)
+        assert (c["min_ns"], c["p50_ns"], c["p90_ns"], c["max_ns"]) == (s[0], s[9], s[17], s[-1])
+        summary = cpu_speed_summary(c)
+        assert summary["sum_ns"] == sum(s) and "slice_ns" not in summary
+    table = _run(rpc_bin, "--cpu", "1", "--slices", "5")
+    assert table.returncode == 0 and "max/min" in table.stdout and len(table.stdout.splitlines()) == 3
+
+
+def test_rpc_cpuspeed_stops_at_its_bound(rpc_bin):
+    cp = _run(rpc_bin, "--cpu", "0", "--slices", "100000", "--max-seconds", "0.05", "--json")
+    assert cp.returncode == 0, cp.stderr
+    d = json.loads(cp.stdout)
+    assert d["bounded"] is True and 0 < d["cpus"][0]["slices"] < 100000 and d["seconds"] < 2
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["--cpu", "0,0"], "given twice"),
+    (["--cpu", "x"], "--cpu"),
+    (["--slices", "0"], "out of range"),
+    (["--slice-iterations", "10"], "out of range"),
+    (["--max-seconds", "0"], "out of range"),
+    (["stray"], "stray"),
+])
+def test_rpc_cpuspeed_bad_options(rpc_bin, args, expect):
+    cp = _run(rpc_bin, *args)
+    assert cp.returncode == 2 and cp.stdout == "" and expect in cp.stderr, (cp.returncode, cp.stderr)
+
+
+def test_rpc_cpuspeed_names_a_cpu_it_cannot_pin(rpc_bin):
+    cp = _run(rpc_bin, "--cpu", "0,1023")
+    assert cp.returncode == 1 and cp.stdout == "" and "CPU 1023" in cp.stderr and "pthread_setaffinity_np" in cp.stderr
+
+
+def _cpu(cpu, slices, min_ns, p50_ns, max_ns, sum_ns):
+    return {"cpu": cpu, "slices": slices, "min_ns": min_ns, "p50_ns": p50_ns, "max_ns": max_ns, "sum_ns": sum_ns}
+
+
+def _manifest():
+    # CPU 0: fastest slice 1000 ns (in the second check); 10 slices a check summing 10000, 12500, 20000 ns
+    # lose 0, 20 and 50 %. CPU 1: fastest 2000; 20000 and 25000 ns lose 0 and 20 %, its last check failed.
+    return {"cpu_speed": {"tool": "rpc-cpuspeed", "checks": [
+        {"when": "start", "cpus": [_cpu(0, 10, 1000, 1000, 1000, 10000), _cpu(1, 10, 2000, 2000, 2000, 20000)]},
+        {"when": "udp sweep 1", "cpus": [_cpu(0, 10, 1000, 1000, 4000, 12500), _cpu(1, 10, 2000, 2400, 3000, 25000)]},
+        {"when": "udp sweep 2", "cpus": [_cpu(0, 10, 1500, 2000, 3000, 20000)]},
+        {"when": "tcp sweep 1", "error": "rpc-cpuspeed: exit 1"}]}}
+
+
+def test_cpu_losses_against_each_cpus_fastest_slice():
+    got = cpu_losses(_manifest())
+    assert got["checks"] == 3 and got["errors"] == [("tcp sweep 1", "rpc-cpuspeed: exit 1")]
+    c0, c1 = got["cpus"][0], got["cpus"][1]
+    assert c0["fastest_slice_ns"] == 1000 and c0["lost_pct"] == [0.0, 20.0, 50.0]
+    assert c0["median_lost_pct"] == 20.0 and c0["max_lost_pct"] == 50.0 and c0["worst_check"] == "udp sweep 2"
+    assert c0["max_slice_ratio"] == 4.0
+    assert c1["lost_pct"] == [0.0, 20.0] and c1["median_lost_pct"] == 10.0 and c1["max_slice_ratio"] == 1.5
+    assert worst_loss(got) == (50.0, 15.0)
+    text = describe(got)
+    assert "CPU 0 lost a median 20.0 %" in text and "at most 50.0 %, udp sweep 2" in text
+    assert "1 check(s) failed: tcp sweep 1: rpc-cpuspeed: exit 1" in text
+
+
+def test_a_capture_without_checks_has_no_losses():
+    assert cpu_losses({}) is None and cpu_losses({"cases": []}) is None
+    assert describe(None) is None and worst_loss(None) is None
+    only_failed = cpu_losses({"cpu_speed": {"checks": [{"when": "start", "error": "not built"}]}})
+    assert only_failed["cpus"] == {} and worst_loss(only_failed) is None
+    assert describe(only_failed).startswith("no check ran")
+
+
+def _err(size, met, noise):
+    return {"size": size, "goal_met": met, "measured_noise_pct": noise, "goal_pct": 2.0}
+
+
+def test_the_verdict_names_the_lost_time_only_where_the_run_cannot_judge():
+    noisy = {"udp": {"errors": [_err(0, False, 9.0), _err(1392, True, 7.5)]}}
+    v = goal_verdict(noisy, (), (50.0, 15.0))
+    assert "too noisy" in v["text"] and "lost up to 50 % (median 15 %) of a fixed loop's time" in v["text"]
+    assert v["cpu_lost_pct"] == {"max": 50.0, "median": 15.0}
+    unsettled = goal_verdict({"udp": {"errors": [_err(0, True, 0.4)]}}, ("udp",), (12.0, 3.0))
+    assert "never settled" in unsettled["text"] and "lost up to 12 %" in unsettled["text"]
+    quiet = goal_verdict({"udp": {"errors": [_err(0, True, 0.4), _err(1392, True, 0.9)]}}, (), (12.0, 3.0))
+    assert "lost up to" not in quiet["text"] and quiet["cpu_lost_pct"] == {"max": 12.0, "median": 3.0}
+    assert goal_verdict(noisy)["cpu_lost_pct"] is None

@@ -3,12 +3,17 @@
 before the capture's calls and after every sweep of the sizes).
 
 A check times slices of one fixed chain of multiply-adds on each CPU. The fastest slice a CPU ran in the
-whole capture is what the work costs at its full speed; a check's lost share is the part of its time
-above that, 100 x (sum of its slices - slices x fastest) / sum of its slices. On a VM that is mostly the
-time the hypervisor gave the CPU's core to something else, which the guest sees nowhere else (this VM
-reports no steal time); interrupts take microseconds of a ~0.7 ms slice. Session 33's host lost 6-16 %
-in checks of 1000 slices, and ran the same loop 4-5 times slower for seconds at a time, while the
-testbed's round trips moved by 10-25 % from one run to the next.
+whole capture is what the work costs at its full pace; a check's lost share is the part of its time
+above that, 100 x (sum of its slices - slices x fastest) / sum of its slices. The guest sees the causes
+nowhere else (this VM reports no steal time): the host running the core at a lower clock, the
+hypervisor running something else on it (pauses of milliseconds, single slices up to 23 times the
+fastest), a busy sibling thread; the guest's own interrupts take microseconds of a ~0.7 ms slice. In
+session 33's captures both CPUs' fastest slices moved together between checks, in steps (714, 667 and
+625 us), and the checks lost a median 12.5 % (at most 28.5 %) while the testbed's round trips moved by
+10-25 % from one run to the next. Over loopback, pinned, a run's p50 followed the checks around it
+only in part (correlation 0.59 over 30 runs) and moved ~2.5 times as far in relative terms (UDP 4016
+32-50 us against slices of 670-780 us), so the share is a sign of the host's state, not a correction
+for it (analysis/MODEL.md, session 33).
 """
 import statistics
 
@@ -44,12 +49,13 @@ def describe(losses):
     """The run summary's sentence for cpu_losses' result."""
     if losses is None:
         return None
-    parts = [f"CPU {cpu} lost a median {c['median_lost_pct']:.1f} % of a check's time (at most "
+    parts = [f"CPU {cpu} lost a median {c['median_lost_pct']:.1f} % of a check's time to its fastest pace (at most "
              f"{c['max_lost_pct']:.1f} %, {c['worst_check']}), its slowest slice {c['max_slice_ratio']:.1f}x "
              f"its fastest ({c['fastest_slice_ns'] / 1e3:.0f} us)" for cpu, c in losses["cpus"].items()]
     text = "; ".join(parts) if parts else "no check ran"
-    text += (f" ({losses['checks']} checks of a fixed loop: before the calls and after every sweep; time lost "
-             f"is the checks' slices' time above the CPU's fastest slice, the hypervisor's or interrupts')")
+    text += (f" ({losses['checks']} checks of a fixed loop, before the calls and after every sweep; time lost: "
+             f"a check's slices' time beyond the CPU's fastest slice's pace, the host's doing: a lower clock, the "
+             f"hypervisor running something else on the core, a busy sibling thread)")
     if losses["errors"]:
         text += f"; {len(losses['errors'])} check(s) failed: " + "; ".join(f"{w}: {e}" for w, e in losses["errors"])
     return text

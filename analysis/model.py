@@ -377,8 +377,8 @@ def goal_verdict(models, unsettled=(), cpu_loss=None):
                  f"host is quiet")
     if cpu_loss and (unsettled or judgeable < len(errs) / 2):
         text += (f". Between the sweeps the testbed's CPUs lost up to {cpu_loss[0]:.0f} % (median "
-                 f"{cpu_loss[1]:.0f} %) of a fixed loop's time: time the hypervisor gave their cores to "
-                 f"something else (rpc-cpuspeed; the report's run summary)")
+                 f"{cpu_loss[1]:.0f} %) of a fixed loop's time to their fastest pace: the host ran them slower, "
+                 f"or not at all, at times (rpc-cpuspeed; the report's run summary)")
     return {"met": met, "sizes": len(errs), "judgeable": judgeable, "met_judgeable": met_quiet,
             "median_noise_pct": med, "unsettled": list(unsettled),
             "cpu_lost_pct": None if not cpu_loss else {"max": cpu_loss[0], "median": cpu_loss[1]},

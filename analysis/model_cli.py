@@ -1,5 +1,6 @@
 """rpcscope model / rpcscope whatif: the RTT model (calculated = sum of count x unit cost) and what-ifs."""
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -253,6 +254,10 @@ def cmd_goals(args):
                 raise UserError(f"{d}: {e}") from None
             per_run.append((str(d), errs))
     runs, sizes = G.gather(per_run)
+    from .cpuspeed import cpu_losses, worst_loss
+    for r, d in zip(runs, dirs):
+        loss = worst_loss(cpu_losses(json.loads((d / "manifest.json").read_text())))
+        r["cpu_lost_pct"] = None if loss is None else {"median": loss[1], "max": loss[0]}
     met, total = sum(r["met"] for r in runs), sum(r["sizes"] for r in runs)
     if args.json:
         emit_json({"refit": args.refit, "met": met, "sizes": total, "runs": runs, "per_size": sizes}, out=sys.stdout)
@@ -263,8 +268,11 @@ def cmd_goals(args):
           + (f"; at {other} the untraced run took another path than the traced one (it blocked, or was woken by "
              f"an interrupt, where the traced run did not), and of the other {total - other}, "
              f"{sum(z['met_same_path'] for z in sizes)} met" if other else ""))
-    table([{"run": r["run"], "met": f"{r['met']}/{r['sizes']}", "misses": ", ".join(r["misses"])} for r in runs],
-          ["run", "met", "misses"], out=sys.stdout)
+    table([{"run": r["run"], "met": f"{r['met']}/{r['sizes']}",
+            "cpu_lost_%": "" if r["cpu_lost_pct"] is None else
+            f"{r['cpu_lost_pct']['median']:.1f} / {r['cpu_lost_pct']['max']:.1f}",
+            "misses": ", ".join(r["misses"])} for r in runs],
+          ["run", "met", "cpu_lost_%", "misses"], out=sys.stdout)
     print()
     table([{"transport": z["transport"], "size": z["size"], "fit": z["fit"], "goal": f"<= {z['goal_pct']:g} %",
             "median_%": _f(z["median_pct"], 2), "least_%": _f(z["least_pct"], 2),
@@ -275,7 +283,9 @@ def cmd_goals(args):
            "met_same_path"], out=sys.stdout)
     print("% error = (measured - calculated) x 100 / measured; measured: the untraced p50 RTT; other_path: runs "
           "whose untraced run slept or was woken otherwise than the traced one there (manifest.json "
-          "cases[].sleeps_per_call; none counted before session 24)")
+          "cases[].sleeps_per_call; none counted before session 24); cpu_lost_%: median / most of the time the "
+          "testbed's CPUs lost to their fastest pace in the capture's CPU speed checks (analysis/cpuspeed.py; "
+          "none before session 33)")
     return 0
 
 

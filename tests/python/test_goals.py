@@ -59,6 +59,7 @@ def test_goals_of_the_saved_model_and_of_a_refit_agree(run, capsys):
     refit = json.loads(capsys.readouterr().out)
     model = json.loads((run / "analysis" / "model.json").read_text())
     assert saved["sizes"] == refit["sizes"] == len(model["sizes"]) == 2
+    assert saved["runs"][0]["cpu_lost_pct"] is None       # the fixture predates the CPU speed checks
     for z in saved["per_size"]:
         s = str(z["size"])
         want = (model["measured_us"][s] - model["calculated_us"][s]) * 100 / model["measured_us"][s]
@@ -82,3 +83,20 @@ def test_goals_without_a_model_file_says_how_to_make_one(run, tmp_path, capsys):
     assert main(["goals", str(d)]) == 2
     err = capsys.readouterr().err
     assert "no model file" in err and "--corrected" in err
+
+
+def test_goals_give_each_runs_cpu_time_lost(run, tmp_path, capsys):
+    d = tmp_path / "checked"
+    shutil.copytree(run, d)
+    m = json.loads((d / "manifest.json").read_text())
+    cpu = {"cpu": 0, "slices": 10, "min_ns": 1000, "p50_ns": 1000, "max_ns": 3000}
+    m["cpu_speed"] = {"tool": "rpc-cpuspeed", "checks": [{"when": "start", "cpus": [dict(cpu, sum_ns=10000)]},
+                                                         {"when": "udp sweep 1", "cpus": [dict(cpu, sum_ns=12500)]},
+                                                         {"when": "udp sweep 2", "cpus": [dict(cpu, sum_ns=20000)]}]}
+    (d / "manifest.json").write_text(json.dumps(m))
+    capsys.readouterr()
+    assert main(["goals", str(d), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0]["cpu_lost_pct"] == {"median": 20.0, "max": 50.0}
+    assert main(["goals", str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "cpu_lost_%" in out and "20.0 / 50.0" in out

@@ -15,6 +15,7 @@ only in part (correlation 0.59 over 30 runs) and moved ~2.5 times as far in rela
 32-50 us against slices of 670-780 us), so the share is a sign of the host's state, not a correction
 for it (analysis/MODEL.md, session 33).
 """
+import math
 import statistics
 
 
@@ -67,3 +68,57 @@ def worst_loss(losses):
         return None
     cpus = losses["cpus"].values()
     return max(c["max_lost_pct"] for c in cpus), statistics.median(c["median_lost_pct"] for c in cpus)
+
+
+def pace_response(manifest):
+    """How far the capture's runs followed their CPU's pace (rpc-client --pace-slices: each run's
+    repeats.<kind>_pace_ns): {transport: {kind: {"runs", "corr", "elasticity", "pace_range_pct",
+    "p50_range_pct"}}}, over every run of every case, each run's p50 and pace taken relative to its
+    case's median of that kind (logarithms), so that sizes pool. corr: their correlation; elasticity:
+    the least-squares slope, % of the p50 per % of the pace (1: the round trip slows exactly as the
+    loop does); the ranges: the middle 80 % of the relative figures, in %. {} where no run carries a
+    pace (captures before session 33)."""
+    import numpy as np
+    out = {}
+    for case in (manifest or {}).get("cases", []):
+        rep = case.get("repeats") or {}
+        for key, paces in rep.items():
+            if not key.endswith("_pace_ns"):
+                continue
+            kind = key[:-len("_pace_ns")]
+            p50s = rep.get(f"{kind}_p50_ns") or []
+            pairs = [(p, q) for p, q in zip(paces, p50s) if p and q]
+            if len(pairs) < 3:
+                continue
+            mp, mq = statistics.median(p for p, _ in pairs), statistics.median(q for _, q in pairs)
+            acc = out.setdefault(case["transport"], {}).setdefault(kind, ([], []))
+            for p, q in pairs:
+                acc[0].append(math.log(p / mp))
+                acc[1].append(math.log(q / mq))
+    result = {}
+    for transport, kinds in out.items():
+        for kind, (x, y) in kinds.items():
+            x, y = np.array(x), np.array(y)
+            if len(x) < 3 or not x.any():
+                continue
+            corr = float(np.corrcoef(x, y)[0, 1]) if x.std() > 0 and y.std() > 0 else None
+            result.setdefault(transport, {})[kind] = {
+                "runs": int(len(x)), "corr": None if corr is None else round(corr, 2),
+                "elasticity": round(float((x @ y) / (x @ x)), 2),
+                "pace_range_pct": round(100 * float(np.expm1(np.percentile(x, 90) - np.percentile(x, 10))), 1),
+                "p50_range_pct": round(100 * float(np.expm1(np.percentile(y, 90) - np.percentile(y, 10))), 1)}
+    return result
+
+
+def describe_pace(response):
+    """The run summary's sentence for pace_response's result, or None."""
+    if not response:
+        return None
+    parts = []
+    for transport, kinds in response.items():
+        for kind, r in kinds.items():
+            parts.append(f"{transport} {kind}: correlation {r['corr']}, {r['elasticity']:.1f} % of the p50 per % "
+                         f"of the pace, the pace over {r['pace_range_pct']:.1f} % and the p50s over "
+                         f"{r['p50_range_pct']:.1f} % (middle 80 % of {r['runs']} runs)")
+    return ("each run's p50 against its CPU's pace (the fastest loop slice rpc-client timed before and after "
+            "its calls), both relative to the case's median: " + "; ".join(parts))

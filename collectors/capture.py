@@ -60,6 +60,10 @@ NOTRACE_BIN = ROOT / "build" / "notrace" / "bin"
 CLOCK_BIN = ROOT / "build" / "clock" / "bin"      # make TRACE=clock: each mark one clock read (rpc/clockmark.h)
 WAKECAL_SECONDS = 20           # rpc-wakecal's own bound (it takes ~0.5 s a role here)
 CPUSPEED_SECONDS = 5           # rpc-cpuspeed's own bound (it takes ~0.07 s at full speed)
+# Every client times this many slices of rpc-cpuspeed's loop before its warm-up and after its calls
+# (rpc-client --pace-slices; ~5 ms each): the pace its CPU ran at, run by run (rounds.json "pace",
+# repeats.<kind>_pace_ns). Both CPUs changed pace together in every check of session 33.
+PACE_SLICES = 8
 
 
 # ---------------------------------------------------------------- input
@@ -558,7 +562,8 @@ class Capture:
                 *clock_env(clock_out, clock_ring), "sh", "-c", 'read _go && exec "$@"', "sh",
                 str(bindir / "rpc-client"), "--server", server, "--port", str(port), "--transport", transport,
                 "--proc", self.p["proc"], "--size", str(size), "--calls", str(calls), "--warmup", str(warmup),
-                "--cpu", str(cpu), "--wait", self.p["wait"], "--max-seconds", str(max_s), "--json"], max_s + 60
+                "--cpu", str(cpu), "--wait", self.p["wait"], "--max-seconds", str(max_s),
+                "--pace-slices", str(PACE_SLICES), "--json"], max_s + 60
 
     def spawn_client(self, argv, log_path):
         """Start the client held before exec: its pid (which exec keeps) is known before it runs."""
@@ -1105,6 +1110,7 @@ class Capture:
         case["repeats"] = {"rounds": record["rounds"], "extra_rounds": record["extra_rounds"], "kept_round": kept,
                            "agreeing_rounds": agreeing, "order": order,
                            **{f"{k}_p50_ns": [r["res"]["rtt_ns"]["p50"] for r in v] for k, v in runs.items()},
+                           **{f"{k}_pace_ns": [run_pace_ns(r["res"]) for r in v] for k, v in runs.items()},
                            **{f"{k}_sleeps_per_call": [r.get("sleeps") for r in v] for k, v in runs.items()}}
         case["sleeps_per_call"] = {k: v[kept].get("sleeps") for k, v in runs.items()}
         # Every round's client summary, its histogram included: the rounds a case did not keep still
@@ -1113,6 +1119,7 @@ class Capture:
         (cdir / "rounds.json").write_text(json.dumps(
             {"format": ROUNDS_FORMAT, "kept_round": kept,
              "kinds": {k: [{"round": r, "rtt_ns": x["res"].get("rtt_ns"), "rtt_hist": x["res"].get("rtt_hist"),
+                            "pace": x["res"].get("pace"),
                             "sleeps_per_call": x.get("sleeps")} for r, x in enumerate(v)] for k, v in runs.items()}})
             + "\n")
         if "ust" in runs:
@@ -1518,6 +1525,14 @@ def _kept_note(sweep):
 
 # cases/ID/rounds.json: every round's rpc-client summary and histogram per kind (finish_case).
 ROUNDS_FORMAT = "rpcscope-rounds/1"
+
+
+def run_pace_ns(res):
+    """A run's CPU pace: the mean of the fastest slices rpc-client timed before and after its calls
+    (--pace-slices), in ns; None where it timed none."""
+    pace = res.get("pace") or {}
+    mins = [pace[w]["min_ns"] for w in ("before", "after") if (pace.get(w) or {}).get("slices")]
+    return round(sum(mins) / len(mins)) if mins else None
 
 
 def cpu_speed_summary(cpu):

@@ -148,6 +148,11 @@ class RunData:
         speed = describe(cpu_losses(m))
         if speed:
             add("CPU time lost", speed, "manifest.json cpu_speed.checks (rpc-cpuspeed; analysis/cpuspeed.py cpu_losses)")
+        from rpcscope.analysis.cpuspeed import describe_pace, pace_response
+        pace = describe_pace(pace_response(m))
+        if pace:
+            add("rounds against the CPU pace", pace,
+                "manifest.json cases[].repeats.<kind>_pace_ns, <kind>_p50_ns (analysis/cpuspeed.py pace_response)")
         add("calibration", ", ".join(f"{h}: UST event {c.get('ust_event_ns')} ns, kernel event "
                                      f"{(c.get('kernel_event_ns') or {}).get('all')} ns"
                                      for h, c in (m.get("calibration") or {}).items()) or "none (corrected = raw)",

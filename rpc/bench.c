@@ -23,6 +23,7 @@ struct bench_thread {
     /* Context switches over the measured calls: voluntary ones are the thread's sleeps, so
      * per call they show which waits blocked (the path's shape) without tracing anything. */
     uint64_t vol_switches, invol_switches;
+    struct cpuspeed_pace pace_before, pace_after;    /* the first thread's (bench_config.pace_slices) */
 };
 
 /* The calling thread's voluntary and involuntary context switches so far. */
@@ -176,6 +177,9 @@ static void *bench_thread_main(void *arg)
         workload_free(&w);
         return NULL;
     }
+    if (cfg->pace_slices && t->index == 0 && cpuspeed_pace(BENCH_PACE_SLICE_ITERATIONS, cfg->pace_slices,
+                                                           &t->pace_before))
+        snprintf(t->error, sizeof t->error, "%s", util_error());
     stop_at = util_now_ns() + (uint64_t)(cfg->max_seconds * 1e9);
     for (uint64_t i = 0; i < 1 + cfg->warmup + cfg->calls; i++) {
         uint64_t t0, t1;
@@ -212,6 +216,9 @@ static void *bench_thread_main(void *arg)
             break;
     }
     thread_switches(&vol1, &invol1);
+    if (cfg->pace_slices && t->index == 0 && cpuspeed_pace(BENCH_PACE_SLICE_ITERATIONS, cfg->pace_slices,
+                                                           &t->pace_after) && !t->error[0])
+        snprintf(t->error, sizeof t->error, "%s", util_error());
     if (counting) {
         t->vol_switches = vol1 - vol0;
         t->invol_switches = invol1 - invol0;
@@ -308,6 +315,8 @@ int bench_run(const struct bench_config *cfg, struct bench_result *res)
             snprintf(res->first_error, sizeof res->first_error, "%s", t->error);
     }
     res->first_call_ns = ts[0].first_ns;
+    res->pace_before = ts[0].pace_before;
+    res->pace_after = ts[0].pace_after;
     res->calls = n;
     if (n) {
         double sum = 0;
@@ -363,6 +372,14 @@ void bench_print(const struct bench_config *cfg, const struct bench_result *r, F
         util_json_string(f, r->first_error);
         fprintf(f, ", \"first_bad_packet\": ");
         util_json_string(f, r->client.first_bad);
+        if (cfg->pace_slices) {
+            fprintf(f, ", \"pace\": {\"cpu\": %d, \"slice_iterations\": %d, \"before\": ", r->placement[0],
+                    BENCH_PACE_SLICE_ITERATIONS);
+            cpuspeed_pace_json(f, &r->pace_before);
+            fprintf(f, ", \"after\": ");
+            cpuspeed_pace_json(f, &r->pace_after);
+            fprintf(f, "}");
+        }
         if (r->hist_bin_ns) {
             fprintf(f, ", \"rtt_hist\": {\"bin_ns\": %u, \"from_ns\": %llu, \"above\": %llu, \"counts\": [",
                     r->hist_bin_ns, (unsigned long long)r->hist_from_ns, (unsigned long long)r->hist_above);
@@ -388,6 +405,10 @@ void bench_print(const struct bench_config *cfg, const struct bench_result *r, F
     if (r->calls)
         fprintf(f, "context switches per call: %.2f voluntary (sleeps), %.2f involuntary\n",
                 (double)r->vol_switches / (double)r->calls, (double)r->invol_switches / (double)r->calls);
+    if (cfg->pace_slices)
+        fprintf(f, "CPU %d pace (%d multiply-adds a slice, fastest of %u): %.1f us before, %.1f us after\n",
+                r->placement[0], BENCH_PACE_SLICE_ITERATIONS, cfg->pace_slices, (double)r->pace_before.min_ns / 1e3,
+                (double)r->pace_after.min_ns / 1e3);
     if (r->first_error[0])
         fprintf(f, "first error: %s\n", r->first_error);
     if (r->client.first_bad[0])

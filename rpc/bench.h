@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "client.h"
+#include "cpuspeed.h"
 
 #define BENCH_MAX_THREADS 64
 #define BENCH_MAX_CALLS 10000000ull
@@ -19,6 +20,8 @@
  * of the DCE sizes on this testbed; what is slower still is counted in hist_above. */
 #define BENCH_HIST_BINS 2000
 #define BENCH_HIST_BIN_NS 100
+/* rpc-cpuspeed's slice: the pace is the same figure as the capture's CPU speed checks. */
+#define BENCH_PACE_SLICE_ITERATIONS 500000
 
 struct bench_config {
     struct client_config client;
@@ -31,6 +34,10 @@ struct bench_config {
     int check;             /* verify every result byte for byte */
     double max_seconds;    /* stop measuring after this long, whatever the count */
     uint32_t hist_bin_ns;  /* width of a histogram bin; 0: no histogram */
+    /* The first thread's CPU pace (cpuspeed.h) in this many slices before the warm-up and after the
+     * measured calls; 0: none. Why: a VM's CPUs change pace from run to run, and a capture's rounds
+     * move with them (analysis/cpuspeed.py). */
+    uint32_t pace_slices;
 };
 
 struct bench_result {
@@ -49,6 +56,7 @@ struct bench_result {
     uint64_t vol_switches, invol_switches;
     int placement[BENCH_MAX_THREADS]; /* CPU each thread ran on at the end */
     int aslr_off; /* address-space layout randomization was off for this process (setarch -R) */
+    struct cpuspeed_pace pace_before, pace_after;   /* slices 0: not measured */
     char first_error[256];
 };
 

@@ -35,6 +35,9 @@ static void usage(FILE *f)
             "  --max-seconds S     stop measuring after S seconds (default 300)\n"
             "  --hist-bin-ns N     --json: histogram of the measured RTTs in bins of N ns\n"
             "                      (default 100; 0: none)\n"
+            "  --pace-slices N     time N slices of a fixed loop (rpc-cpuspeed's) on the first thread's\n"
+            "                      CPU before the warm-up and after the calls: the pace it ran at\n"
+            "                      (0 to 64; default 0: none)\n"
             "  --stub VARIANT      stubs for the stub study's procedures (chung.one_int, chung.int_array,\n"
             "                      chung.structure, calib.*): inline-byte inline-item proc-byte proc-item\n"
             "                      block, or interp- before any (default inline-item)\n"
@@ -54,7 +57,7 @@ int main(int argc, char **argv)
         { "warmup", 1, 0, 'w' },     { "threads", 1, 0, 'T' },    { "cpu", 1, 0, 'C' },
         { "wait", 1, 0, 'W' },       { "wire", 1, 0, 'o' },       { "max-pdu", 1, 0, 'm' },
         { "max-msg", 1, 0, 'M' },    { "rexmit-ms", 1, 0, 'r' },  { "deadline-ms", 1, 0, 'd' },
-        { "max-seconds", 1, 0, 'S' }, { "hist-bin-ns", 1, 0, 'H' }, { "no-check", 0, 0, 'k' },  { "no-nb-select", 0, 0, 'N' }, { "stub", 1, 0, 'V' },  { "json", 0, 0, 'j' },
+        { "max-seconds", 1, 0, 'S' }, { "hist-bin-ns", 1, 0, 'H' }, { "pace-slices", 1, 0, 'A' }, { "no-check", 0, 0, 'k' },  { "no-nb-select", 0, 0, 'N' }, { "stub", 1, 0, 'V' },  { "json", 0, 0, 'j' },
         { "drop-rate", 1, 0, 'D' },  { "drop-seed", 1, 0, 'E' },  { "help", 0, 0, 'h' },
         { 0, 0, 0, 0 },
     };
@@ -107,6 +110,7 @@ int main(int argc, char **argv)
         case 'd': rc = util_parse_u64(optarg, 1, 3600000, &v); cfg.client.deadline_ms = (uint32_t)v; break;
         case 'S': rc = util_parse_double(optarg, 0.001, 86400, &cfg.max_seconds); break;
         case 'H': rc = util_parse_u64(optarg, 0, 1000000, &v); cfg.hist_bin_ns = (uint32_t)v; break;
+        case 'A': rc = util_parse_u64(optarg, 0, CPUSPEED_PACE_MAX_SLICES, &v); cfg.pace_slices = (uint32_t)v; break;
         case 'k': cfg.check = 0; break;
         case 'N': cfg.client.nb_select = 0; break;
         case 'V': rc = stubcall_parse_variant(optarg, &cfg.client.stub_variant); break;

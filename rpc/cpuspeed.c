@@ -191,6 +191,35 @@ void cpuspeed_print(const struct cpuspeed_config *cfg, const struct cpuspeed_res
     }
 }
 
+static volatile uint64_t cpuspeed_pace_sink;   /* the chain's end, kept so the work cannot be left out */
+
+int cpuspeed_pace(uint64_t slice_iterations, uint32_t slices, struct cpuspeed_pace *out)
+{
+    uint64_t ns[CPUSPEED_PACE_MAX_SLICES], x = 1;
+
+    memset(out, 0, sizeof *out);
+    if (slices < 1 || slices > CPUSPEED_PACE_MAX_SLICES || slice_iterations < 1000)
+        return util_fail(UTIL_EINVAL, "%u pace slices of %llu iterations: give 1 to %d slices of 1000 or more",
+                         slices, (unsigned long long)slice_iterations, CPUSPEED_PACE_MAX_SLICES);
+    for (uint32_t s = 0; s < slices; s++) {
+        uint64_t t0 = util_now_ns();
+        x = cpuspeed_work(x, slice_iterations);
+        ns[s] = util_now_ns() - t0;
+    }
+    qsort(ns, slices, sizeof ns[0], cmp_u64);
+    out->slices = slices;
+    out->min_ns = ns[0];
+    out->p50_ns = ns[(slices - 1) * 50 / 100];
+    cpuspeed_pace_sink = x;
+    return UTIL_OK;
+}
+
+void cpuspeed_pace_json(FILE *f, const struct cpuspeed_pace *p)
+{
+    fprintf(f, "{\"slices\": %u, \"min_ns\": %llu, \"p50_ns\": %llu}", p->slices, (unsigned long long)p->min_ns,
+            (unsigned long long)p->p50_ns);
+}
+
 void cpuspeed_free(struct cpuspeed_result *r)
 {
     for (int i = 0; i < CPUSPEED_MAX_CPUS; i++) {

@@ -42,6 +42,14 @@ struct cpuspeed_result {
     double seconds;               /* the run's wall time */
 };
 
+/* A short check on the calling thread's own CPU (rpc-client --pace-slices: before its calls and after
+ * them, so that every run of a capture carries the pace its CPU ran at). */
+#define CPUSPEED_PACE_MAX_SLICES 64
+struct cpuspeed_pace {
+    uint32_t slices;              /* 0: not measured */
+    uint64_t min_ns, p50_ns;
+};
+
 void cpuspeed_config_defaults(struct cpuspeed_config *cfg);
 /* Checks the configuration (CPUs, counts, bound); UTIL_EINVAL with a message if it is unusable. */
 int cpuspeed_check(const struct cpuspeed_config *cfg);
@@ -49,5 +57,9 @@ int cpuspeed_check(const struct cpuspeed_config *cfg);
 int cpuspeed_run(const struct cpuspeed_config *cfg, struct cpuspeed_result *out);
 void cpuspeed_print(const struct cpuspeed_config *cfg, const struct cpuspeed_result *r, FILE *f, int json);
 void cpuspeed_free(struct cpuspeed_result *r);
+/* slices (1 to CPUSPEED_PACE_MAX_SLICES) of slice_iterations multiply-adds on the calling thread. */
+int cpuspeed_pace(uint64_t slice_iterations, uint32_t slices, struct cpuspeed_pace *out);
+/* {"slices", "min_ns", "p50_ns"} as JSON. */
+void cpuspeed_pace_json(FILE *f, const struct cpuspeed_pace *p);
 
 #endif

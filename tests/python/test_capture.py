@@ -29,6 +29,7 @@ import pytest
 
 from rpcscope.collectors import lttng as clttng
 from rpcscope.collectors import perf as cperf
+from rpcscope.collectors.capture import PACE_SLICES, run_pace_ns
 from rpcscope.output import UserError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -269,6 +270,10 @@ def test_run_directory_is_complete(run):
             assert [g["sleeps_per_call"] for g in got] == c["repeats"][f"{kind}_sleeps_per_call"], (c["id"], kind)
             kept_file = json.loads((d / f"client-{kind}.json").read_text())
             assert got[rounds["kept_round"]]["rtt_hist"] == kept_file["rtt_hist"], (c["id"], kind)
+            # Every run timed its CPU's pace before and after its calls (rpc-client --pace-slices).
+            assert [run_pace_ns(g) for g in got] == c["repeats"][f"{kind}_pace_ns"], (c["id"], kind)
+            assert all(g["pace"]["before"]["slices"] == g["pace"]["after"]["slices"] == PACE_SLICES
+                       and g["pace"]["cpu"] == kept_file["cpus"][0] for g in got), (c["id"], kind)
         assert c["traced"]["p50"] > 0 and c["untraced"]["p50"] > 0
         assert c["losses"] == {"ust_discarded": 0, "ust_lost_packets": 0, "kernel_lost": 0}, c
         assert not c["lossy"]

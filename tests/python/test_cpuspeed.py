@@ -6,9 +6,9 @@ import subprocess
 
 import pytest
 
-from rpcscope.analysis.cpuspeed import cpu_losses, describe, worst_loss
+from rpcscope.analysis.cpuspeed import cpu_losses, describe, describe_pace, pace_response, worst_loss
 from rpcscope.analysis.model import goal_verdict
-from rpcscope.collectors.capture import cpu_speed_summary
+from rpcscope.collectors.capture import cpu_speed_summary, run_pace_ns
 
 
 def _run(rpc_bin, *args, timeout=30):
@@ -108,3 +108,40 @@ def test_the_verdict_names_the_lost_time_only_where_the_run_cannot_judge():
     quiet = goal_verdict({"udp": {"errors": [_err(0, True, 0.4), _err(1392, True, 0.9)]}}, (), (12.0, 3.0))
     assert "lost up to" not in quiet["text"] and quiet["cpu_lost_pct"] == {"max": 12.0, "median": 3.0}
     assert goal_verdict(noisy)["cpu_lost_pct"] is None
+
+
+def test_a_runs_pace_is_the_mean_of_its_fastest_slices():
+    assert run_pace_ns({"pace": {"before": {"slices": 8, "min_ns": 700}, "after": {"slices": 8, "min_ns": 711}}}) == 706
+    assert run_pace_ns({"pace": {"before": {"slices": 8, "min_ns": 700}, "after": {"slices": 0, "min_ns": 0}}}) == 700
+    assert run_pace_ns({}) is None and run_pace_ns({"pace": None}) is None
+
+
+def test_pace_response_pools_the_sizes_relative_to_their_medians():
+    paces = [600, 660, 720, 690, 630]
+    # udp: the p50 moves by the square of the pace (elasticity 2) at two sizes 4x apart; tcp: not at all
+    cases = [{"transport": "udp", "repeats": {"untraced_pace_ns": paces,
+                                              "untraced_p50_ns": [base * (p / 660) ** 2 for p in paces]}}
+             for base in (20000, 80000)]
+    cases.append({"transport": "tcp", "repeats": {"untraced_pace_ns": paces, "untraced_p50_ns": [15000] * 5}})
+    cases.append({"transport": "tcp", "repeats": {"traced_pace_ns": [None, None], "traced_p50_ns": [1, 2]}})
+    got = pace_response({"cases": cases})
+    u = got["udp"]["untraced"]
+    assert u["runs"] == 10 and u["corr"] == 1.0 and u["elasticity"] == 2.0
+    assert u["p50_range_pct"] == pytest.approx(100 * ((u["pace_range_pct"] / 100 + 1) ** 2 - 1), abs=0.2)
+    assert got["tcp"]["untraced"]["elasticity"] == 0.0 and got["tcp"]["untraced"]["corr"] is None
+    assert "traced" not in got["tcp"]                      # runs without a pace are left out
+    assert "udp untraced: correlation 1.0, 2.0 % of the p50 per % of the pace" in describe_pace(got)
+    assert pace_response({"cases": [{"transport": "udp", "repeats": {"untraced_p50_ns": [1, 2, 3]}}]}) == {}
+    assert describe_pace({}) is None
+
+
+def test_rpc_client_times_its_cpus_pace_around_its_calls(rpc_server, rpc_client):
+    server = rpc_server(transport="udp")
+    r = rpc_client(server, calls=200, extra=["--cpu", "0", "--pace-slices", "4"]).assert_ok(200)
+    pace = r["pace"]
+    assert pace["cpu"] == 0 and pace["slice_iterations"] == 500000
+    for when in ("before", "after"):
+        assert pace[when]["slices"] == 4 and 0 < pace[when]["min_ns"] <= pace[when]["p50_ns"], pace
+    assert "pace" not in rpc_client(server, calls=10).assert_ok(10)      # none unless asked
+    bad = rpc_client(server, calls=10, extra=["--pace-slices", "65"])
+    assert bad.returncode == 2 and "--pace-slices" in bad.stderr and "out of range" in bad.stderr

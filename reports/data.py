@@ -144,11 +144,10 @@ class RunData:
                 for role, c in wake.items()) or "; ".join(f"{r}: {v.get('error') or v.get('skipped') or v}"
                                                           for r, v in cal.items()),
                 "manifest.json wake_calibration (rpc-wakecal; analysis/wakeup.py wake_costs)")
-        from rpcscope.analysis.cpuspeed import cpu_losses, describe
+        from rpcscope.analysis.cpuspeed import cpu_losses, describe, describe_pace, pace_response
         speed = describe(cpu_losses(m))
         if speed:
             add("CPU time lost", speed, "manifest.json cpu_speed.checks (rpc-cpuspeed; analysis/cpuspeed.py cpu_losses)")
-        from rpcscope.analysis.cpuspeed import describe_pace, pace_response
         pace = describe_pace(pace_response(m))
         if pace:
             add("rounds against the CPU pace", pace,

@@ -181,13 +181,19 @@ void cpuspeed_print(const struct cpuspeed_config *cfg, const struct cpuspeed_res
     fprintf(f, "%llu multiply-adds a slice, %u slices a CPU, %.2f s%s\n",
             (unsigned long long)cfg->slice_iterations, cfg->slices, r->seconds,
             r->bounded ? " (--max-seconds ended some CPU's slices early)" : "");
-    fprintf(f, "%4s %7s %10s %10s %10s %10s %9s\n", "cpu", "slices", "min_us", "p50_us", "p90_us", "max_us",
-            "max/min");
+    fprintf(f, "%4s %7s %10s %10s %10s %10s %9s %7s\n", "cpu", "slices", "min_us", "p50_us", "p90_us", "max_us",
+            "max/min", "lost_%");
     for (int i = 0; i < r->ncpus; i++) {
         const struct cpuspeed_cpu *c = &r->cpu[i];
-        fprintf(f, "%4d %7u %10.1f %10.1f %10.1f %10.1f %9.2f\n", c->cpu, c->slices, c->min_ns / 1e3,
+        double sum = 0;
+        for (uint32_t s = 0; s < c->slices; s++)
+            sum += (double)c->slice_ns[s];
+        /* lost_%: the share of the check's time beyond its fastest slice's pace (analysis/cpuspeed.py
+         * takes the fastest of a whole capture instead) */
+        fprintf(f, "%4d %7u %10.1f %10.1f %10.1f %10.1f %9.2f %7.1f\n", c->cpu, c->slices, c->min_ns / 1e3,
                 c->p50_ns / 1e3, c->p90_ns / 1e3, c->max_ns / 1e3,
-                c->min_ns ? (double)c->max_ns / (double)c->min_ns : 0.0);
+                c->min_ns ? (double)c->max_ns / (double)c->min_ns : 0.0,
+                sum > 0 ? 100.0 * (sum - (double)c->slices * (double)c->min_ns) / sum : 0.0);
     }
 }
 

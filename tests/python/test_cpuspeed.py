@@ -31,6 +31,7 @@ def test_rpc_cpuspeed_for_real(rpc_bin):
         assert summary["sum_ns"] == sum(s) and "slice_ns" not in summary
     table = _run(rpc_bin, "--cpu", "1", "--slices", "5")
     assert table.returncode == 0 and "max/min" in table.stdout and len(table.stdout.splitlines()) == 3
+    assert 0 <= float(table.stdout.splitlines()[2].split()[-1]) < 100        # lost_%
 
 
 def test_rpc_cpuspeed_stops_at_its_bound(rpc_bin):

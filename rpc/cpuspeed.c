@@ -15,7 +15,6 @@ struct cpuspeed_worker {
     struct cpuspeed_cpu *out;
     _Atomic int *go;           /* 0: wait; 1: run; -1: give up (a thread could not be started) */
     uint64_t deadline_ns;
-    uint64_t sink;             /* the chain's end, kept so the work cannot be left out */
     int bounded;
     char error[160];           /* why the thread failed ("" if it did not) */
 };
@@ -53,7 +52,8 @@ int cpuspeed_check(const struct cpuspeed_config *cfg)
     return UTIL_OK;
 }
 
-/* n multiply-adds, each on the one before; the empty asm keeps the compiler from folding the chain. */
+/* n multiply-adds, each on the one before. The empty volatile asm takes x in and out at every step, so
+ * the compiler can neither fold the chain nor drop it: no sink is needed for its end. */
 static uint64_t cpuspeed_work(uint64_t x, uint64_t n)
 {
     for (uint64_t i = 0; i < n; i++) {
@@ -63,17 +63,27 @@ static uint64_t cpuspeed_work(uint64_t x, uint64_t n)
     return x;
 }
 
-static int cmp_u64(const void *a, const void *b)
+/* Up to n slices of iterations multiply-adds into ns[], none begun at or after deadline_ns; the
+ * slices done. The check's threads and the pace both time their slices here. */
+static uint32_t cpuspeed_time_slices(uint64_t iterations, uint32_t n, uint64_t deadline_ns, uint64_t *ns)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
+    uint64_t x = 1;
+    uint32_t done = 0;
+    for (; done < n; done++) {
+        uint64_t t0 = util_now_ns();
+        if (t0 >= deadline_ns)
+            break;
+        x = cpuspeed_work(x, iterations);
+        ns[done] = util_now_ns() - t0;
+    }
+    return done;
 }
 
 static void *cpuspeed_thread(void *arg)
 {
     struct cpuspeed_worker *w = arg;
     struct cpuspeed_cpu *c = w->out;
-    uint64_t x = (uint64_t)c->cpu + 1, *sorted = NULL;
+    uint64_t *sorted = NULL;
     int rc = util_pin_cpu(c->cpu);
 
     if (rc) {
@@ -85,17 +95,8 @@ static void *cpuspeed_thread(void *arg)
         sched_yield();
     if (atomic_load(w->go) < 0)
         goto out;
-    for (uint32_t s = 0; s < w->cfg->slices; s++) {
-        uint64_t t0 = util_now_ns(), t1;
-        if (t0 >= w->deadline_ns) {
-            w->bounded = 1;
-            break;
-        }
-        x = cpuspeed_work(x, w->cfg->slice_iterations);
-        t1 = util_now_ns();
-        c->slice_ns[c->slices++] = t1 - t0;
-    }
-    w->sink = x;
+    c->slices = cpuspeed_time_slices(w->cfg->slice_iterations, w->cfg->slices, w->deadline_ns, c->slice_ns);
+    w->bounded = c->slices < w->cfg->slices;
     if (c->slices == 0)
         goto out;
     sorted = malloc(c->slices * sizeof *sorted);
@@ -104,7 +105,7 @@ static void *cpuspeed_thread(void *arg)
         goto out;
     }
     memcpy(sorted, c->slice_ns, c->slices * sizeof *sorted);
-    qsort(sorted, c->slices, sizeof *sorted, cmp_u64);
+    util_sort_u64(sorted, c->slices);
     c->min_ns = sorted[0];
     c->p50_ns = sorted[(c->slices - 1) * 50 / 100];
     c->p90_ns = sorted[(c->slices - 1) * 90 / 100];
@@ -197,26 +198,18 @@ void cpuspeed_print(const struct cpuspeed_config *cfg, const struct cpuspeed_res
     }
 }
 
-static volatile uint64_t cpuspeed_pace_sink;   /* the chain's end, kept so the work cannot be left out */
-
 int cpuspeed_pace(uint64_t slice_iterations, uint32_t slices, struct cpuspeed_pace *out)
 {
-    uint64_t ns[CPUSPEED_PACE_MAX_SLICES], x = 1;
+    uint64_t ns[CPUSPEED_PACE_MAX_SLICES];
 
     memset(out, 0, sizeof *out);
     if (slices < 1 || slices > CPUSPEED_PACE_MAX_SLICES || slice_iterations < 1000)
         return util_fail(UTIL_EINVAL, "%u pace slices of %llu iterations: give 1 to %d slices of 1000 or more",
                          slices, (unsigned long long)slice_iterations, CPUSPEED_PACE_MAX_SLICES);
-    for (uint32_t s = 0; s < slices; s++) {
-        uint64_t t0 = util_now_ns();
-        x = cpuspeed_work(x, slice_iterations);
-        ns[s] = util_now_ns() - t0;
-    }
-    qsort(ns, slices, sizeof ns[0], cmp_u64);
-    out->slices = slices;
+    out->slices = cpuspeed_time_slices(slice_iterations, slices, UINT64_MAX, ns);
+    util_sort_u64(ns, out->slices);
     out->min_ns = ns[0];
-    out->p50_ns = ns[(slices - 1) * 50 / 100];
-    cpuspeed_pace_sink = x;
+    out->p50_ns = ns[(out->slices - 1) * 50 / 100];
     return UTIL_OK;
 }
 

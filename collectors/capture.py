@@ -845,8 +845,7 @@ class Capture:
             r += 1
             p50s = _p50s(runs)
             kept, agreeing, dist = choose_sweep(p50s)
-        self.kernel_release()
-        settled = sweeps_settled(agreeing, r)
+        settled = sweeps_settled(agreeing, r)     # every sweep (one at least) ended its kernel collector
         if settled:
             level, by_case = None, {c["id"]: settled_rounds(p50s, c["id"], kept, agreeing) for c in cases}
         else:
@@ -978,11 +977,7 @@ class Capture:
             argv = ["ip", "netns", "exec", self.ns("server"), str(binary), "--sender-cpu", str(self.cpus[other]),
                     "--receiver-cpu", str(self.cpus[role]), "--max-seconds", str(WAKECAL_SECONDS), "--json"]
             try:
-                cp = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                    timeout=WAKECAL_SECONDS + 10)
-                if cp.returncode != 0:
-                    raise ValueError((cp.stderr.strip() or f"exit {cp.returncode}")[-300:])
-                out[role] = json.loads(cp.stdout)
+                out[role] = tool_json(argv, WAKECAL_SECONDS + 10)
             except (OSError, ValueError, subprocess.TimeoutExpired) as e:
                 out[role] = {"error": f"{binary.name}: {e} (run `make` for the binary; the model gets no "
                                       f"other-path terms)"}
@@ -999,11 +994,8 @@ class Capture:
         cpus = sorted(set(self.cpus.values()))
         argv = [str(binary), "--cpu", ",".join(map(str, cpus)), "--max-seconds", str(CPUSPEED_SECONDS), "--json"]
         try:
-            cp = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                timeout=CPUSPEED_SECONDS + 10)
-            if cp.returncode != 0:
-                raise ValueError((cp.stderr.strip() or f"exit {cp.returncode}")[-300:])
-            check = {"when": when, "cpus": [cpu_speed_summary(c) for c in json.loads(cp.stdout)["cpus"]]}
+            measured = tool_json(argv, CPUSPEED_SECONDS + 10)["cpus"]
+            check = {"when": when, "cpus": [cpu_speed_summary(c) for c in measured]}
         except (OSError, ValueError, KeyError, subprocess.TimeoutExpired) as e:
             check = {"when": when, "error": f"{binary.name}: {e} (run `make` for the binary)"}
         speed = self.manifest.setdefault("cpu_speed", {"tool": "rpc-cpuspeed", "checks": []})
@@ -1525,6 +1517,16 @@ def _kept_note(sweep):
 
 # cases/ID/rounds.json: every round's rpc-client summary and histogram per kind (finish_case).
 ROUNDS_FORMAT = "rpcscope-rounds/1"
+
+
+def tool_json(argv, timeout):
+    """The JSON one of the project's own measuring tools (rpc-wakecal, rpc-cpuspeed) printed. Raises
+    OSError (it could not start), subprocess.TimeoutExpired, or ValueError: it exited non-zero (the
+    last 300 characters of its message) or printed no JSON."""
+    cp = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+    if cp.returncode != 0:
+        raise ValueError((cp.stderr.strip() or f"exit {cp.returncode}")[-300:])
+    return json.loads(cp.stdout)
 
 
 def run_pace_ns(res):

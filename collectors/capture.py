@@ -125,6 +125,7 @@ def validate(p):
     if p.get("aslr", "off") not in ASLR_SETTINGS:
         raise UserError(f"--aslr {p.get('aslr')!r}: use off (one address layout for every run) or on")
     check_extra_sweep_seconds(p.get("extra_sweep_seconds", EXTRA_SWEEP_SECONDS))
+    check_deadline_seconds(p.get("deadline_seconds"))
     if p["placement"] == "split" and len(os.sched_getaffinity(0)) < 2:
         raise UserError("--placement split needs two CPUs (one per host); this machine offers "
                         f"{sorted(os.sched_getaffinity(0))}: use --placement same")
@@ -135,6 +136,12 @@ def check_extra_sweep_seconds(seconds):
     its testbed comes up)."""
     if not 0 <= seconds <= 3600:
         raise UserError(f"--extra-sweep-seconds {seconds:g}: use 0 (no extra sweeps) to 3600")
+
+
+def check_deadline_seconds(seconds):
+    """Refuse a --deadline-seconds outside 1..86400 (None: no deadline)."""
+    if seconds is not None and not 1 <= seconds <= 86400:
+        raise UserError(f"--deadline-seconds {seconds:g}: give 1 to 86400 seconds, or leave it out for no deadline")
 
 
 def check_sizes(proc, sizes):
@@ -838,7 +845,7 @@ class Capture:
         kept, agreeing, dist = choose_sweep(p50s)
         r = n
         budget = self.p.get("extra_sweep_seconds", EXTRA_SWEEP_SECONDS)
-        while (ended := sweeps_end(agreeing, r, n, seconds, budget)) is None:
+        while (ended := sweeps_end(agreeing, r, n, seconds, budget, self.seconds_left(transport, n, seconds))) is None:
             if self.progress is not None:
                 self.progress.total += len(kinds) * len(cases)
             sweep(r, r + 1)
@@ -860,8 +867,23 @@ class Capture:
                                         for cid, (k, _) in by_case.items()},
                   "distance_pct": [[round(x, 2) for x in row] for row in dist], "seconds": seconds,
                   "ended": ended, "extra_sweep_seconds": budget,
+                  "deadline_seconds": self.p.get("deadline_seconds"),
                   "cases": [c["id"] for c in cases]}
         return runs, order, by_case, record
+
+    def seconds_left(self, transport, repeats, seconds):
+        """Of the capture's --deadline-seconds (None: no deadline), the seconds left for more extra sweeps of
+        `transport` (`seconds`: its sweeps so far, `repeats` planned) once what must still follow them is
+        set aside: this transport's cases' finish, and every later transport's planned sweeps (each
+        estimated as this one's median sweep) and finish (FINISH_SECONDS_PER_CASE a case)."""
+        deadline = self.p.get("deadline_seconds")
+        if deadline is None:
+            return None
+        transports = self.p["transports"]
+        later = len(transports) - transports.index(transport) - 1
+        cases = len(self.p["sizes"])
+        reserve = (1 + later) * cases * FINISH_SECONDS_PER_CASE + later * repeats * statistics.median(seconds)
+        return deadline - (time.monotonic() - self.started) - reserve
 
     def keep_run(self, run, d):
         """The kept traced run's traces move to d/ust (and d/kernel, converted). Returns its kernel
@@ -1021,12 +1043,23 @@ class Capture:
         self.write_manifest()
         n = self.p.get("repeats", 1)
         kinds = case_kinds(self.p, self.kernel)
-        runs, order, by_case, record = self.sweeps(transport, cases, kinds, n)
+        with self.phase(f"{transport} sweeps"):
+            runs, order, by_case, record = self.sweeps(transport, cases, kinds, n)
         self.manifest.setdefault("sweeps", {})[transport] = record
-        for case in cases:
-            self.finish_case(case, runs[case["id"]], order[case["id"]], *by_case[case["id"]], record)
-            if self.after_case:
-                self.after_case(self, case)
+        with self.phase(f"{transport} finish"):
+            for case in cases:
+                self.finish_case(case, runs[case["id"]], order[case["id"]], *by_case[case["id"]], record)
+                if self.after_case:
+                    self.after_case(self, case)
+
+    @contextlib.contextmanager
+    def phase(self, name):
+        """Time a part of the capture into the manifest's phase_seconds (where its time went)."""
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.manifest.setdefault("phase_seconds", {})[name] = round(time.monotonic() - t0, 1)
 
     def clock_marks_run(self, case):
         """One run of the clock build that keeps every mark, after the case's rounds, whose marks
@@ -1174,6 +1207,7 @@ class Capture:
         }
 
     def run(self):
+        self.started = time.monotonic()          # --deadline-seconds counts from here (seconds_left)
         self.out.mkdir(parents=True)
         self.manifest = self.base_manifest()
         self.write_manifest()
@@ -1186,11 +1220,12 @@ class Capture:
         try:
             idle_policy.__enter__()
             self.sessiond.ensure()
-            if self.p["calibration"] != "none":
-                self.manifest["calibration"] = self.calibrate()
-                self.write_manifest()
-            self.cpu_speed_check("start")
-            self.manifest["wake_calibration"] = self.wake_calibration()
+            with self.phase("calibration"):
+                if self.p["calibration"] != "none":
+                    self.manifest["calibration"] = self.calibrate()
+                    self.write_manifest()
+                self.cpu_speed_check("start")
+                self.manifest["wake_calibration"] = self.wake_calibration()
             self.write_manifest()
             if in_situ(self.p, self.kernel):
                 # In situ: the analysis solves the cases' traced minus untraced p50s for the cost of
@@ -1276,13 +1311,18 @@ MAX_EXTRA_ROUNDS = 6
 # path 76 s on a host that ran its CPUs up to 28 % slower); 60 s is four UDP sweeps, five TCP, and no
 # capture of sessions 32-33 that needed extra sweeps settled in them.
 EXTRA_SWEEP_SECONDS = 60.0
+# What one case's finish (finish_case: its kept traces moved, converted and counted, its clock-marks run)
+# is taken to cost when a --deadline-seconds sets aside time for the finishes still to come
+# (Capture.seconds_left). MEASURED_BELOW
+FINISH_SECONDS_PER_CASE = 3.0
 
 
-def sweeps_end(agreeing, rounds, repeats, seconds, budget):
+def sweeps_end(agreeing, rounds, repeats, seconds, budget, seconds_left=None):
     """Why sweeps() makes no more extra sweeps after `rounds` (repeats of them planned, `seconds` each
     took, `agreeing` the rounds that agree with the kept one): "settled", "single round" (nothing to
     agree), "most extra rounds" (MAX_EXTRA_ROUNDS), "extra-sweep seconds" (another would pass `budget`
-    seconds of extra sweeps), or None to make another."""
+    seconds of extra sweeps), "capture deadline" (another would not fit in the `seconds_left` the
+    capture's --deadline-seconds leaves, Capture.seconds_left; None: no deadline), or None to make another."""
     if repeats <= 1:
         return "single round"
     if sweeps_settled(agreeing, rounds):
@@ -1291,6 +1331,8 @@ def sweeps_end(agreeing, rounds, repeats, seconds, budget):
         return "most extra rounds"
     if sum(seconds[repeats:]) + statistics.median(seconds) > budget:
         return "extra-sweep seconds"
+    if seconds_left is not None and statistics.median(seconds) > seconds_left:
+        return "capture deadline"
     return None
 
 
@@ -1507,6 +1549,9 @@ def _kept_note(sweep):
     note = f", NOT settled: fewer than {SWEEP_SETTLE_ROUNDS} rounds agreed, the host's speed level kept changing"
     if sweep.get("ended") == "extra-sweep seconds":
         note += f" (extra sweeps ended by their {sweep['extra_sweep_seconds']:g} s: --extra-sweep-seconds)"
+    elif sweep.get("ended") == "capture deadline":
+        note += (f" (extra sweeps ended by the capture's deadline, {sweep['deadline_seconds']:g} s: "
+                 "--deadline-seconds)")
     if sweep.get("kept_by_case"):
         how = (f"most central whole round in the host's {sweep['level']} level" if sweep.get("level")
                else "fastest whole round")                   # captures before session 18: fastest_round

@@ -75,6 +75,11 @@ def add_common(ap, default_calls, default_sizes):
                     help="local testbed: while fewer than 3 rounds agree, more sweeps of the sizes are made (at "
                          f"most {cap.MAX_EXTRA_ROUNDS}), but no more per transport than fit in this many seconds "
                          f"(default {cap.EXTRA_SWEEP_SECONDS:g}; 0: none)")
+    ap.add_argument("--deadline-seconds", type=float, default=None, metavar="S",
+                    help="local testbed: make no extra sweep that would leave the capture unfinished S seconds "
+                         "after it started, with the later transports' sweeps and every case's finish still to "
+                         "come (each estimated; the planned --repeats always run); `rpcscope run` sets it from "
+                         "its --max-seconds (default: no deadline)")
     ap.add_argument("--user-only-runs", action="store_true",
                     help="local testbed, with a calibration: add a run with user events only to every round, which "
                          "records what a user event costs with no kernel event recorded (probe.json "
@@ -97,6 +102,7 @@ def params_from(args):
         "kernel_events": args.kernel_events, "executors": args.executors,
         "untraced": args.untraced, "calibration": args.calibration, "calibration_calls": args.calibration_calls,
         "repeats": args.repeats, "extra_sweep_seconds": args.extra_sweep_seconds,
+        "deadline_seconds": args.deadline_seconds,
         "user_only_runs": args.user_only_runs, "keep_perf_data": args.keep_perf_data,
         "clock_reads": args.clock_reads,
         "replace": args.replace,
@@ -198,6 +204,8 @@ def cmd_capture(args):
     table(rows_of(manifest), COLUMNS)
     if manifest.get("sweeps"):
         print(f"rounds: {cap.sweeps_summary(manifest['sweeps'])}")
+    if manifest.get("phase_seconds"):
+        print("time: " + ", ".join(f"{name} {s:.0f} s" for name, s in manifest["phase_seconds"].items()))
     for host, cal in manifest.get("calibration", {}).items():
         k = cal.get("kernel_event_ns", {})
         kk = ", ".join(f"{n.split(':')[-1]} {v}" for n, v in k.items() if v is not None)

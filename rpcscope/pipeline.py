@@ -25,12 +25,20 @@ from .output import UserError, emit_json, table
 DCE_SIZES = (0, 1392, 4016, 8032, 16064, 24096)    # the DCE study's Table 2 and Figure 6 sizes
 HOLDOUT_SIZES = (1393, 6000)                       # one byte past a packet boundary; between two
 RUN_CALLS = 5000                                   # measured calls per size and run (below, --calls)
+# `make run` must finish in 10 minutes from a bootstrapped clone; make's own part (a venv and three
+# builds in a fresh clone) took 56 s in session 34, so this command keeps to 8 minutes: the capture's
+# extra sweeps stop where another would not leave AFTER_CAPTURE_SECONDS for the stages after it.
+RUN_MAX_SECONDS = 480
+# The stages after the capture (analyze, rtp, model, report, testbed down) took 83 s of a fresh clone's
+# run on session 34's slow host (runs/run-20261127-235429: analyze 15 s, round-trip path 67 s).
+AFTER_CAPTURE_SECONDS = 120
 
 EPILOG = """examples:
   rpcscope run                                   DCE sizes + held-out 1393,6000, UDP and TCP, 5000 calls each
   rpcscope run --transport udp --calls 2000 --out runs/dce-udp    a quicker, noisier run
   rpcscope run --sizes 0,4016,8032 --holdout 6000 --keep-testbed
   rpcscope run --json                            the % error tables and paths as JSON
+  rpcscope run --max-seconds 0                   no time limit: extra sweeps end only at --extra-sweep-seconds
 
 Stages (each printed with its command line, so it can be re-run by hand):
   rpcscope testbed up; rpcscope deploy; rpcscope capture ...; rpcscope analyze RUN;
@@ -91,6 +99,9 @@ def cmd_run(args):
     if len(set(sizes) - set(holdout)) < 2:
         raise UserError("the model needs at least two fitted sizes besides the held-out ones")
     check_extra_sweep_seconds(args.extra_sweep_seconds)      # before the testbed comes up, not at the capture
+    if args.max_seconds and not AFTER_CAPTURE_SECONDS < args.max_seconds <= 86400:
+        raise UserError(f"--max-seconds {args.max_seconds:g}: give more than {AFTER_CAPTURE_SECONDS} (the stages "
+                        "after the capture need about that) and at most 86400, or 0 for no limit")
     out = pathlib.Path(args.out or f"runs/run-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     if out.exists() and not args.replace:
         raise UserError(f"{out} already exists; choose another --out or pass --replace")
@@ -114,6 +125,7 @@ def cmd_run(args):
                    "--aslr", args.aslr, "--kernel-events", args.kernel_events,
                    "--calibration", "quick", "--repeats", str(args.repeats),
                    "--extra-sweep-seconds", f"{args.extra_sweep_seconds:g}", "--out", str(out)] + \
+                capture_deadline(args.max_seconds, time.monotonic() - t0) + \
                 ([] if args.no_clock_reads else ["--clock-reads"]) + \
                 (["--holdout", ",".join(map(str, holdout))] if holdout else []) + (["--replace"] if args.replace else [])
             st.run("capture", cap)
@@ -148,6 +160,7 @@ def cmd_run(args):
                 with uninterrupted(), redirect_stdout(io.StringIO()):
                     main(["testbed", "down"])
     result["seconds"] = round(time.monotonic() - t0, 1)
+    result["max_seconds"] = args.max_seconds or None
     result["stages"] = st.timings
     result["report"] = str(out / "report" / "index.html")
     if args.json:
@@ -155,6 +168,10 @@ def cmd_run(args):
         return 0
     print(f"\nrpcscope run: {out} in {result['seconds']:.0f} s "
           f"({', '.join('%s %.0fs' % (x['stage'], x['seconds']) for x in st.timings)})")
+    if args.max_seconds and result["seconds"] > args.max_seconds:
+        print(f"WARNING: over its --max-seconds {args.max_seconds:g} by {result['seconds'] - args.max_seconds:.0f} s: "
+              "only the capture's extra sweeps give way to the limit, and the planned rounds alone took longer "
+              "on this host (see the capture's time: line); give fewer --repeats or --calls, or a larger limit")
     if result.get("corrected_vs_untraced"):
         print("\nProbe effect removed (issue 5: corrected traced p50 within 5 % of the untraced p50). noise: half the "
               "spread of the case's traced rounds' p50s in the kept round's speed level, as % of the untraced p50 "
@@ -188,6 +205,14 @@ def cmd_run(args):
     if started_testbed and not args.keep_testbed:
         print("testbed: down again (it was down when this run started)")
     return 0
+
+
+def capture_deadline(max_seconds, elapsed):
+    """The capture's --deadline-seconds from the run's --max-seconds (0: none) and the seconds the run
+    has taken so far: what is left once the stages after the capture have theirs."""
+    if not max_seconds:
+        return []
+    return ["--deadline-seconds", f"{max(1.0, max_seconds - elapsed - AFTER_CAPTURE_SECONDS):.0f}"]
 
 
 def corrected_vs_untraced(out):
@@ -240,6 +265,10 @@ def register(subparsers):
     ap.add_argument("--extra-sweep-seconds", type=float, default=EXTRA_SWEEP_SECONDS,
                     help="while the rounds do not agree, extra sweeps of a transport's sizes for at most this "
                          f"many seconds (default {EXTRA_SWEEP_SECONDS:g}; 0: none; capture --help)")
+    ap.add_argument("--max-seconds", type=float, default=RUN_MAX_SECONDS,
+                    help=f"finish in about this many seconds (default {RUN_MAX_SECONDS}; 0: no limit): the "
+                         f"capture makes no extra sweep that would leave less than {AFTER_CAPTURE_SECONDS} s for "
+                         "the stages after it (capture --deadline-seconds); the planned --repeats always run")
     ap.add_argument("--kernel", choices=("auto", "perf", "ftrace", "lttng"), default="auto",
                     help="kernel collector (default auto: LTTng's kernel tracer where it loads, else ftrace, "
                          "else perf; collectors/README.md)")

@@ -112,6 +112,7 @@ def test_bad_input_fails_before_anything_starts(tmp_path):
         (["--transport", "sctp"], "--transport"),
         (["--sizes", "0,4016", "--holdout", "6000"], "not among --sizes"),
         (["--aslr", "sometimes"], "--aslr"),
+        (["--deadline-seconds", "0"], "--deadline-seconds 0: give 1 to 86400"),
         (["--user-only-runs", "--calibration", "none"], "--user-only-runs"),
         (["--clock-reads", "--inventory", "/nonexistent.yml"], "--clock-reads: the local testbed only"),
     ]:
@@ -227,7 +228,7 @@ def run(testbed, tmp_path_factory):
     out = tmp_path_factory.mktemp("capture") / "run"
     p = rpcscope("capture", "--sizes", "0,4016", "--proc", "maxarg", "--transport", "udp,tcp",
                  "--calls", str(CALLS), "--warmup", str(WARMUP), "--kernel", "perf", "--calibration", "quick",
-                 "--calibration-calls", "1000", "--out", str(out), timeout=600)
+                 "--calibration-calls", "1000", "--deadline-seconds", "1", "--out", str(out), timeout=600)
     print(p.stdout)
     # lttng-sessiond is left as found (started and stopped again, or the running one left alone).
     assert set(Sessiond.running()) == sessiond_before
@@ -254,6 +255,12 @@ def test_run_directory_is_complete(run):
     for cal in m["calibration"].values():
         assert cal["ust_event_ns"] is not None and "all" in cal["kernel_event_ns"]
     assert [c["id"] for c in m["cases"]] == ["udp-maxarg-0", "udp-maxarg-4016", "tcp-maxarg-0", "tcp-maxarg-4016"]
+    # A deadline long past when the planned rounds end: they all ran, and no extra sweep did.
+    for t, sw in m["sweeps"].items():
+        assert sw["deadline_seconds"] == 1 and sw["ended"] in ("settled", "capture deadline"), (t, sw)
+        assert sw["extra_rounds"] == 0 and len(sw["seconds"]) == DEFAULT_REPEATS, (t, sw)
+        assert m["phase_seconds"][f"{t} sweeps"] >= sum(sw["seconds"]) - 0.5, (t, m["phase_seconds"])
+    assert list(m["phase_seconds"]) == ["calibration", "udp sweeps", "udp finish", "tcp sweeps", "tcp finish"]
     for c in m["cases"]:
         d = run / c["dir"]
         for f in ("client-traced.json", "client-untraced.json"):

@@ -56,3 +56,19 @@ def test_output_goes_on_after_its_reader_has_gone():
     print("second line", file=out, flush=True)
     assert os.readlink(f"/proc/self/fd/{out.fileno()}") == os.devnull
     out.close()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--max-seconds", "60"], "--max-seconds 60: give more than"),
+    (["--max-seconds", "-5"], "--max-seconds -5"),
+    (["--extra-sweep-seconds", "-1"], "--extra-sweep-seconds -1"),
+    (["--transport", "sctp"], "--transport 'sctp'"),
+])
+def test_run_refuses_bad_options_before_the_testbed_comes_up(args, words, tmp_path):
+    """`rpcscope run`'s own checks, which come before anything is started: exit 2, the option named,
+    and no run directory."""
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "rpcscope.cli", "run", *args, "--out", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+    assert not out.exists()

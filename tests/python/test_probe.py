@@ -366,6 +366,39 @@ def test_extra_sweeps_end_when_settled_at_the_most_rounds_or_past_their_seconds(
     assert sweeps_end([0, 4], 10, 9, nine + [80.0], 120) is None           # 80 + 16, not 80 + 80
 
 
+def test_extra_sweeps_end_where_another_would_pass_the_capture_deadline():
+    from rpcscope.collectors.capture import sweeps_end
+    nine = [16.0] * 9
+    assert sweeps_end([0, 4], 9, 9, nine, 90, seconds_left=16.5) is None        # one more fits
+    assert sweeps_end([0, 4], 9, 9, nine, 90, seconds_left=15.5) == "capture deadline"
+    assert sweeps_end([0, 4], 9, 9, nine, 90, seconds_left=-3.0) == "capture deadline"
+    assert sweeps_end([0, 4], 9, 9, nine, 90, seconds_left=None) is None        # no deadline
+    assert sweeps_end([0, 1, 2], 9, 9, nine, 90, seconds_left=0.0) == "settled"  # settled says so first
+
+
+def test_the_seconds_left_set_aside_what_must_follow_the_extra_sweeps():
+    """Capture.seconds_left: the deadline less the time taken, this transport's finishes, and every later
+    transport's planned sweeps (at this one's median sweep) and finishes."""
+    import time
+    from types import SimpleNamespace
+    from rpcscope.collectors.capture import FINISH_SECONDS_PER_CASE as F, Capture
+    cap = SimpleNamespace(p={"deadline_seconds": 300.0, "transports": ["udp", "tcp"], "sizes": [0, 4016, 8032]},
+                          started=time.monotonic() - 100.0)
+    left = Capture.seconds_left(cap, "udp", 9, [10.0, 12.0, 11.0])
+    assert abs(left - (300 - 100 - 2 * 3 * F - 9 * 11.0)) < 1.0
+    left = Capture.seconds_left(cap, "tcp", 9, [10.0, 12.0, 11.0])      # the last transport: its finishes only
+    assert abs(left - (300 - 100 - 3 * F)) < 1.0
+    cap.p["deadline_seconds"] = None
+    assert Capture.seconds_left(cap, "udp", 9, [10.0]) is None
+
+
+def test_the_run_gives_its_capture_what_the_stages_after_it_leave():
+    from rpcscope.pipeline import AFTER_CAPTURE_SECONDS, capture_deadline
+    assert capture_deadline(480, 40.2) == ["--deadline-seconds", f"{480 - 40.2 - AFTER_CAPTURE_SECONDS:.0f}"]
+    assert capture_deadline(480, 470) == ["--deadline-seconds", "1"]      # past it already: no extra sweep
+    assert capture_deadline(0, 40) == []                                   # --max-seconds 0: no limit
+
+
 def test_a_capture_whose_extra_sweeps_ran_out_of_seconds_says_so():
     from rpcscope.collectors.capture import sweeps_summary
     sw = {"udp": {"rounds": 9, "extra_rounds": 5, "kept_round": 0, "agreeing_rounds": [0], "settled": False,
@@ -373,6 +406,8 @@ def test_a_capture_whose_extra_sweeps_ran_out_of_seconds_says_so():
     assert "NOT settled" in sweeps_summary(sw) and "ended by their 90 s: --extra-sweep-seconds" in sweeps_summary(sw)
     sw["udp"]["ended"] = "most extra rounds"
     assert "--extra-sweep-seconds" not in sweeps_summary(sw)
+    sw["udp"].update(ended="capture deadline", deadline_seconds=330.0)
+    assert "ended by the capture's deadline, 330 s: --deadline-seconds" in sweeps_summary(sw)
 
 
 def test_unsettled_transports_are_those_whose_sweeps_never_settled():

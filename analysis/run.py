@@ -80,22 +80,31 @@ def level_p50_ns(case_meta, kind):
     return float(np.median(p50s)) if len(p50s) >= LEVEL_MEDIAN_ROUNDS else None
 
 
-def _rounds_noise_pct(case_meta, kind):
-    """Half the spread of a case's rounds' p50s of one kind, in the kept round's speed level
-    (level_rounds_p50s), as % of its untraced p50; None with fewer than two rounds."""
-    p50s = level_rounds_p50s(case_meta, kind)
+def _half_spread_pct(case_meta, p50s):
+    """Half the spread of p50s as % of the case's untraced p50; None with fewer than two."""
     u = (case_meta.get("untraced") or {}).get("p50")
     return 100 * (max(p50s) - min(p50s)) / 2 / u if len(p50s) > 1 and u else None
 
 
 def traced_noise_pct(case_meta):
-    """How far one traced run of a case moves from the next identical one."""
-    return _rounds_noise_pct(case_meta, "traced")
+    """How far one traced run of a case moves from the next identical one: half the spread of its
+    rounds' traced p50s in the kept round's speed level (level_rounds_p50s), as % of its untraced p50.
+    The model weighs each size's point by it (model.py size_noise_pct)."""
+    return _half_spread_pct(case_meta, level_rounds_p50s(case_meta, "traced"))
 
 
 def untraced_noise_pct(case_meta):
-    """How far the measured (untraced) p50 of a case moves between identical runs."""
-    return _rounds_noise_pct(case_meta, "untraced")
+    """How far Measured, the untraced figure of a case, moves between identical runs: half the spread of
+    the rounds it stands on, as % of its p50. Those are the rounds in the kept round's speed level where
+    LEVEL_MEDIAN_ROUNDS or more ran there (Measured is their median, level_p50_ns); else every round of
+    the case, for Measured is then the kept round's own p50, and how far one run moves is shown only by
+    all of them. Why (session 34): a capture that never settled keeps one or two rounds that agree within
+    3 % a size, and their spread said "Measured moved by a median 1.1 %" while the case's rounds spread
+    by a standard deviation of 9-11 % (runs/run-20261127-235429)."""
+    p50s = level_rounds_p50s(case_meta, "untraced")
+    if len(p50s) < LEVEL_MEDIAN_ROUNDS:
+        p50s = (case_meta.get("repeats") or {}).get("untraced_p50_ns") or []
+    return _half_spread_pct(case_meta, p50s)
 
 
 SLEEPS_SAME_PATH = 0.5   # sleeps per call: closer than this, the median call of both runs blocked alike

@@ -151,8 +151,8 @@ def _model_items(s, d, transport, fname, m):
         "calculated_us, measured_us (the untraced p50: the median of the rounds in the kept round's speed level "
         "where three or more ran there, params.level); % error = (measured − calculated) × 100 / measured; measured noise: half "
         "the spread of the case's untraced rounds' p50s in the kept round's speed level (manifest.json "
-        "cases[].repeats: agreeing_rounds) as % of its p50, how far the measured figure itself moves between "
-        "identical runs",
+        "cases[].repeats: agreeing_rounds) where three or more ran there, else of every round (measured is "
+        "then one round's), as % of its p50: how far the measured figure itself moves between identical runs",
         "held out (predicted, not fitted): " + ", ".join(map(str, m.get("holdout", []))) if m.get("holdout") else ""))
     from rpcscope.analysis.model import Model, goal_verdict
     errors = Model.from_json(m).error_rows()

@@ -26,11 +26,12 @@ DCE_SIZES = (0, 1392, 4016, 8032, 16064, 24096)    # the DCE study's Table 2 and
 HOLDOUT_SIZES = (1393, 6000)                       # one byte past a packet boundary; between two
 RUN_CALLS = 5000                                   # measured calls per size and run (below, --calls)
 # `make run` must finish in 10 minutes from a bootstrapped clone; make's own part (a venv and three
-# builds in a fresh clone) took 56 s in session 34, so this command keeps to 8 minutes: the capture's
+# builds in a fresh clone) took 56-70 s in session 34, so this command keeps to 8 minutes: the capture's
 # extra sweeps stop where another would not leave AFTER_CAPTURE_SECONDS for the stages after it.
 RUN_MAX_SECONDS = 480
-# The stages after the capture (analyze, rtp, model, report, testbed down) took 83 s of a fresh clone's
-# run on session 34's slow host (runs/run-20261127-235429: analyze 15 s, round-trip path 67 s).
+# The stages after the capture (analyze, rtp, model, report, testbed down) took 83 and 93 s of fresh
+# clones' runs on session 34's slow host (runs/run-20261127-235429: analyze 15 s, round-trip path 67 s;
+# -002129: 12 and 80 s).
 AFTER_CAPTURE_SECONDS = 120
 
 EPILOG = """examples:
@@ -187,7 +188,8 @@ def cmd_run(args):
         print(f"\n% error, {t.upper()} ({args.proc}; Measured = untraced p50, the median of the rounds in the kept round's "
               f"speed level where three or more ran there, Calculated = the model from "
               f"probe-corrected step costs on the measured round-trip path; noise: half the spread of the "
-              f"untraced rounds' p50s in the kept round's speed level, how far Measured itself moves; {m['file']})")
+              f"untraced rounds' p50s Measured stands on (those three or more, else every round), how far "
+              f"Measured itself moves; {m['file']})")
         table([{"size": e["size"], "calculated_us": round(e["calculated_us"], 2),
                 "measured_us": round(e["measured_us"], 2) if e["measured_us"] else None,
                 "%error": round(e["percent_error"], 2) if e["percent_error"] is not None else None,

@@ -43,6 +43,20 @@ def test_noise_is_measured_in_the_kept_rounds_speed_level():
     assert untraced_noise_pct(meta) == 17.5
 
 
+def test_measured_from_one_round_moves_as_far_as_all_the_rounds():
+    """Where fewer than three rounds ran in the kept round's level, Measured is the kept round's own p50
+    (level_p50_ns None): its noise is the spread of every round, not of the one or two that agree within
+    3 % (session 34). The traced noise, which weighs the model's points, keeps to the level."""
+    from rpcscope.analysis.run import level_p50_ns, traced_noise_pct, untraced_noise_pct
+    meta = {"untraced": {"p50": 20_000},
+            "repeats": {"untraced_p50_ns": [26_600, 20_000, 20_200, 26_800, 19_800],
+                        "traced_p50_ns": [42_200, 36_000, 36_400, 42_100, 36_200], "agreeing_rounds": [1, 2]}}
+    assert level_p50_ns(meta, "untraced") is None
+    assert untraced_noise_pct(meta) == 17.5 and traced_noise_pct(meta) == 1.0
+    meta["repeats"]["agreeing_rounds"] = [1]
+    assert untraced_noise_pct(meta) == 17.5 and traced_noise_pct(meta) is None
+
+
 def test_a_figure_of_the_level_is_the_median_of_three_rounds_or_more():
     from rpcscope.analysis.run import level_p50_ns
     meta = {"repeats": {"untraced_p50_ns": [26_600, 20_000, 20_200, 26_800, 19_800], "agreeing_rounds": [1, 2, 4]}}

@@ -18,6 +18,10 @@ all alike:
                   filter, without writing a sample
   ftrace          a tracefs instance of its own (trace_clock mono, the same filter), its ring
                   buffer written, read by nobody until the end
+  ftrace paused   the same instance with its events enabled but tracing_on 0: what a collector
+                  switched off between runs, not ended, costs the calls (its ns per event is per
+                  event hit, at ftrace's events per call; session 34: a capture whose kinds take
+                  turns would switch it at every turn, analysis/MODEL.md)
 
 ns per event = (mode's median ns per call - untraced median) / events recorded per call; the
 events recorded are counted back (perf report --stats; the instance's per-CPU entries and
@@ -42,7 +46,7 @@ from . import ftrace, perf
 
 COMM = "rpcs-evcost"
 EVENTS = ("syscalls:sys_enter_getppid", "syscalls:sys_exit_getppid")
-MODES = ("untraced", "perf", "perf counting", "ftrace")
+MODES = ("untraced", "perf", "perf counting", "ftrace", "ftrace paused")
 FTRACE_BUFFER_KB = 65536          # per CPU: holds ~1.3 M of these events, so nothing is overwritten
 
 # The child: named COMM (the filters match it, nothing else), pinned, N getppid() calls.
@@ -127,7 +131,11 @@ class FtraceInstance(ftrace.FtraceRecorder):
                          name=f"rpcscope-evcost-{os.getpid()}", record_tgid=False)
         self.start()
 
-    def run(self, calls, cpu, timeout):
+    def run(self, calls, cpu, timeout, record=True):
+        """(ns per call, events written, 0); record False: with tracing_on left 0 (ftrace paused)."""
+        if not record:
+            ftrace._write(self.path / "trace", "")              # empties the ring: written() counts from here
+            return _ns_per_call(_run_child(_child_argv(calls, cpu), timeout)), self.written(), 0
         self.enable()                                             # clears the buffer
         try:
             out = _run_child(_child_argv(calls, cpu), timeout)
@@ -167,7 +175,7 @@ def measure(calls=200_000, rounds=5, cpu=1, progress=None):
                     elif m == "perf counting":
                         got = _perf_count(calls, cpu, timeout)
                     else:
-                        got = inst.run(calls, cpu, timeout)
+                        got = inst.run(calls, cpu, timeout, record=m == "ftrace")
                     res[m].append(got)
         finally:
             inst.close()
@@ -177,9 +185,11 @@ def measure(calls=200_000, rounds=5, cpu=1, progress=None):
         ns = [x[0] for x in res[m]]
         ev = statistics.median(x[1] for x in res[m]) / (calls + _warmup(calls))
         med = statistics.median(ns)
+        # A paused instance records nothing; its cost is per event hit, which ftrace's row counts.
+        per = rows[MODES.index("ftrace")]["events_per_call"] if m == "ftrace paused" else ev
         rows.append({"mode": m, "ns_per_call": round(med, 1), "range_ns": f"{min(ns):.0f}-{max(ns):.0f}",
                      "events_per_call": round(ev, 3), "lost": sum(x[2] for x in res[m]),
-                     "ns_per_event": round((med - base) / ev, 1) if ev else None})
+                     "ns_per_event": round((med - base) / per, 1) if per else None})
     per = {r["mode"]: r["ns_per_event"] for r in rows}
     ratio = round(per["perf"] / per["ftrace"], 2) if per.get("perf") and per.get("ftrace") else None
     return {"calls": calls, "rounds": rounds, "cpu": cpu, "events": list(EVENTS), "filter": _filter(),
@@ -200,7 +210,8 @@ def cmd(args):
           f"events {', '.join(out['events'])} filtered on {out['filter']}")
     table(out["rows"], ["mode", "ns_per_call", "range_ns", "events_per_call", "lost", "ns_per_event"])
     print(f"perf's cost per recorded event over ftrace's: {out['perf_over_ftrace']}x "
-          "(ns_per_event: the median call's extra time over untraced, per event recorded)")
+          "(ns_per_event: the median call's extra time over untraced, per event recorded; ftrace paused: "
+          "per event hit, its instance's events enabled with tracing_on 0, nothing recorded)")
     return 0
 
 

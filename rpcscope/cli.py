@@ -14,6 +14,7 @@ from .output import ReaderGoneSafe, UserError
 COMMAND_MODULES = [
     "rpcscope.bench_null",
     "rpcscope.bench_layout",
+    "rpcscope.bench_interleave",
     "rpcscope.testbed",
     "rpcscope.deploy",
     "rpcscope.stubs.cli",

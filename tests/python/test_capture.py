@@ -158,6 +158,24 @@ def test_bench_layout_runs_both_layouts_alternately_and_leaves_nothing(testbed):
     assert leftovers(pathlib.Path("/nonexistent")) == []
 
 
+def test_bench_interleave_runs_both_ways_and_leaves_nothing(testbed):
+    """`rpcscope bench-interleave`: two identical pairs one after the other and taking turns, every
+    round's p50s and the spread of their ratio; no process left, none stopped."""
+    from rpcscope.bench_interleave import WAYS, pair_spread
+    for args, words in [(["--rounds", "1"], "--rounds 1"), (["--slice-ms", "0"], "--slice-ms 0"),
+                        (["--size", "999999"], "at most")]:
+        bad = rpcscope("bench-interleave", *args, check=False)
+        assert bad.returncode == 2 and words in bad.stderr and "Traceback" not in bad.stderr, (args, bad.stderr)
+    p = rpcscope("bench-interleave", "--rounds", "2", "--seconds", "0.2", "--slice-ms", "5", "--json", timeout=300)
+    r = json.loads(p.stdout)
+    assert r["build"] == "notrace" and r["rounds"] == 2 and [w["way"] for w in r["ways"]] == list(WAYS)
+    for w in r["ways"]:
+        assert len(w["p50_ns"]) == 2 and all(a > 0 and b > 0 for a, b in w["p50_ns"]), w
+        assert (w["ln_ratio_mean_%"], w["ln_ratio_sd_%"], w["ln_ratio_spread_%"]) == pair_spread(w["p50_ns"])
+    assert not sh("pgrep", "-f", "rpc-client|rpc-server").stdout.split()
+    assert leftovers(pathlib.Path("/nonexistent")) == []
+
+
 def test_missing_perf_is_named_before_anything_starts(testbed, tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()

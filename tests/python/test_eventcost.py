@@ -32,6 +32,10 @@ def test_every_tracer_records_two_events_a_call_and_leaves_nothing():
     for m in ("perf", "perf counting", "ftrace"):
         assert rows[m]["events_per_call"] == 2.0, rows[m]
         assert rows[m]["lost"] == 0 and rows[m]["ns_per_event"] is not None
+    # Paused: the same instance's events hit but nothing written; its cost is per event hit (ftrace's 2).
+    paused = rows["ftrace paused"]
+    assert paused["events_per_call"] == 0 and paused["lost"] == 0
+    assert paused["ns_per_event"] == round((paused["ns_per_call"] - rows["untraced"]["ns_per_call"]) / 2.0, 1)
     assert _leftovers() == ([], [])
 
 

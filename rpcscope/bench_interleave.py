@@ -1,0 +1,182 @@
+"""Benchmark: how far two identical runs' p50s differ when they run one after the other, as the
+capture's kinds do, and when they take turns in slices of a few milliseconds at once
+(collectors/interleave.py), side by side in one run.
+
+Two untraced server and client pairs, A and B, alike in every way but their port, run on the local
+testbed with the capture's placement (clients on the client's CPU, servers on the server's) and idle
+policy (poll). Each round runs A then B for --seconds each ("one after the other"), and A and B
+taking turns every --slice-ms until each has had about --seconds of calls ("taking turns"). Per way,
+the spread of 100 ln(p50 A / p50 B) over the rounds says how much of the host's noise the two runs
+share: 0 where they see the same host, the host's own run-to-run noise where they do not. Needs root
+and `rpcscope testbed up`.
+"""
+import argparse
+import json
+import math
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from tqdm import tqdm
+
+from .output import UserError, emit_json, table
+
+EPILOG = """examples:
+  rpcscope testbed up && rpcscope bench-interleave   UDP 4016 bytes, 8 rounds of 1 s a run, 5 ms turns
+  rpcscope bench-interleave --transport tcp --size 0 --slice-ms 2
+  rpcscope bench-interleave --rounds 12 --json
+
+On session 34's host (`rpcscope bench-interleave`, the defaults): the ln ratio's standard deviation
+was 7.27 % one after the other and 0.33 % taking turns, 22 times less, while A's p50s ranged over
+37-55 us. Over loopback (a script before this command, 12 rounds): 7.8 % and 1.15 % with 10 ms
+turns, 4.7 % and 0.60 % with 2 ms turns.
+"""
+
+PORT = 7392                        # beside bench-layout's (7390), below the capture's (7300 + ...)
+WAYS = ("one after the other", "taking turns")
+
+
+def _client_argv(addrs, cpus, transport, size, seconds, port):
+    from .collectors.capture import NOTRACE_BIN, aslr_prefix
+    return ["ip", "netns", "exec", addrs["client_ns"], *aslr_prefix("off"), "taskset", "-c", str(cpus["client"]),
+            str(NOTRACE_BIN / "rpc-client"), "--server", addrs["server"], "--port", str(port),
+            "--transport", transport, "--proc", "maxarg", "--size", str(size), "--calls", "10000000",
+            "--warmup", "200", "--cpu", str(cpus["client"]), "--wait", "select", "--max-seconds", f"{seconds:g}",
+            "--hist-bin-ns", "0", "--json"]
+
+
+def _p50(proc, what):
+    out, err = proc.communicate(timeout=120)
+    if proc.returncode:
+        raise UserError(f"rpc-client ({what}) failed (exit {proc.returncode}): {err.strip()[-300:]}")
+    res = json.loads(out.strip().splitlines()[-1])
+    if res.get("errors"):
+        raise UserError(f"rpc-client ({what}): {res['errors']} calls failed")
+    return res["rtt_ns"]["p50"]
+
+
+def _round(addrs, cpus, args):
+    """{way: (p50 A, p50 B)} of one round."""
+    from .collectors.interleave import take_turns
+    def spawn(port, seconds):
+        return subprocess.Popen(_client_argv(addrs, cpus, args.transport, args.size, seconds, port),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = {}
+    a = spawn(PORT, args.seconds)
+    pa = _p50(a, "A, alone")
+    b = spawn(PORT + 1, args.seconds)
+    out[WAYS[0]] = (pa, _p50(b, "B, alone"))
+    # Each measures for twice --seconds of wall time, half of it stopped: about --seconds of calls each.
+    pair = [spawn(PORT, 2 * args.seconds), spawn(PORT + 1, 2 * args.seconds)]
+    try:
+        take_turns(pair, args.slice_ms / 1e3, 2 * args.seconds + 60)
+        out[WAYS[1]] = (_p50(pair[0], "A, taking turns"), _p50(pair[1], "B, taking turns"))
+    finally:
+        for p in pair:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+    return out
+
+
+def pair_spread(pairs):
+    """(mean, standard deviation, 1.4826 x median absolute deviation) of 100 ln(A / B) over pairs:
+    how far two runs meant to be alike differ, in %."""
+    d = [100 * math.log(a / b) for a, b in pairs]
+    med = statistics.median(d)
+    return statistics.mean(d), statistics.pstdev(d), 1.4826 * statistics.median(abs(x - med) for x in d)
+
+
+def run(args):
+    from .collectors import capture as cap
+    from .collectors.idle import IdlePolicy
+    from . import testbed
+    if os.geteuid() != 0:
+        raise UserError("bench-interleave runs processes in the testbed's network namespaces, which needs root")
+    if args.transport not in ("udp", "tcp"):
+        raise UserError(f"--transport {args.transport!r}: use udp or tcp")
+    if not 2 <= args.rounds <= 100:
+        raise UserError(f"--rounds {args.rounds}: use 2 to 100")
+    if not 0.05 <= args.seconds <= 30:
+        raise UserError(f"--seconds {args.seconds:g}: use 0.05 to 30 seconds of calls a run")
+    if not 1 <= args.slice_ms <= 1000:
+        raise UserError(f"--slice-ms {args.slice_ms:g}: use 1 to 1000 ms")
+    cap.check_sizes("maxarg", [args.size])
+    st = testbed.load_state()
+    if not st or testbed.health(st):
+        raise UserError("the local testbed is down or unhealthy; start it with `rpcscope testbed up`")
+    for tool in ("ip", "taskset", "setarch"):
+        cap.require_tool(tool, "install iproute2 and util-linux (make bootstrap does)")
+    if not (cap.NOTRACE_BIN / "rpc-client").exists():
+        raise UserError(f"{cap.NOTRACE_BIN}/rpc-client is missing: run `make TRACE=0`")
+    hosts = {h["role"]: h for h in st["hosts"]}
+    addrs = {"server_ns": hosts["server"]["name"], "client_ns": hosts["client"]["name"],
+             "server": hosts["server"]["address"]}
+    cpus = cap.placement_cpus("split")
+    # The servers' own bound: every round's runs, with room to spare.
+    duration = int(args.rounds * 4 * args.seconds + 120)
+    pairs = {w: [] for w in WAYS}
+    servers = []
+    with IdlePolicy("poll"), tempfile.TemporaryDirectory(prefix="rpcscope-bench-interleave-") as tmp:
+        try:
+            for port in (PORT, PORT + 1):
+                ready = pathlib.Path(tmp) / f"server-{port}.ready"
+                servers.append(subprocess.Popen(
+                    ["ip", "netns", "exec", addrs["server_ns"], *cap.aslr_prefix("off"), "taskset", "-c",
+                     str(cpus["server"]), str(cap.NOTRACE_BIN / "rpc-server"), "--bind", addrs["server"],
+                     "--port", str(port), "--transport", args.transport, "--cpu", str(cpus["server"]),
+                     "--executors", "0", "--wait", "select", "--duration", str(duration),
+                     "--ready-file", str(ready)],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+                if not cap.wait_ready(servers[-1], ready):
+                    raise UserError(f"rpc-server did not start listening on {addrs['server']}:{port}")
+            for _ in tqdm(range(args.rounds), desc="bench-interleave", unit="round",
+                          disable=args.json or not sys.stderr.isatty()):
+                for way, pair in _round(addrs, cpus, args).items():
+                    pairs[way].append(pair)
+        finally:
+            for s in servers:
+                s.terminate()
+                s.wait(timeout=10)
+    rows = []
+    for way in WAYS:
+        mean, sd, mad = pair_spread(pairs[way])
+        a_us = [a / 1e3 for a, _ in pairs[way]]
+        rows.append({"way": way, "rounds": len(pairs[way]), "p50_us_A_median": statistics.median(a_us),
+                     "p50_us_A_least": min(a_us), "p50_us_A_most": max(a_us), "ln_ratio_mean_%": mean,
+                     "ln_ratio_sd_%": sd, "ln_ratio_spread_%": mad,
+                     "p50_ns": [list(p) for p in pairs[way]]})
+    result = {"transport": args.transport, "proc": "maxarg", "size": args.size, "rounds": args.rounds,
+              "seconds": args.seconds, "slice_ms": args.slice_ms, "build": "notrace", "placement": cpus,
+              "ways": rows, "sd_ratio": rows[0]["ln_ratio_sd_%"] / rows[1]["ln_ratio_sd_%"]
+              if rows[1]["ln_ratio_sd_%"] else None}
+    if args.json:
+        emit_json(result)
+        return 0
+    print(f"two identical runs, A and B, {args.transport} maxarg {args.size} bytes, untraced, {args.rounds} rounds "
+          f"of {args.seconds:g} s of calls a run; turns of {args.slice_ms:g} ms; client CPU {cpus['client']}, "
+          f"server CPU {cpus['server']}")
+    table(rows, ["way", "rounds", "p50_us_A_median", "p50_us_A_least", "p50_us_A_most", "ln_ratio_mean_%",
+                 "ln_ratio_sd_%", "ln_ratio_spread_%"])
+    print("ln_ratio: 100 ln(p50 A / p50 B) per round, its mean, standard deviation and 1.4826 x median absolute "
+          "deviation over the rounds: how far two runs meant to be alike differ")
+    if result["sd_ratio"]:
+        print(f"one after the other / taking turns: {result['sd_ratio']:.1f} x the standard deviation")
+    return 0
+
+
+def register(sub):
+    p = sub.add_parser("bench-interleave",
+                       help="how far two identical runs differ one after the other and taking turns",
+                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", type=int, default=4016, help="payload bytes (default 4016)")
+    p.add_argument("--transport", default="udp", help="udp or tcp (default udp)")
+    p.add_argument("--rounds", type=int, default=8, help="rounds, each with both ways (default 8)")
+    p.add_argument("--seconds", type=float, default=1.0, help="seconds of calls a run (default 1)")
+    p.add_argument("--slice-ms", type=float, default=5.0, help="a turn, in ms (default 5)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+    return p

@@ -13,7 +13,6 @@ and `rpcscope testbed up`.
 import argparse
 import json
 import math
-import os
 import pathlib
 import statistics
 import subprocess
@@ -93,9 +92,7 @@ def pair_spread(pairs):
 def run(args):
     from .collectors import capture as cap
     from .collectors.idle import IdlePolicy
-    from . import testbed
-    if os.geteuid() != 0:
-        raise UserError("bench-interleave runs processes in the testbed's network namespaces, which needs root")
+    from .bench_layout import start_server, testbed_endpoints
     if args.transport not in ("udp", "tcp"):
         raise UserError(f"--transport {args.transport!r}: use udp or tcp")
     if not 2 <= args.rounds <= 100:
@@ -105,17 +102,7 @@ def run(args):
     if not 1 <= args.slice_ms <= 1000:
         raise UserError(f"--slice-ms {args.slice_ms:g}: use 1 to 1000 ms")
     cap.check_sizes("maxarg", [args.size])
-    st = testbed.load_state()
-    if not st or testbed.health(st):
-        raise UserError("the local testbed is down or unhealthy; start it with `rpcscope testbed up`")
-    for tool in ("ip", "taskset", "setarch"):
-        cap.require_tool(tool, "install iproute2 and util-linux (make bootstrap does)")
-    if not (cap.NOTRACE_BIN / "rpc-client").exists():
-        raise UserError(f"{cap.NOTRACE_BIN}/rpc-client is missing: run `make TRACE=0`")
-    hosts = {h["role"]: h for h in st["hosts"]}
-    addrs = {"server_ns": hosts["server"]["name"], "client_ns": hosts["client"]["name"],
-             "server": hosts["server"]["address"]}
-    cpus = cap.placement_cpus("split")
+    addrs, cpus = testbed_endpoints("bench-interleave")
     # The servers' own bound: every round's runs, with room to spare.
     duration = int(args.rounds * 4 * args.seconds + 120)
     pairs = {w: [] for w in WAYS}
@@ -123,16 +110,8 @@ def run(args):
     with IdlePolicy("poll"), tempfile.TemporaryDirectory(prefix="rpcscope-bench-interleave-") as tmp:
         try:
             for port in (PORT, PORT + 1):
-                ready = pathlib.Path(tmp) / f"server-{port}.ready"
-                servers.append(subprocess.Popen(
-                    ["ip", "netns", "exec", addrs["server_ns"], *cap.aslr_prefix("off"), "taskset", "-c",
-                     str(cpus["server"]), str(cap.NOTRACE_BIN / "rpc-server"), "--bind", addrs["server"],
-                     "--port", str(port), "--transport", args.transport, "--cpu", str(cpus["server"]),
-                     "--executors", "0", "--wait", "select", "--duration", str(duration),
-                     "--ready-file", str(ready)],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-                if not cap.wait_ready(servers[-1], ready):
-                    raise UserError(f"rpc-server did not start listening on {addrs['server']}:{port}")
+                servers.append(start_server(addrs, cpus, args.transport, port, duration,
+                                            pathlib.Path(tmp) / f"server-{port}.ready"))
             for _ in tqdm(range(args.rounds), desc="bench-interleave", unit="round",
                           disable=args.json or not sys.stderr.isatty()):
                 for way, pair in _round(addrs, cpus, args).items():

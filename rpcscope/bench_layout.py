@@ -33,20 +33,51 @@ PORT = 7390                       # below the capture's ports (collectors/captur
 SETTINGS = ("on", "off")          # --aslr: randomized, fixed
 
 
-def _one_run(setting, transport, size, calls, warmup, cpus, addrs, ready):
+def testbed_endpoints(command):
+    """({server_ns, client_ns, server address}, {client, server: CPU}) of the local testbed for a
+    benchmark that runs the untraced build there, after the checks it needs (root, the testbed up and
+    healthy, the tools, the build); command names the benchmark in their messages."""
+    from .collectors import capture as cap
+    from . import testbed
+    if os.geteuid() != 0:
+        raise UserError(f"{command} runs processes in the testbed's network namespaces, which needs root")
+    st = testbed.load_state()
+    if not st or testbed.health(st):
+        raise UserError("the local testbed is down or unhealthy; start it with `rpcscope testbed up`")
+    for tool in ("ip", "taskset", "setarch"):
+        cap.require_tool(tool, "install iproute2 and util-linux (make bootstrap does)")
+    if not (cap.NOTRACE_BIN / "rpc-client").exists():
+        raise UserError(f"{cap.NOTRACE_BIN}/rpc-client is missing: run `make TRACE=0`")
+    hosts = {h["role"]: h for h in st["hosts"]}
+    addrs = {"server_ns": hosts["server"]["name"], "client_ns": hosts["client"]["name"],
+             "server": hosts["server"]["address"]}
+    return addrs, cap.placement_cpus("split")
+
+
+def start_server(addrs, cpus, transport, port, duration, ready, aslr="off"):
+    """The untraced rpc-server on the testbed's server host, its CPU, listening on port (it exits on its
+    own after duration seconds); a UserError if it does not start listening."""
     from .collectors.capture import NOTRACE_BIN, aslr_prefix, wait_ready
-    prefix = aslr_prefix(setting)
     ready.unlink(missing_ok=True)
     server = subprocess.Popen(
-        ["ip", "netns", "exec", addrs["server_ns"], *prefix, "taskset", "-c", str(cpus["server"]),
-         str(NOTRACE_BIN / "rpc-server"), "--bind", addrs["server"], "--port", str(PORT), "--transport", transport,
-         "--cpu", str(cpus["server"]), "--executors", "0", "--wait", "select", "--duration", "60",
+        ["ip", "netns", "exec", addrs["server_ns"], *aslr_prefix(aslr), "taskset", "-c", str(cpus["server"]),
+         str(NOTRACE_BIN / "rpc-server"), "--bind", addrs["server"], "--port", str(port), "--transport", transport,
+         "--cpu", str(cpus["server"]), "--executors", "0", "--wait", "select", "--duration", str(duration),
          "--ready-file", str(ready)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if not wait_ready(server, ready):
+        why = server.stderr.read1(400).decode(errors="replace") if server.poll() is not None else "timeout"
+        server.terminate()
+        server.wait(timeout=10)
+        raise UserError(f"rpc-server did not start listening on {addrs['server']}:{port}: {why}")
+    return server
+
+
+def _one_run(setting, transport, size, calls, warmup, cpus, addrs, ready):
+    from .collectors.capture import NOTRACE_BIN, aslr_prefix
+    prefix = aslr_prefix(setting)
+    server = start_server(addrs, cpus, transport, PORT, 60, ready, aslr=setting)
     try:
-        if not wait_ready(server, ready):
-            raise UserError(f"rpc-server did not start listening on {addrs['server']}:{PORT}: "
-                            f"{server.stderr.read1(400).decode(errors='replace') if server.poll() is not None else 'timeout'}")
         r = subprocess.run(
             ["ip", "netns", "exec", addrs["client_ns"], *prefix, "taskset", "-c", str(cpus["client"]),
              str(NOTRACE_BIN / "rpc-client"), "--server", addrs["server"], "--port", str(PORT),
@@ -75,26 +106,13 @@ def spread(p50s):
 def run(args):
     from .collectors import capture as cap
     from .collectors.idle import IdlePolicy
-    from . import testbed
-    if os.geteuid() != 0:
-        raise UserError("bench-layout runs processes in the testbed's network namespaces, which needs root")
     sizes = cap.parse_sizes(args.sizes)
     if args.transport not in ("udp", "tcp"):
         raise UserError(f"--transport {args.transport!r}: use udp or tcp")
     if not 2 <= args.runs <= 100:
         raise UserError(f"--runs {args.runs}: use 2 to 100 runs per setting and size")
-    st = testbed.load_state()
-    if not st or testbed.health(st):
-        raise UserError("the local testbed is down or unhealthy; start it with `rpcscope testbed up`")
-    for tool in ("ip", "taskset", "setarch"):
-        cap.require_tool(tool, "install iproute2 and util-linux (make bootstrap does)")
-    if not (cap.NOTRACE_BIN / "rpc-client").exists():
-        raise UserError(f"{cap.NOTRACE_BIN}/rpc-client is missing: run `make TRACE=0`")
+    addrs, cpus = testbed_endpoints("bench-layout")
     cap.check_sizes("maxarg", sizes)
-    hosts = {h["role"]: h for h in st["hosts"]}
-    addrs = {"server_ns": hosts["server"]["name"], "client_ns": hosts["client"]["name"],
-             "server": hosts["server"]["address"]}
-    cpus = cap.placement_cpus("split")
     p50s = {(s, k): [] for s in sizes for k in SETTINGS}
     steps = [(s, k) for s in sizes for _ in range(args.runs) for k in SETTINGS]
     with IdlePolicy("poll"), tempfile.TemporaryDirectory(prefix="rpcscope-bench-layout-") as tmp:

@@ -2,8 +2,9 @@
 capture's kinds do, and when they take turns in slices of a few milliseconds at once
 (collectors/interleave.py), side by side in one run.
 
-Two untraced server and client pairs, A and B, alike in every way but their port, run on the local
-testbed with the capture's placement (clients on the client's CPU, servers on the server's) and idle
+Two untraced server and client pairs, A and B, alike in every way but their port (or B of the clock
+build, --b-build clock: then the pair measures what the clock build's marks cost, the term that
+anchors the probe effect, analysis/MODEL.md session 30), run on the local testbed with the capture's placement (clients on the client's CPU, servers on the server's) and idle
 policy (poll). Each round runs A then B for --seconds each ("one after the other"), and A and B
 taking turns every --slice-ms until each has had about --seconds of calls ("taking turns"). Per way,
 the spread of 100 ln(p50 A / p50 B) over the rounds says how much of the host's noise the two runs
@@ -27,6 +28,7 @@ EPILOG = """examples:
   rpcscope testbed up && rpcscope bench-interleave   UDP 4016 bytes, 8 rounds of 1 s a run, 5 ms turns
   rpcscope bench-interleave --transport tcp --size 0 --slice-ms 2
   rpcscope bench-interleave --rounds 12 --json
+  rpcscope bench-interleave --b-build clock         B of the clock build (make TRACE=clock): its marks' cost
 
 On session 34's host (`rpcscope bench-interleave`, the defaults): the ln ratio's standard deviation
 was 7.27 % one after the other and 0.33 % taking turns, 22 times less, while A's p50s ranged over
@@ -38,10 +40,20 @@ PORT = 7392                        # beside bench-layout's (7390), below the cap
 WAYS = ("one after the other", "taking turns")
 
 
-def _client_argv(addrs, cpus, transport, size, seconds, port):
+def _build(name, tmp, role, port):
+    """(bindir, env argv prefix) of B's build: notrace, or clock, whose marks go to a ring in tmp (as
+    the capture's rounds' clock runs keep them, collectors/capture.py clock_env)."""
+    from .collectors.capture import CLOCK_BIN, NOTRACE_BIN, clock_env
+    if name == "clock":
+        return CLOCK_BIN, clock_env(pathlib.Path(tmp) / f"clock-{role}-{port}.txt", ring=True)
+    return NOTRACE_BIN, []
+
+
+def _client_argv(addrs, cpus, transport, size, seconds, port, build=(None, ())):
     from .collectors.capture import NOTRACE_BIN, aslr_prefix
+    bindir, env = build
     return ["ip", "netns", "exec", addrs["client_ns"], *aslr_prefix("off"), "taskset", "-c", str(cpus["client"]),
-            str(NOTRACE_BIN / "rpc-client"), "--server", addrs["server"], "--port", str(port),
+            *env, str((bindir or NOTRACE_BIN) / "rpc-client"), "--server", addrs["server"], "--port", str(port),
             "--transport", transport, "--proc", "maxarg", "--size", str(size), "--calls", "10000000",
             "--warmup", "200", "--cpu", str(cpus["client"]), "--wait", "select", "--max-seconds", f"{seconds:g}",
             "--hist-bin-ns", "0", "--json"]
@@ -57,11 +69,13 @@ def _p50(proc, what):
     return res["rtt_ns"]["p50"]
 
 
-def _round(addrs, cpus, args):
+def _round(addrs, cpus, args, tmp):
     """{way: (p50 A, p50 B)} of one round."""
     from .collectors.interleave import take_turns
+
     def spawn(port, seconds):
-        return subprocess.Popen(_client_argv(addrs, cpus, args.transport, args.size, seconds, port),
+        build = _build(args.b_build, tmp, "client", port) if port == PORT + 1 else (None, ())
+        return subprocess.Popen(_client_argv(addrs, cpus, args.transport, args.size, seconds, port, build),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = {}
     a = spawn(PORT, args.seconds)
@@ -103,6 +117,8 @@ def run(args):
         raise UserError(f"--slice-ms {args.slice_ms:g}: use 1 to 1000 ms")
     cap.check_sizes("maxarg", [args.size])
     addrs, cpus = testbed_endpoints("bench-interleave")
+    if args.b_build == "clock" and not (cap.CLOCK_BIN / "rpc-client").exists():
+        raise UserError(f"{cap.CLOCK_BIN}/rpc-client is missing: run `make TRACE=clock`")
     # The servers' own bound: every round's runs, with room to spare.
     duration = int(args.rounds * 4 * args.seconds + 120)
     pairs = {w: [] for w in WAYS}
@@ -110,11 +126,12 @@ def run(args):
     with IdlePolicy("poll"), tempfile.TemporaryDirectory(prefix="rpcscope-bench-interleave-") as tmp:
         try:
             for port in (PORT, PORT + 1):
+                bindir, env = _build(args.b_build, tmp, "server", port) if port == PORT + 1 else (None, ())
                 servers.append(start_server(addrs, cpus, args.transport, port, duration,
-                                            pathlib.Path(tmp) / f"server-{port}.ready"))
+                                            pathlib.Path(tmp) / f"server-{port}.ready", bindir=bindir, env=env))
             for _ in tqdm(range(args.rounds), desc="bench-interleave", unit="round",
                           disable=args.json or not sys.stderr.isatty()):
-                for way, pair in _round(addrs, cpus, args).items():
+                for way, pair in _round(addrs, cpus, args, tmp).items():
                     pairs[way].append(pair)
         finally:
             for s in servers:
@@ -125,23 +142,28 @@ def run(args):
         mean, sd, mad = pair_spread(pairs[way])
         a_us = [a / 1e3 for a, _ in pairs[way]]
         rows.append({"way": way, "rounds": len(pairs[way]), "p50_us_A_median": statistics.median(a_us),
-                     "p50_us_A_least": min(a_us), "p50_us_A_most": max(a_us), "ln_ratio_mean_%": mean,
+                     "p50_us_A_least": min(a_us), "p50_us_A_most": max(a_us),
+                     "B_minus_A_us_median": statistics.median((b - a) / 1e3 for a, b in pairs[way]),
+                     "ln_ratio_mean_%": mean,
                      "ln_ratio_sd_%": sd, "ln_ratio_spread_%": mad,
                      "p50_ns": [list(p) for p in pairs[way]]})
     result = {"transport": args.transport, "proc": "maxarg", "size": args.size, "rounds": args.rounds,
-              "seconds": args.seconds, "slice_ms": args.slice_ms, "build": "notrace", "placement": cpus,
+              "seconds": args.seconds, "slice_ms": args.slice_ms, "build": "notrace", "b_build": args.b_build,
+              "placement": cpus,
               "ways": rows, "sd_ratio": rows[0]["ln_ratio_sd_%"] / rows[1]["ln_ratio_sd_%"]
               if rows[1]["ln_ratio_sd_%"] else None}
     if args.json:
         emit_json(result)
         return 0
-    print(f"two identical runs, A and B, {args.transport} maxarg {args.size} bytes, untraced, {args.rounds} rounds "
+    print(f"two runs, A (untraced) and B ({args.b_build} build), {args.transport} maxarg {args.size} bytes, "
+          f"{args.rounds} rounds "
           f"of {args.seconds:g} s of calls a run; turns of {args.slice_ms:g} ms; client CPU {cpus['client']}, "
           f"server CPU {cpus['server']}")
-    table(rows, ["way", "rounds", "p50_us_A_median", "p50_us_A_least", "p50_us_A_most", "ln_ratio_mean_%",
-                 "ln_ratio_sd_%", "ln_ratio_spread_%"])
+    table(rows, ["way", "rounds", "p50_us_A_median", "p50_us_A_least", "p50_us_A_most", "B_minus_A_us_median",
+                 "ln_ratio_mean_%", "ln_ratio_sd_%", "ln_ratio_spread_%"])
     print("ln_ratio: 100 ln(p50 A / p50 B) per round, its mean, standard deviation and 1.4826 x median absolute "
-          "deviation over the rounds: how far two runs meant to be alike differ")
+          "deviation over the rounds: how far B lies from A (0 for two identical runs), and how far that moves "
+          "from one round to the next")
     if result["sd_ratio"]:
         print(f"one after the other / taking turns: {result['sd_ratio']:.1f} x the standard deviation")
     return 0
@@ -156,6 +178,9 @@ def register(sub):
     p.add_argument("--rounds", type=int, default=8, help="rounds, each with both ways (default 8)")
     p.add_argument("--seconds", type=float, default=1.0, help="seconds of calls a run (default 1)")
     p.add_argument("--slice-ms", type=float, default=5.0, help="a turn, in ms (default 5)")
+    p.add_argument("--b-build", choices=("notrace", "clock"), default="notrace",
+                   help="B's build: notrace, as A (default: two identical runs), or clock (make TRACE=clock, "
+                        "its marks kept in a ring as the capture's rounds keep them)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
     return p

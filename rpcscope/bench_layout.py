@@ -54,14 +54,16 @@ def testbed_endpoints(command):
     return addrs, cap.placement_cpus("split")
 
 
-def start_server(addrs, cpus, transport, port, duration, ready, aslr="off"):
-    """The untraced rpc-server on the testbed's server host, its CPU, listening on port (it exits on its
-    own after duration seconds); a UserError if it does not start listening."""
+def start_server(addrs, cpus, transport, port, duration, ready, aslr="off", bindir=None, env=()):
+    """The untraced rpc-server (or bindir's, with env: an `env VAR=...` argv prefix) on the testbed's
+    server host, its CPU, listening on port (it exits on its own after duration seconds); a UserError if
+    it does not start listening."""
     from .collectors.capture import NOTRACE_BIN, aslr_prefix, wait_ready
     ready.unlink(missing_ok=True)
     server = subprocess.Popen(
         ["ip", "netns", "exec", addrs["server_ns"], *aslr_prefix(aslr), "taskset", "-c", str(cpus["server"]),
-         str(NOTRACE_BIN / "rpc-server"), "--bind", addrs["server"], "--port", str(port), "--transport", transport,
+         *env, str((bindir or NOTRACE_BIN) / "rpc-server"), "--bind", addrs["server"], "--port", str(port),
+         "--transport", transport,
          "--cpu", str(cpus["server"]), "--executors", "0", "--wait", "select", "--duration", str(duration),
          "--ready-file", str(ready)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

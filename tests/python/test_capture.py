@@ -169,9 +169,17 @@ def test_bench_interleave_runs_both_ways_and_leaves_nothing(testbed):
     p = rpcscope("bench-interleave", "--rounds", "2", "--seconds", "0.2", "--slice-ms", "5", "--json", timeout=300)
     r = json.loads(p.stdout)
     assert r["build"] == "notrace" and r["rounds"] == 2 and [w["way"] for w in r["ways"]] == list(WAYS)
+    assert r["b_build"] == "notrace"
     for w in r["ways"]:
         assert len(w["p50_ns"]) == 2 and all(a > 0 and b > 0 for a, b in w["p50_ns"]), w
         assert (w["ln_ratio_mean_%"], w["ln_ratio_sd_%"], w["ln_ratio_spread_%"]) == pair_spread(w["p50_ns"])
+    # B of the clock build: its marks' cost beside A, the probe effect's anchor (MODEL.md, session 30).
+    p = rpcscope("bench-interleave", "--rounds", "2", "--seconds", "0.2", "--b-build", "clock", "--json", timeout=300)
+    r = json.loads(p.stdout)
+    assert r["b_build"] == "clock" and all(len(w["p50_ns"]) == 2 for w in r["ways"])
+    for w in r["ways"]:
+        diffs = sorted((b - a) / 1e3 for a, b in w["p50_ns"])
+        assert w["B_minus_A_us_median"] == pytest.approx((diffs[0] + diffs[1]) / 2, abs=1e-9), w
     assert not sh("pgrep", "-f", "rpc-client|rpc-server").stdout.split()
     assert leftovers(pathlib.Path("/nonexistent")) == []
 

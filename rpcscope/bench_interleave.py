@@ -1,15 +1,16 @@
-"""Benchmark: how far two identical runs' p50s differ when they run one after the other, as the
-capture's kinds do, and when they take turns in slices of a few milliseconds at once
+"""Benchmark: how far two runs' p50s differ, and how much that moves, when they run one after the
+other, as the capture's kinds do, and when they take turns in slices of a few milliseconds at once
 (collectors/interleave.py), side by side in one run.
 
-Two untraced server and client pairs, A and B, alike in every way but their port (or B of the clock
-build, --b-build clock: then the pair measures what the clock build's marks cost, the term that
-anchors the probe effect, analysis/MODEL.md session 30), run on the local testbed with the capture's placement (clients on the client's CPU, servers on the server's) and idle
-policy (poll). Each round runs A then B for --seconds each ("one after the other"), and A and B
-taking turns every --slice-ms until each has had about --seconds of calls ("taking turns"). Per way,
-the spread of 100 ln(p50 A / p50 B) over the rounds says how much of the host's noise the two runs
-share: 0 where they see the same host, the host's own run-to-run noise where they do not. Needs root
-and `rpcscope testbed up`.
+Two server and client pairs, A and B, run on the local testbed with the capture's placement (clients
+on the client's CPU, servers on the server's) and idle policy (poll). A is untraced; B is alike in
+every way but its port, or of the clock build (--b-build clock: then the pair measures what the clock
+build's marks cost, the term that anchors the probe effect, analysis/MODEL.md session 30). Each round
+runs A then B for --seconds each ("one after the other"), and A and B taking turns every --slice-ms
+until each has had about --seconds of calls ("taking turns"). Per way, the spread of
+100 ln(p50 A / p50 B) over the rounds says how much of the host's noise the two runs share: 0 where
+they see the same host, the host's own run-to-run noise where they do not. Needs root and
+`rpcscope testbed up`.
 """
 import argparse
 import json
@@ -22,6 +23,7 @@ import tempfile
 
 from tqdm import tqdm
 
+from .interrupts import interruptible, uninterrupted
 from .output import UserError, emit_json, table
 
 EPILOG = """examples:
@@ -77,18 +79,19 @@ def _round(addrs, cpus, args, tmp):
         build = _build(args.b_build, tmp, "client", port) if port == PORT + 1 else (None, ())
         return subprocess.Popen(_client_argv(addrs, cpus, args.transport, args.size, seconds, port, build),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out = {}
-    a = spawn(PORT, args.seconds)
-    pa = _p50(a, "A, alone")
-    b = spawn(PORT + 1, args.seconds)
-    out[WAYS[0]] = (pa, _p50(b, "B, alone"))
-    # Each measures for twice --seconds of wall time, half of it stopped: about --seconds of calls each.
-    pair = [spawn(PORT, 2 * args.seconds), spawn(PORT + 1, 2 * args.seconds)]
-    try:
+    out, procs = {}, []
+    try:                  # an error or Ctrl-C leaves no client behind, running or stopped
+        procs.append(spawn(PORT, args.seconds))
+        pa = _p50(procs[-1], "A, alone")
+        procs.append(spawn(PORT + 1, args.seconds))
+        out[WAYS[0]] = (pa, _p50(procs[-1], "B, alone"))
+        # Each measures for twice --seconds of wall time, half of it stopped: about --seconds of calls each.
+        pair = [spawn(PORT, 2 * args.seconds), spawn(PORT + 1, 2 * args.seconds)]
+        procs += pair
         take_turns(pair, args.slice_ms / 1e3, 2 * args.seconds + 60)
         out[WAYS[1]] = (_p50(pair[0], "A, taking turns"), _p50(pair[1], "B, taking turns"))
     finally:
-        for p in pair:
+        for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=10)
@@ -96,8 +99,8 @@ def _round(addrs, cpus, args, tmp):
 
 
 def pair_spread(pairs):
-    """(mean, standard deviation, 1.4826 x median absolute deviation) of 100 ln(A / B) over pairs:
-    how far two runs meant to be alike differ, in %."""
+    """(mean, standard deviation, 1.4826 x median absolute deviation) of 100 ln(A / B) over pairs, in %:
+    how far B lies from A, and how far that moves from one pair to the next."""
     d = [100 * math.log(a / b) for a, b in pairs]
     med = statistics.median(d)
     return statistics.mean(d), statistics.pstdev(d), 1.4826 * statistics.median(abs(x - med) for x in d)
@@ -123,7 +126,9 @@ def run(args):
     duration = int(args.rounds * 4 * args.seconds + 120)
     pairs = {w: [] for w in WAYS}
     servers = []
-    with IdlePolicy("poll"), tempfile.TemporaryDirectory(prefix="rpcscope-bench-interleave-") as tmp:
+    # SIGTERM as Ctrl-C (rpcscope/interrupts.py): either ends the rounds through the `finally`s, which
+    # leave no client or server behind, none stopped.
+    with interruptible(), IdlePolicy("poll"), tempfile.TemporaryDirectory(prefix="rpcscope-bench-interleave-") as tmp:
         try:
             for port in (PORT, PORT + 1):
                 bindir, env = _build(args.b_build, tmp, "server", port) if port == PORT + 1 else (None, ())
@@ -134,9 +139,10 @@ def run(args):
                 for way, pair in _round(addrs, cpus, args, tmp).items():
                     pairs[way].append(pair)
         finally:
-            for s in servers:
-                s.terminate()
-                s.wait(timeout=10)
+            with uninterrupted():
+                for s in servers:
+                    s.terminate()
+                    s.wait(timeout=10)
     rows = []
     for way in WAYS:
         mean, sd, mad = pair_spread(pairs[way])

@@ -21,6 +21,7 @@ import tempfile
 
 from tqdm import tqdm
 
+from .interrupts import interruptible
 from .output import UserError, emit_json, table
 
 EPILOG = """examples:
@@ -117,7 +118,8 @@ def run(args):
     cap.check_sizes("maxarg", sizes)
     p50s = {(s, k): [] for s in sizes for k in SETTINGS}
     steps = [(s, k) for s in sizes for _ in range(args.runs) for k in SETTINGS]
-    with IdlePolicy("poll"), tempfile.TemporaryDirectory(prefix="rpcscope-bench-layout-") as tmp:
+    # SIGTERM as Ctrl-C (rpcscope/interrupts.py): the run's `finally` then ends its server.
+    with interruptible(), IdlePolicy("poll"), tempfile.TemporaryDirectory(prefix="rpcscope-bench-layout-") as tmp:
         ready = pathlib.Path(tmp) / "server.ready"
         for size, setting in tqdm(steps, desc="bench-layout", unit="run", disable=args.json or not sys.stderr.isatty()):
             p50s[(size, setting)].append(

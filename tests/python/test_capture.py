@@ -184,6 +184,24 @@ def test_bench_interleave_runs_both_ways_and_leaves_nothing(testbed):
     assert leftovers(pathlib.Path("/nonexistent")) == []
 
 
+def test_bench_interleave_stopped_while_taking_turns_leaves_nothing(testbed, signal_when_ready):
+    """SIGTERM while the two clients take turns (one of them stopped): the benchmark says it was
+    interrupted, and no client or server is left, running or stopped."""
+    proc = subprocess.Popen(RPCSCOPE + ["bench-interleave", "--rounds", "2", "--seconds", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def taking_turns():
+        return len(sh("pgrep", "-f", "bin/rpc-client").stdout.split()) == 2
+    try:
+        stdout, stderr = signal_when_ready(proc, taking_turns, signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 130 and "interrupted" in stderr and "Traceback" not in stderr, (proc.returncode, stderr)
+    assert not sh("pgrep", "-f", "rpc-client|rpc-server").stdout.split()
+
+
 def test_missing_perf_is_named_before_anything_starts(testbed, tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()

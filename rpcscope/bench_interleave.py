@@ -13,7 +13,6 @@ they see the same host, the host's own run-to-run noise where they do not. Needs
 `rpcscope testbed up`.
 """
 import argparse
-import json
 import math
 import pathlib
 import statistics
@@ -51,33 +50,22 @@ def _build(name, tmp, role, port):
     return NOTRACE_BIN, []
 
 
-def _client_argv(addrs, cpus, transport, size, seconds, port, build=(None, ())):
-    from .collectors.capture import NOTRACE_BIN, aslr_prefix
-    bindir, env = build
-    return ["ip", "netns", "exec", addrs["client_ns"], *aslr_prefix("off"), "taskset", "-c", str(cpus["client"]),
-            *env, str((bindir or NOTRACE_BIN) / "rpc-client"), "--server", addrs["server"], "--port", str(port),
-            "--transport", transport, "--proc", "maxarg", "--size", str(size), "--calls", "10000000",
-            "--warmup", "200", "--cpu", str(cpus["client"]), "--wait", "select", "--max-seconds", f"{seconds:g}",
-            "--hist-bin-ns", "0", "--json"]
-
-
 def _p50(proc, what):
+    from .bench_layout import client_result
     out, err = proc.communicate(timeout=120)
-    if proc.returncode:
-        raise UserError(f"rpc-client ({what}) failed (exit {proc.returncode}): {err.strip()[-300:]}")
-    res = json.loads(out.strip().splitlines()[-1])
-    if res.get("errors"):
-        raise UserError(f"rpc-client ({what}): {res['errors']} calls failed")
-    return res["rtt_ns"]["p50"]
+    return client_result(proc.returncode, out, err, what)["rtt_ns"]["p50"]
 
 
 def _round(addrs, cpus, args, tmp):
     """{way: (p50 A, p50 B)} of one round."""
+    from .bench_layout import client_argv
     from .collectors.interleave import take_turns
 
     def spawn(port, seconds):
-        build = _build(args.b_build, tmp, "client", port) if port == PORT + 1 else (None, ())
-        return subprocess.Popen(_client_argv(addrs, cpus, args.transport, args.size, seconds, port, build),
+        bindir, env = _build(args.b_build, tmp, "client", port) if port == PORT + 1 else (None, ())
+        # Calls enough for any --seconds: the run ends at its --max-seconds.
+        return subprocess.Popen(client_argv(addrs, cpus, args.transport, port, args.size, 10_000_000, 200, seconds,
+                                            bindir=bindir, env=env, extra=("--hist-bin-ns", "0")),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, procs = {}, []
     try:                  # an error or Ctrl-C leaves no client behind, running or stopped

@@ -76,25 +76,39 @@ def start_server(addrs, cpus, transport, port, duration, ready, aslr="off", bind
     return server
 
 
-def _one_run(setting, transport, size, calls, warmup, cpus, addrs, ready):
+def client_argv(addrs, cpus, transport, port, size, calls, warmup, max_seconds, aslr="off", bindir=None, env=(),
+                extra=()):
+    """The argv of an rpc-client of the untraced build (or bindir's, with env: an `env VAR=...` argv
+    prefix) on the testbed's client host, its CPU, calling maxarg of size bytes on port, --json."""
     from .collectors.capture import NOTRACE_BIN, aslr_prefix
-    prefix = aslr_prefix(setting)
+    return ["ip", "netns", "exec", addrs["client_ns"], *aslr_prefix(aslr), "taskset", "-c", str(cpus["client"]),
+            *env, str((bindir or NOTRACE_BIN) / "rpc-client"), "--server", addrs["server"], "--port", str(port),
+            "--transport", transport, "--proc", "maxarg", "--size", str(size), "--calls", str(calls),
+            "--warmup", str(warmup), "--cpu", str(cpus["client"]), "--wait", "select",
+            "--max-seconds", f"{max_seconds:g}", *extra, "--json"]
+
+
+def client_result(returncode, stdout, stderr, what):
+    """The JSON an rpc-client of client_argv printed; a UserError naming `what` if it failed or a call did."""
+    if returncode:
+        raise UserError(f"rpc-client ({what}) failed (exit {returncode}): {stderr.strip()[-300:]}")
+    res = json.loads(stdout.strip().splitlines()[-1])
+    if res.get("errors"):
+        raise UserError(f"rpc-client ({what}): {res['errors']} calls failed")
+    return res
+
+
+def _one_run(setting, transport, size, calls, warmup, cpus, addrs, ready):
     server = start_server(addrs, cpus, transport, PORT, 60, ready, aslr=setting)
     try:
-        r = subprocess.run(
-            ["ip", "netns", "exec", addrs["client_ns"], *prefix, "taskset", "-c", str(cpus["client"]),
-             str(NOTRACE_BIN / "rpc-client"), "--server", addrs["server"], "--port", str(PORT),
-             "--transport", transport, "--proc", "maxarg", "--size", str(size), "--calls", str(calls),
-             "--warmup", str(warmup), "--cpu", str(cpus["client"]), "--wait", "select", "--max-seconds", "30",
-             "--json"], capture_output=True, text=True, timeout=90)
+        r = subprocess.run(client_argv(addrs, cpus, transport, PORT, size, calls, warmup, 30, aslr=setting),
+                           capture_output=True, text=True, timeout=90)
     finally:
         server.terminate()
         server.wait(timeout=10)
-    if r.returncode:
-        raise UserError(f"rpc-client failed (exit {r.returncode}): {r.stderr.strip()[-300:]}")
-    res = json.loads(r.stdout.strip().splitlines()[-1])
-    if res.get("errors") or res.get("aslr") != setting:
-        raise UserError(f"rpc-client: {res.get('errors')} errors, ran with ASLR {res.get('aslr')} (asked {setting})")
+    res = client_result(r.returncode, r.stdout, r.stderr, f"ASLR {setting}")
+    if res.get("aslr") != setting:
+        raise UserError(f"rpc-client ran with ASLR {res.get('aslr')} (asked {setting})")
     return res["rtt_ns"]["p50"]
 
 

@@ -48,7 +48,7 @@ RPC_STUB_GEN := $(patsubst stubs/idl/%.idl,build/stubs/%_stubs.c,$(wildcard stub
 RPC_STUB_SRCS := stubs/runtime/stubrt.c stubs/runtime/interp.c $(RPC_STUB_GEN)
 RPC_STUB_HDRS := stubs/runtime/stubrt.h stubs/runtime/interp.h $(RPC_STUB_GEN:.c=.h)
 RPC_STUB_OBJS := $(patsubst %.c,$(BUILD)/obj/stubs/%.o,$(notdir $(RPC_STUB_SRCS)))
-RPC_MODULES := util wire marshal procs xport reasm replycache server client bench stubcall wakecal clockmark cpuspeed
+RPC_MODULES := util wire marshal procs xport reasm replycache server client bench stubcall wakecal clockmark cpuspeed turns
 RPC_SRCS := $(addprefix rpc/,$(addsuffix .c,$(RPC_MODULES)))
 RPC_HDRS := $(wildcard rpc/*.h) $(GEN)/rpcscope_tp.h $(RPC_STUB_HDRS)
 RPC_OBJS := $(patsubst rpc/%.c,$(BUILD)/obj/%.o,$(RPC_SRCS))

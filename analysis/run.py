@@ -55,9 +55,16 @@ class RunError(Exception):
 def level_rounds_p50s(case_meta, kind):
     """A case's rounds' p50s of one kind (manifest cases[].repeats), of the rounds that agree with the
     kept one where the capture says which (its sweeps: the host's speed level the case's figures come
-    from; collectors/capture.py choose_sweep), else of every round (captures before session 14)."""
+    from; collectors/capture.py choose_sweep), else of every round (captures before session 14).
+    Where the runs took turns (capture --turns, session 35), every round agrees, and each p50 is taken
+    over its round's speed (capture.py round_speeds) times the kept round's."""
     rep = case_meta.get("repeats") or {}
     p50s = rep.get(f"{kind}_p50_ns") or []
+    speed = (rep.get("turns") or {}).get("round_speed")
+    if speed and len(speed) >= len(p50s) and rep.get("kept_round") is not None:
+        # The runs took turns (capture --turns): each round's p50 over its round's speed, at the
+        # kept round's, a figure of the configuration with the host's moment taken out.
+        p50s = [x * speed[rep["kept_round"]] / speed[r] for r, x in enumerate(p50s)]
     agreeing = rep.get("agreeing_rounds")
     return [p50s[r] for r in agreeing if r < len(p50s)] if agreeing else list(p50s)
 
@@ -89,6 +96,7 @@ def _half_spread_pct(case_meta, p50s):
 def traced_noise_pct(case_meta):
     """How far one traced run of a case moves from the next identical one: half the spread of its
     rounds' traced p50s in the kept round's speed level (level_rounds_p50s), as % of its untraced p50.
+    Where the runs took turns (capture --turns), the rounds' p50s over their round's speed.
     The model weighs each size's point by it (model.py size_noise_pct)."""
     return _half_spread_pct(case_meta, level_rounds_p50s(case_meta, "traced"))
 
@@ -100,7 +108,8 @@ def untraced_noise_pct(case_meta):
     the case, for Measured is then the kept round's own p50, and how far one run moves is shown only by
     all of them. Why (session 34): a capture that never settled keeps one or two rounds that agree within
     3 % a size, and their spread said "Measured moved by a median 1.1 %" while the case's rounds spread
-    by a standard deviation of 9-11 % (runs/run-20261127-235429)."""
+    by a standard deviation of 9-11 % (runs/run-20261127-235429). Where the runs took turns (capture
+    --turns), every round is in the level, each p50 over its round's speed (level_rounds_p50s)."""
     p50s = level_rounds_p50s(case_meta, "untraced")
     if len(p50s) < LEVEL_MEDIAN_ROUNDS:
         p50s = (case_meta.get("repeats") or {}).get("untraced_p50_ns") or []

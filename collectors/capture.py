@@ -41,7 +41,7 @@ from rpcscope import ROOT
 from rpcscope.interrupts import interruptible, uninterrupted
 from rpcscope.output import UserError
 
-from . import ftrace, idle, lttng, perf
+from . import ftrace, idle, interleave, lttng, perf
 
 FORMAT = 1
 PROCS = ("null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway")
@@ -64,6 +64,14 @@ CPUSPEED_SECONDS = 5           # rpc-cpuspeed's own bound (it takes ~0.07 s at f
 # (rpc-client --pace-slices; ~5 ms each): the pace its CPU ran at, run by run (rounds.json "pace",
 # repeats.<kind>_pace_ns). Both CPUs changed pace together in every check of session 33.
 PACE_SLICES = 8
+# --turns: every size and kind of a transport's round runs at once, taking turns of this many calls
+# (collectors/interleave.py take_cooperative_turns). Calls, not a time: every run then makes its calls
+# at one pace, so all of them span the whole round (with turns of 5 ms, UDP 0's runs were done in ~40
+# turns, the first quarter of a round whose 24096 runs took ~200). 20 calls make a cycle through the
+# 24 runs of a UDP round of ~50 ms, within which this host's speed holds (lag-1 correlation 0.4-0.65
+# over 0.09 s, session 34).
+TURN_CALLS = 20
+TURN_CALLS_RANGE = (1, 10000)
 
 
 # ---------------------------------------------------------------- input
@@ -126,6 +134,11 @@ def validate(p):
         raise UserError(f"--aslr {p.get('aslr')!r}: use off (one address layout for every run) or on")
     check_extra_sweep_seconds(p.get("extra_sweep_seconds", EXTRA_SWEEP_SECONDS))
     check_deadline_seconds(p.get("deadline_seconds"))
+    if p.get("turns") and not TURN_CALLS_RANGE[0] <= p.get("turn_calls", TURN_CALLS) <= TURN_CALLS_RANGE[1]:
+        raise UserError(f"--turn-calls {p.get('turn_calls')}: use {TURN_CALLS_RANGE[0]} to {TURN_CALLS_RANGE[1]} calls")
+    if p.get("turns") and p.get("kernel") in ("perf", "lttng"):
+        raise UserError(f"--turns takes --kernel ftrace (or auto, or none): a {p['kernel']} recorder cannot be "
+                        f"switched off for the turns of the runs that are not traced")
     if p["placement"] == "split" and len(os.sched_getaffinity(0)) < 2:
         raise UserError("--placement split needs two CPUs (one per host); this machine offers "
                         f"{sorted(os.sched_getaffinity(0))}: use --placement same")
@@ -386,11 +399,11 @@ class Processes:
     def __init__(self):
         self.procs = []
 
-    def spawn(self, argv, log_path=None, stdin=subprocess.DEVNULL, stdout=None):
+    def spawn(self, argv, log_path=None, stdin=subprocess.DEVNULL, stdout=None, pass_fds=()):
         err = open(log_path, "ab") if log_path else subprocess.DEVNULL
         try:
             pr = subprocess.Popen(argv, stdin=stdin, stdout=stdout if stdout is not None else subprocess.DEVNULL,
-                                  stderr=err, start_new_session=True)
+                                  stderr=err, start_new_session=True, pass_fds=pass_fds)
         finally:
             if log_path:
                 err.close()
@@ -495,6 +508,12 @@ class Capture:
         self.hosts = {h["role"]: h for h in testbed_state["hosts"]}
         self.cpus = placement_cpus(params["placement"])
         self.kernel = choose_kernel_collector(params["kernel"])
+        if params.get("turns") and params["kernel"] == "auto" and self.kernel == "lttng" and ftrace.available():
+            self.kernel = "ftrace"           # an LTTng kernel session cannot pause for the untraced turns
+        if params.get("turns") and self.kernel not in ("ftrace", "none"):
+            raise UserError(f"--turns: the kernel collector here is {self.kernel}, which cannot be switched off for "
+                            f"the turns of the runs that are not traced; mount tracefs (make bootstrap) for ftrace, "
+                            f"or use --kernel none")
         self.tag = uuid.uuid4().hex[:8]
         self.manifest = None
         self.port = BASE_PORT
@@ -562,19 +581,23 @@ class Capture:
         return pr
 
     def client_argv(self, ns, server, port, transport, size, calls, warmup, cpu, traced, clock_out=None,
-                    clock_ring=False):
+                    clock_ring=False, turns=None):
+        """turns (take_cooperative_turns): (the TurnTaker, how many take turns); the client's time bound
+        grows with them, for it runs one turn in that many."""
         bindir = rpc_bindir(traced, clock_out)
-        max_s = max(30, int(calls * 0.005) + 30)
+        max_s = max(30, int(calls * 0.005) + 30) * (turns[1] if turns else 1)
+        turn_argv = ["--turn-fds", ",".join(map(str, turns[0].child_fds())),
+                     "--turn-calls", str(self.p.get("turn_calls", TURN_CALLS))] if turns else []
         return ["ip", "netns", "exec", ns, *aslr_prefix(self.p.get("aslr", "off")), "taskset", "-c", str(cpu),
                 *clock_env(clock_out, clock_ring), "sh", "-c", 'read _go && exec "$@"', "sh",
                 str(bindir / "rpc-client"), "--server", server, "--port", str(port), "--transport", transport,
                 "--proc", self.p["proc"], "--size", str(size), "--calls", str(calls), "--warmup", str(warmup),
                 "--cpu", str(cpu), "--wait", self.p["wait"], "--max-seconds", str(max_s),
-                "--pace-slices", str(PACE_SLICES), "--json"], max_s + 60
+                "--pace-slices", str(PACE_SLICES), *turn_argv, "--json"], max_s + 60
 
-    def spawn_client(self, argv, log_path):
+    def spawn_client(self, argv, log_path, pass_fds=()):
         """Start the client held before exec: its pid (which exec keeps) is known before it runs."""
-        pr = self.procs.spawn(argv, log_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        pr = self.procs.spawn(argv, log_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=pass_fds)
         return pr
 
     def release_and_wait(self, pr, timeout, what):
@@ -583,6 +606,10 @@ class Capture:
         except subprocess.TimeoutExpired:
             self.procs.stop(pr, signal.SIGKILL)
             raise UserError(f"{what}: rpc-client did not finish within {timeout}s") from None
+        return self.client_result(pr, out, what)
+
+    def client_result(self, pr, out, what):
+        """The finished rpc-client's JSON (out: its stdout), checked: no errors, the --aslr asked for."""
         lines = out.decode(errors="replace").strip().splitlines()
         if pr.returncode != 0 or not lines or not lines[-1].startswith("{"):
             raise UserError(f"{what}: rpc-client failed (exit {pr.returncode}): {' '.join(lines[-3:])}")
@@ -672,6 +699,13 @@ class Capture:
             return stop
         return hook
 
+    def kernel_event_set(self):
+        """The perf or ftrace kernel collector's tracepoints for a traced run (perf.event_set)."""
+        return perf.event_set(self.p["executors"], bool(self.tb["link"].get("rate_bit")),
+                              available={e for e in perf.event_set(1, True, detail="full")
+                                         if perf.tracepoint_available(e)},
+                              detail=self.kernel_events)
+
     def kernel_start(self, out_dir, pids):
         """Start the kernel collector writing into out_dir (perf: out_dir/kernel.perf.data; ftrace:
         out_dir/kernel.ftrace, at kernel_stop; LTTng: out_dir/kernel)."""
@@ -680,10 +714,7 @@ class Capture:
             # enabled around each, ended by kernel_release before the next run that is not traced (a
             # perf's tracepoints cost the calls even while disabled). In a case's rounds every traced
             # run is followed by an untraced one, so each has a recorder of its own.
-            evs = perf.event_set(self.p["executors"], bool(self.tb["link"].get("rate_bit")),
-                                 available={e for e in perf.event_set(1, True, detail="full")
-                                            if perf.tracepoint_available(e)},
-                                 detail=self.kernel_events)
+            evs = self.kernel_event_set()
             if self.kernel == "perf":
                 if self.case_perf is None:
                     work = self.out / ".perf"
@@ -831,9 +862,12 @@ class Capture:
 
         def sweep(r, rounds):
             t0 = time.monotonic()
-            for case in cases:
-                for kind in kinds:
-                    one(case, r, kind, rounds)
+            if self.p.get("turns"):
+                self.turns_round(transport, cases, kinds, r, rounds, runs, order)
+            else:
+                for case in cases:
+                    for kind in kinds:
+                        one(case, r, kind, rounds)
             seconds.append(round(time.monotonic() - t0, 1))
             self.kernel_release()         # the check runs with no tracer attached, as untraced runs do
             self.cpu_speed_check(f"{transport} sweep {r + 1}")
@@ -841,6 +875,8 @@ class Capture:
         seconds = []
         for r in range(n):
             sweep(r, n)
+        if self.p.get("turns"):
+            return (runs, order, *self.turns_record(transport, cases, runs, n, seconds))
         p50s = _p50s(runs)
         kept, agreeing, dist = choose_sweep(p50s)
         r = n
@@ -870,6 +906,147 @@ class Capture:
                   "deadline_seconds": self.p.get("deadline_seconds"),
                   "cases": [c["id"] for c in cases]}
         return runs, order, by_case, record
+
+    def turns_round(self, transport, cases, kinds, r, rounds, runs, order):
+        """Round r of every case and kind of a transport at once (--turns): a server and a held client
+        each, the traced ones' UST sessions and tracefs instances (one per case, paused), then turns
+        of --turn-calls each, round robin (collectors/interleave.py take_cooperative_turns), with the
+        case's instance recording only while its traced client has the turn. Appends each run to
+        runs[case id][kind] as one() does, with its turns.
+
+        Why: this VM's speed moves by ~10 % within a tenth of a second (analysis/MODEL.md, session
+        34), so runs one after the other differ by as much; runs that take turns every few ms see the
+        same moments of the host. The traced run's step costs, the untraced run's Measured and every
+        size the model is fitted over then come from the same host (bench-interleave: the ln ratio of
+        two identical runs spread 0.3-0.6 % taking turns, 4-8 % one after the other). The IPIs of a
+        run are counted over its turns (one read of /proc/interrupts, ~80 us, at each turn's end)."""
+        calls, warmup = self.p["calls"], self.p["warmup"]
+        total = calls + warmup
+        members = [{"case": c, "kind": k} for c in cases for k in kinds]
+        self.step(f"{transport}: round {r + 1}/{rounds}, {len(members)} runs taking turns")
+        evs = self.kernel_event_set() if self.kernel == "ftrace" and "traced" in kinds else []
+        try:
+            for m in members:
+                case, kind = m["case"], m["kind"]
+                rdir = m["dir"] = self.out / case["dir"] / f"repeat-{r}"
+                rdir.mkdir(parents=True, exist_ok=True)
+                tag = m["tag"] = f"{kind}-{r}"
+                clock_out = ({**{role: rdir / f"clock-{role}.txt" for role in ("client", "server")}, "ring": True}
+                             if kind == "clock" else {})
+                traced = kind in ("ust", "traced") or (kind == "untraced" and self.p["untraced"] == "stopped")
+                port = self.next_port()
+                m["srv"] = self.start_server(self.ns("server"), self.addr("server"), port, transport, self.cpus["server"],
+                                             traced, rdir, tag, self.server_wait(transport),
+                                             clock_out=clock_out.get("server"), clock_ring=True)
+                m["taker"] = interleave.TurnTaker(f"{case['id']} {kind}")
+                argv, m["timeout"] = self.client_argv(self.ns("client"), self.addr("server"), port, transport,
+                                                      case["size"], calls, warmup, self.cpus["client"], traced,
+                                                      clock_out=clock_out.get("client"), clock_ring=True,
+                                                      turns=(m["taker"], len(members)))
+                m["out"] = rdir / f"client-{tag}.json"
+                with open(m["out"], "wb") as out:      # a file, not a pipe: an exiting client never blocks
+                    m["cl"] = self.procs.spawn(argv, rdir / f"client-{tag}.log", stdin=subprocess.PIPE,
+                                               stdout=out, pass_fds=m["taker"].child_fds())
+                m["taker"].after_spawn()
+                m["got"], m["ust"], m["ipis"] = {}, rdir / f"ust-{kind}", {}
+                if kind in ("ust", "traced"):
+                    shutil.rmtree(m["ust"], ignore_errors=True)
+                    m["session"] = self.ust_start(m["ust"], total, fragments(case["size"], transport),
+                                                  [m["srv"].pid, m["cl"].pid])
+                if kind == "traced" and evs:
+                    m["rec"] = ftrace.FtraceRecorder(evs, self.devices(),
+                                                     buffer_kb=turn_buffer_kb(total, fragments(case["size"], transport)))
+                    m["rec"].start()
+                    m["got"]["kernel_events"] = evs
+            for m in members:
+                m["cl"].stdin.write(b"go\n")
+                m["cl"].stdin.close()
+
+            def on_start(taker):
+                if by_taker[taker].get("rec"):
+                    by_taker[taker]["rec"].resume()
+
+            def on_end(taker):
+                m = by_taker[taker]
+                if m.get("rec"):
+                    m["rec"].pause()
+                counts = ipi_counts()          # this turn's end, and the next one's start
+                for role, n_ipi in (ipi_delta(last[0], counts, self.cpus) or {}).items():
+                    m["ipis"][role] = m["ipis"].get(role, 0) + n_ipi
+                last[0] = counts
+
+            by_taker = {m["taker"]: m for m in members}
+            last = [ipi_counts()]
+            try:
+                interleave.take_cooperative_turns([m["taker"] for m in members], max(m["timeout"] for m in members),
+                                                  on_start=on_start, on_end=on_end)
+            except interleave.TurnsError as e:
+                raise UserError(f"{transport} round {r + 1}: {e}; the clients' logs are in "
+                                f"{self.out}/cases/*/repeat-{r}/") from None
+            for m in members:
+                what = f"{transport} {self.p['proc']} {m['case']['size']} ({m['tag']}, taking turns)"
+                try:
+                    m["cl"].wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    raise UserError(f"{what}: rpc-client did not exit after its last turn") from None
+                m["res"] = self.client_result(m["cl"], m["out"].read_bytes(), what)
+                m["out"].unlink()
+                if m.get("session"):
+                    m["got"]["ust"] = self.ust_stop(m.pop("session"))
+                if m.get("rec"):
+                    m["got"]["kernel"] = {"ftrace": m["rec"].dump(m["dir"] / "kernel.ftrace")}
+                    m.pop("rec").stop()
+        finally:
+            for m in members:
+                if m.get("cl"):
+                    self.procs.stop(m["cl"])
+                if m.get("srv"):
+                    self.procs.stop(m["srv"])       # its --stats-json is written as it exits
+                if m.get("taker"):
+                    m["taker"].close()
+                if m.get("rec"):
+                    m["rec"].stop()
+                if m.get("session"):
+                    with contextlib.suppress(Exception):
+                        self.ust_stop(m["session"])
+        for m in members:
+            cid, kind, res = m["case"]["id"], m["kind"], m["res"]
+            if kind == "ust":
+                shutil.rmtree(m["ust"], ignore_errors=True)   # only its p50 is used: no disk held for it
+            turns = res.get("turns") or {}
+            sleeps = sleeps_per_call(res, m["dir"] / f"server-{m['tag']}-stats.json", m["ipis"] or None, total,
+                                     turn_waits=(turns.get("waits_measured", 0), turns.get("count", 0)))
+            runs[cid][kind].append({"res": res, "pids": {"server": m["srv"].pid, "client": m["cl"].pid},
+                                    "got": m["got"], "dir": m["dir"], "ust": m["ust"], "sleeps": sleeps,
+                                    "turns": {"count": m["taker"].turns, "seconds": round(m["taker"].seconds, 3)}})
+            order[cid].append(m["tag"])
+            self.advance()
+
+    def turns_record(self, transport, cases, runs, n, seconds):
+        """({case id: (the kept round, every round)}, the sweeps' record) of a capture whose runs took
+        turns (--turns): the kept round, the one whose probe effects (each kind's p50 over its round's
+        untraced p50, per case) lie nearest their medians over the rounds (turns_kept_round), gives
+        every case its traces; every round is in its "level", each round's p50s divided by the round's
+        speed (round_speeds; analysis/run.py level_rounds_p50s). No extra sweeps: a round's kinds and
+        sizes share the host's moments, so the rounds need not agree with one another."""
+        p50s = _p50s(runs)
+        kept = turns_kept_round(p50s)
+        every = list(range(n))
+        by_case = {c["id"]: (kept, every) for c in cases}
+        speed = round_speeds(p50s)
+        turns = [x["turns"]["count"] for v in runs.values() for k in v.values() for x in k]
+        record = {"rounds": n, "extra_rounds": 0, "kept_round": kept, "agreeing_rounds": every,
+                  "settled": True, "agree_pct": SWEEP_AGREE_PCT,
+                  "kept": "one round for every size: the round whose probe effects lie nearest their medians "
+                          "(the sizes and kinds of a round took turns)",
+                  "level": None, "kept_by_case": {cid: kept for cid in by_case},
+                  "kept_straddle_pct": {}, "distance_pct": [], "seconds": seconds, "ended": "turns",
+                  "extra_sweep_seconds": 0, "deadline_seconds": self.p.get("deadline_seconds"),
+                  "turns": {"turn_calls": self.p.get("turn_calls", TURN_CALLS), "runs_per_round": len(turns) // max(1, n),
+                            "turns_per_run_median": statistics.median(turns) if turns else None,
+                            "probe_effect_spread_pct": turns_spread_pct(p50s), "round_speed": speed},
+                  "cases": [c["id"] for c in cases]}
+        return by_case, record
 
     def seconds_left(self, transport, repeats, seconds):
         """Of the capture's --deadline-seconds (None: no deadline), the seconds left for more extra sweeps of
@@ -1137,6 +1314,10 @@ class Capture:
                            **{f"{k}_p50_ns": [r["res"]["rtt_ns"]["p50"] for r in v] for k, v in runs.items()},
                            **{f"{k}_pace_ns": [run_pace_ns(r["res"]) for r in v] for k, v in runs.items()},
                            **{f"{k}_sleeps_per_call": [r.get("sleeps") for r in v] for k, v in runs.items()}}
+        if record.get("turns"):      # the runs took turns (--turns): analysis/run.py level_rounds_p50s
+            case["repeats"]["turns"] = {"turn_calls": record["turns"]["turn_calls"],
+                                        "round_speed": record["turns"]["round_speed"],
+                                        **{f"{k}_turns": [r["turns"]["count"] for r in v] for k, v in runs.items()}}
         case["sleeps_per_call"] = {k: v[kept].get("sleeps") for k, v in runs.items()}
         # Every round's client summary, its histogram included: the rounds a case did not keep still
         # show which modes their calls fell in, which a level's p50s alone cannot tell from a switch
@@ -1520,6 +1701,50 @@ def most_central(p50s, rounds):
     return min(rounds, key=lambda q: (sum(abs(math.log(v[q]) - med[k]) for k, v in p50s.items()), q))
 
 
+def _probe_effects(p50s):
+    """{(case, kind): [ln(p50 / the round's untraced p50) per round]} for every kind but untraced."""
+    return {(c, k): [math.log(x / u) for x, u in zip(v, p50s[(c, "untraced")])]
+            for (c, k), v in p50s.items() if k != "untraced" and (c, "untraced") in p50s}
+
+
+def turns_kept_round(p50s):
+    """The round whose runs lie nearest the middle of the rounds once each round's speed is taken out
+    (round_speeds): the least sum over every case and kind of |ln(p50 / speed) - its median over the
+    rounds| (the earliest of equals). Its traces are scaled the least to the rounds' medians (the
+    model's traced_scale). p50s: {(case, kind): [p50 per round]}."""
+    speed = round_speeds(p50s)
+    rel = {k: [math.log(x / q) for x, q in zip(v, speed)] for k, v in p50s.items()}
+    med = {k: statistics.median(v) for k, v in rel.items()}
+    return min(range(len(speed)), key=lambda r: (round(sum(abs(v[r] - med[k]) for k, v in rel.items()), 9), r))
+
+
+def turns_spread_pct(p50s):
+    """The median over cases and kinds of half the spread of 100 ln(p50 / the round's untraced p50)
+    over the rounds: how far a probe effect moves from round to round when the runs take turns."""
+    spreads = [100 * (max(v) - min(v)) / 2 for v in _probe_effects(p50s).values() if len(v) > 1]
+    return round(statistics.median(spreads), 2) if spreads else None
+
+
+def round_speeds(p50s):
+    """Each round's speed relative to the rounds' middle: exp of the mean over every case and kind of
+    ln(p50 / the kind's median over the rounds); 1.1 a round whose runs all took 10 % longer. Where
+    the runs of a round took turns they saw the host alike, and their p50s over their round's speed
+    are figures of the configuration alone (analysis/run.py level_rounds_p50s).
+    p50s: {(case, kind): [p50 per round]}."""
+    n = min((len(v) for v in p50s.values()), default=0)
+    logs = [[math.log(v[r]) - statistics.median(math.log(x) for x in v[:n]) for v in p50s.values()] for r in range(n)]
+    return [round(math.exp(sum(row) / len(row)), 5) for row in logs]
+
+
+def turn_buffer_kb(calls, frags):
+    """A tracefs ring per CPU for one traced run taking turns (one instance a case): room for its
+    events, ~40 a fragment and 40 more a call at ~48 bytes (manifest events_per_call: UDP 24096, 6
+    fragments, 190 a call), twice over, between 8 MiB and the sequential runs' 256 MiB. Why not 256 MiB
+    each: a transport's cases hold theirs at once."""
+    need = calls * (40 + 40 * frags) * 48 * 2 // 1024
+    return int(min(ftrace.BUFFER_KB, max(8192, need)))
+
+
 def sweeps_settled(agreeing, rounds):
     return len(agreeing) >= min(SWEEP_SETTLE_ROUNDS, rounds)
 
@@ -1529,10 +1754,21 @@ def sweeps_summary(sweeps):
     if not sweeps:
         return None
     return "; ".join(
+        _turns_summary(t, v) if v.get("turns") else
         f"{t}: {v['rounds'] + v['extra_rounds']} sweeps of every size ({v['extra_rounds']} extra), round "
         f"{v['kept_round']} kept, {len(v['agreeing_rounds'])} rounds agree within {v['agree_pct']:g} % "
         f"({', '.join(map(str, v['agreeing_rounds']))})" + _kept_note(v)
         for t, v in sweeps.items())
+
+
+def _turns_summary(transport, sweep):
+    t = sweep["turns"]
+    speed = t.get("round_speed") or [1.0]
+    return (f"{transport}: {sweep['rounds']} rounds, the {t['runs_per_round']} runs of each (every size and kind) "
+            f"taking turns of {t['turn_calls']} calls (a median {t['turns_per_run_median']:g} turns a run); round "
+            f"{sweep['kept_round']} kept for every size's traces, every figure the median of the rounds' p50s over "
+            f"their round's speed (which ranged over {min(speed):.2f}-{max(speed):.2f}; the probe effects moved by a "
+            f"median {t['probe_effect_spread_pct']} % between rounds)")
 
 
 def unsettled_transports(manifest, transports):
@@ -1591,7 +1827,7 @@ def cpu_speed_summary(cpu):
             "max_ns": cpu["max_ns"], "sum_ns": sum(cpu["slice_ns"])}
 
 
-def sleeps_per_call(res, server_stats_path, ipis=None, calls=None):
+def sleeps_per_call(res, server_stats_path, ipis=None, calls=None, turn_waits=(0, 0)):
     """How often the client and the server slept per call in one run: the client's voluntary context
     switches over its measured calls (rpc-client --json "switches") and the server's since it started
     (--stats-json, all threads) per request it received. A sleep is a wait that blocked, so two runs
@@ -1601,6 +1837,8 @@ def sleeps_per_call(res, server_stats_path, ipis=None, calls=None):
     "server_ipi": a wake-up whose wakee had not yet left its CPU, or whose CPU was not polling, is sent
     as an interrupt, which costs this VM ~12 us (session 24) where a polling CPU's costs about none.
     A traced server's count includes its tracer's threads (LTTng-UST's: ~0.03 a request here).
+    turn_waits (--turns): (the client's waits for a turn while it measured, its turns): those are no
+    part of a call, and each turn's gap costs the server at most one sleep more; both are taken off.
     None where the binaries predate the counts."""
     sw = res.get("switches")
     try:
@@ -1609,8 +1847,8 @@ def sleeps_per_call(res, server_stats_path, ipis=None, calls=None):
         st = {}
     if not sw or not res.get("calls") or "voluntary_switches" not in st or not st.get("requests"):
         return None
-    out = {"client": round(sw["voluntary"] / res["calls"], 3),
-           "server": round(st["voluntary_switches"] / st["requests"], 3)}
+    out = {"client": round(max(0, sw["voluntary"] - turn_waits[0]) / res["calls"], 3),
+           "server": round(max(0, st["voluntary_switches"] - turn_waits[1]) / st["requests"], 3)}
     if ipis and calls:
         out.update({f"{role}_ipi": round(n / calls, 3) for role, n in ipis.items()})
     return out

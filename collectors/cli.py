@@ -18,6 +18,8 @@ EPILOG = """examples:
   rpcscope capture --sizes 0,4016 --proc echo --transport udp,tcp --placement same --wait recv --out runs/x
   rpcscope capture --sizes 0,1392,1393,4016 --holdout 1393 --out runs/y   1393 corrects no other size
   rpcscope capture --sizes 0 --kernel-events full --out runs/z   also start of transmit, sched_wakeup, bridge side
+  rpcscope capture --sizes 0,4016,24096 --clock-reads --turns --out runs/t   every size and kind
+                                                       of a round at once, in turns of 20 calls
   rpcscope capture ... --out runs/x --replace          overwrite an earlier run of that name
   rpcscope capture ... --json                          print the manifest as JSON
 
@@ -88,6 +90,13 @@ def add_common(ap, default_calls, default_sizes):
                     help="local testbed: in every round, one more run with the clock build (make "
                          "TRACE=clock: each step mark one clock read into memory); its RTT per round, and the "
                          "kept round's step times, which the step tables set beside the probe-corrected ones")
+    ap.add_argument("--turns", action="store_true",
+                    help="local testbed, kernel ftrace or none: run every size and kind of a round at once, taking "
+                         "turns of --turn-calls (each client calls only in its turns, the traced ones' tracefs instances "
+                         "record only in theirs), so that Measured, the traced runs and every size share the host's "
+                         "moments; one round is kept for every size, and no extra sweeps are made")
+    ap.add_argument("--turn-calls", type=int, default=cap.TURN_CALLS, metavar="N",
+                    help=f"with --turns: the calls of a turn (default {cap.TURN_CALLS})")
     ap.add_argument("--calibration-calls", type=int, default=3000, help="calls per loopback calibration run (default 3000; the in-situ calibration uses --calls and --warmup)")
     ap.add_argument("--keep-perf-data", action="store_true", help="keep perf.data next to the kernel CTF")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
@@ -104,7 +113,7 @@ def params_from(args):
         "repeats": args.repeats, "extra_sweep_seconds": args.extra_sweep_seconds,
         "deadline_seconds": args.deadline_seconds,
         "user_only_runs": args.user_only_runs, "keep_perf_data": args.keep_perf_data,
-        "clock_reads": args.clock_reads,
+        "clock_reads": args.clock_reads, "turns": args.turns, "turn_calls": args.turn_calls,
         "replace": args.replace,
         "holdout": cap.parse_sizes(args.holdout) if getattr(args, "holdout", None) else [],
     }
@@ -118,6 +127,8 @@ def params_from(args):
                         "calibration and a kernel collector; drop --calibration none, --kernel none or --inventory")
     if p["clock_reads"] and getattr(args, "inventory", None):
         raise UserError("--clock-reads: the local testbed only (it runs this checkout's build/clock); drop --inventory")
+    if p["turns"] and getattr(args, "inventory", None):
+        raise UserError("--turns: the local testbed only (one kernel switches every tracer); drop --inventory")
     if not 1 <= args.repeats <= 15:
         raise UserError(f"--repeats {args.repeats}: use 1 to 15 rounds per size")
     if args.calibration_calls < 100:

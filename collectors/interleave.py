@@ -9,8 +9,14 @@ takes a slice longer: one call a slice, far above the p50.
 
 Nothing is left stopped: whatever ends the turns (all exited, the deadline, an exception or an
 interrupt), every process still alive is continued before take_turns returns or raises.
+
+take_cooperative_turns is the capture's way (collectors/capture.py --turns): its processes are
+rpc-clients that take a turn when told through a pipe and hand it back after a number of calls
+(rpc-client --turn-fds, --turn-calls; rpc/turns.h), so no call is cut in two, and a hook around each
+turn switches the tracer of a traced run on and off.
 """
 import os
+import select
 import signal
 import time
 
@@ -63,3 +69,75 @@ def stopped(proc):
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
+class TurnsError(Exception):
+    """A cooperative turn that did not end: its client neither handed the turn back nor exited."""
+
+
+class TurnTaker:
+    """One process of take_cooperative_turns: the coordinator's ends of its two pipes (go: the
+    coordinator writes a byte to start a turn; done: the process writes a byte to end it, and its end
+    of the pipe closes when it exits), and what it had: turns, seconds in them."""
+
+    def __init__(self, name):
+        self.name = name
+        self.go_r, self.go_w = os.pipe()
+        self.done_r, self.done_w = os.pipe()
+        self.turns = 0
+        self.seconds = 0.0
+        self.finished = False
+
+    def child_fds(self):
+        """The fds the process inherits (Popen pass_fds) and names on its command line (--turn-fds IN,OUT)."""
+        return (self.go_r, self.done_w)
+
+    def after_spawn(self):
+        """Close the process's ends in the coordinator, so that its exit ends the done pipe."""
+        for fd in (self.go_r, self.done_w):
+            os.close(fd)
+        self.go_r = self.done_w = -1
+
+    def close(self):
+        for name in ("go_r", "go_w", "done_r", "done_w"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+
+
+def take_cooperative_turns(takers, max_seconds, turn_timeout_s=30.0, on_start=None, on_end=None):
+    """Give takers (TurnTaker, each a running rpc-client --turn-fds) turns one after another, round
+    robin, until every one has exited; each turn's length is the process's own (rpc-client --turn-us),
+    and it ends between two calls, so no call is cut in two as SIGSTOP would. on_start(taker) runs
+    just before a turn is given and on_end(taker) just after it ends (a tracer switched on and off
+    around a traced client's turns). Raises TurnsError when a turn outlasts turn_timeout_s or the
+    turns outlast max_seconds; the caller then stops the processes (their turn pipes stay open until
+    TurnTaker.close)."""
+    end = time.monotonic() + max_seconds
+    live = list(takers)
+    while live:
+        for t in list(live):
+            if time.monotonic() > end:
+                raise TurnsError(f"the turns took more than {max_seconds:g} s; {len(live)} process(es) had not "
+                                 f"finished ({', '.join(x.name for x in live)})")
+            if on_start:
+                on_start(t)
+            t0 = time.monotonic()
+            try:
+                os.write(t.go_w, b"g")
+                ready, _, _ = select.select([t.done_r], [], [], turn_timeout_s)
+                data = os.read(t.done_r, 1) if ready else None
+            except BrokenPipeError:           # it exited before this turn: its pipe's reader is gone
+                data = b""
+            finally:
+                if on_end:
+                    on_end(t)
+            t.seconds += time.monotonic() - t0
+            if data is None:
+                raise TurnsError(f"{t.name} held its turn for more than {turn_timeout_s:g} s")
+            t.turns += 1
+            if not data:
+                t.finished = True
+                live.remove(t)
+    return takers

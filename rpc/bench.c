@@ -24,6 +24,7 @@ struct bench_thread {
      * per call they show which waits blocked (the path's shape) without tracing anything. */
     uint64_t vol_switches, invol_switches;
     struct cpuspeed_pace pace_before, pace_after;    /* the first thread's (bench_config.pace_slices) */
+    uint64_t turns, turn_waits;                      /* the first thread's (bench_config.turn_in_fd) */
 };
 
 /* The calling thread's voluntary and involuntary context switches so far. */
@@ -165,7 +166,8 @@ static void *bench_thread_main(void *arg)
     struct proc_args a;
     struct proc_result r;
     uint64_t stop_at, vol0 = 0, invol0 = 0, vol1, invol1;
-    int rc, counting = 0;
+    struct turns turns;
+    int rc, counting = 0, yielded;
 
     if (cfg->ncpus && util_pin_cpu(cfg->cpus[t->index % cfg->ncpus])) {
         snprintf(t->error, sizeof t->error, "%s", util_error());
@@ -176,6 +178,12 @@ static void *bench_thread_main(void *arg)
         t->errors++;
         workload_free(&w);
         return NULL;
+    }
+    turns_init(&turns, t->index == 0 ? cfg->turn_in_fd : -1, cfg->turn_out_fd, cfg->turn_calls, cfg->turn_ns);
+    if (turns_wait(&turns)) {
+        snprintf(t->error, sizeof t->error, "%s", util_error());
+        t->errors++;
+        goto out;
     }
     if (cfg->pace_slices && t->index == 0 && cpuspeed_pace(BENCH_PACE_SLICE_ITERATIONS, cfg->pace_slices,
                                                            &t->pace_before))
@@ -214,6 +222,13 @@ static void *bench_thread_main(void *arg)
         t->end_ns = t1;
         if (t1 > stop_at)
             break;
+        if (turns_after_call(&turns, util_now_ns(), &yielded)) {
+            if (!t->error[0])
+                snprintf(t->error, sizeof t->error, "%s", util_error());
+            t->errors++;
+            break;
+        }
+        t->turn_waits += (uint64_t)(yielded && counting);
     }
     thread_switches(&vol1, &invol1);
     if (cfg->pace_slices && t->index == 0 && cpuspeed_pace(BENCH_PACE_SLICE_ITERATIONS, cfg->pace_slices,
@@ -224,6 +239,8 @@ static void *bench_thread_main(void *arg)
         t->invol_switches = invol1 - invol0;
     }
     t->stats = c.stats;
+    t->turns = turns.count;
+out:
     t->cpu = util_current_cpu();
     client_close(&c);
     workload_free(&w);
@@ -307,6 +324,8 @@ int bench_run(const struct bench_config *cfg, struct bench_result *res)
         res->vol_switches += t->vol_switches;
         res->invol_switches += t->invol_switches;
         res->placement[i] = t->cpu;
+        res->turns += t->turns;
+        res->turn_waits += t->turn_waits;
         if (t->start_ns && t->start_ns < start)
             start = t->start_ns;
         if (t->end_ns > end)
@@ -380,6 +399,10 @@ void bench_print(const struct bench_config *cfg, const struct bench_result *r, F
             cpuspeed_pace_json(f, &r->pace_after);
             fprintf(f, "}");
         }
+        if (cfg->turn_in_fd >= 0)
+            fprintf(f, ", \"turns\": {\"count\": %llu, \"waits_measured\": %llu, \"turn_calls\": %llu, "
+                       "\"turn_us\": %.1f}", (unsigned long long)r->turns, (unsigned long long)r->turn_waits,
+                    (unsigned long long)cfg->turn_calls, cfg->turn_calls ? 0.0 : (double)cfg->turn_ns / 1e3);
         if (r->hist_bin_ns) {
             fprintf(f, ", \"rtt_hist\": {\"bin_ns\": %u, \"from_ns\": %llu, \"above\": %llu, \"counts\": [",
                     r->hist_bin_ns, (unsigned long long)r->hist_from_ns, (unsigned long long)r->hist_above);

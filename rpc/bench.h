@@ -13,6 +13,7 @@
 
 #include "client.h"
 #include "cpuspeed.h"
+#include "turns.h"
 
 #define BENCH_MAX_THREADS 64
 #define BENCH_MAX_CALLS 10000000ull
@@ -38,6 +39,9 @@ struct bench_config {
      * measured calls; 0: none. Why: a VM's CPUs change pace from run to run, and a capture's rounds
      * move with them (analysis/cpuspeed.py). */
     uint32_t pace_slices;
+    /* Calls only in the turns a coordinator gives (turns.h; one thread): turn_in_fd < 0 for none. */
+    int turn_in_fd, turn_out_fd;
+    uint64_t turn_calls, turn_ns;   /* a turn: turn_calls calls, or with 0 turn_ns long */
 };
 
 struct bench_result {
@@ -57,6 +61,9 @@ struct bench_result {
     int placement[BENCH_MAX_THREADS]; /* CPU each thread ran on at the end */
     int aslr_off; /* address-space layout randomization was off for this process (setarch -R) */
     struct cpuspeed_pace pace_before, pace_after;   /* slices 0: not measured */
+    /* With turns: how many the client had, and how many of its voluntary switches were waits for a
+     * turn while it counted them (a sleep that is no part of a call). */
+    uint64_t turns, turn_waits;
     char first_error[256];
 };
 

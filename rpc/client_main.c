@@ -7,6 +7,7 @@
 #include "bench.h"
 #include "procs.h"
 #include "stubcall.h"
+#include "turns.h"
 #include "util.h"
 #include "wire.h"
 
@@ -41,6 +42,11 @@ static void usage(FILE *f)
             "  --stub VARIANT      stubs for the stub study's procedures (chung.one_int, chung.int_array,\n"
             "                      chung.structure, calib.*): inline-byte inline-item proc-byte proc-item\n"
             "                      block, or interp- before any (default inline-item)\n"
+            "  --turn-fds IN,OUT   call only in the turns a coordinator gives: a byte read from IN starts\n"
+            "                      one, a byte written to OUT ends it, between two calls; one thread only\n"
+            "                      (collectors/interleave.py take_cooperative_turns)\n"
+            "  --turn-calls N      a turn is N calls (default 0: --turn-us)\n"
+            "  --turn-us N         a turn lasts N us, where --turn-calls is 0 (default 5000)\n"
             "  --no-nb-select      skip DCE's zero-timeout select before the blocking wait (C11)\n"
             "  --no-check          do not verify results\n"
             "  --json              print one JSON object instead of a table\n"
@@ -58,6 +64,7 @@ int main(int argc, char **argv)
         { "wait", 1, 0, 'W' },       { "wire", 1, 0, 'o' },       { "max-pdu", 1, 0, 'm' },
         { "max-msg", 1, 0, 'M' },    { "rexmit-ms", 1, 0, 'r' },  { "deadline-ms", 1, 0, 'd' },
         { "max-seconds", 1, 0, 'S' }, { "hist-bin-ns", 1, 0, 'H' }, { "pace-slices", 1, 0, 'A' }, { "no-check", 0, 0, 'k' },  { "no-nb-select", 0, 0, 'N' }, { "stub", 1, 0, 'V' },  { "json", 0, 0, 'j' },
+        { "turn-fds", 1, 0, 'F' },  { "turn-us", 1, 0, 'U' },  { "turn-calls", 1, 0, 'L' },
         { "drop-rate", 1, 0, 'D' },  { "drop-seed", 1, 0, 'E' },  { "help", 0, 0, 'h' },
         { 0, 0, 0, 0 },
     };
@@ -75,6 +82,8 @@ int main(int argc, char **argv)
     cfg.check = 1;
     cfg.max_seconds = 300;
     cfg.hist_bin_ns = BENCH_HIST_BIN_NS;
+    cfg.turn_in_fd = cfg.turn_out_fd = -1;
+    cfg.turn_ns = 5000000;
 
     while ((opt = getopt_long(argc, argv, "h", opts, &longindex)) != -1) {
         switch (opt) {
@@ -115,6 +124,9 @@ int main(int argc, char **argv)
         case 'N': cfg.client.nb_select = 0; break;
         case 'V': rc = stubcall_parse_variant(optarg, &cfg.client.stub_variant); break;
         case 'j': json = 1; break;
+        case 'F': rc = turns_parse_fds(optarg, &cfg.turn_in_fd, &cfg.turn_out_fd); break;
+        case 'U': rc = util_parse_u64(optarg, TURNS_MIN_US, TURNS_MAX_US, &v); cfg.turn_ns = v * 1000; break;
+        case 'L': rc = util_parse_u64(optarg, 0, TURNS_MAX_CALLS, &cfg.turn_calls); break;
         case 'D': rc = util_parse_double(optarg, 0, 0.5, &cfg.client.drop_rate); break;
         case 'E': rc = util_parse_u64(optarg, 0, UINT64_MAX, &cfg.client.drop_seed); break;
         case 'h': usage(stdout); return 0;
@@ -134,6 +146,10 @@ int main(int argc, char **argv)
         cfg.client.drep != wire_native_drep()) {
         fprintf(stderr, "rpc-client: --stub %s cannot swap bytes: use --wire native with block copy\n",
                 stubcall_variant_name(cfg.client.stub_variant));
+        return 2;
+    }
+    if (cfg.turn_in_fd >= 0 && cfg.threads != 1) {
+        fprintf(stderr, "rpc-client: --turn-fds takes one thread (--threads 1): a turn is one caller's\n");
         return 2;
     }
     if (cfg.size > proc_max_size(cfg.proc, cfg.client.max_msg)) {

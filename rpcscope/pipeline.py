@@ -103,6 +103,9 @@ def cmd_run(args):
     if args.max_seconds and not AFTER_CAPTURE_SECONDS < args.max_seconds <= 86400:
         raise UserError(f"--max-seconds {args.max_seconds:g}: give more than {AFTER_CAPTURE_SECONDS} (the stages "
                         "after the capture need about that) and at most 86400, or 0 for no limit")
+    if args.turns == "on" and args.kernel in ("perf", "lttng"):
+        raise UserError(f"--kernel {args.kernel}: its recorder cannot be switched off for the untraced runs' turns; "
+                        "use --kernel ftrace (or auto), or --turns off")
     out = pathlib.Path(args.out or f"runs/run-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     if out.exists() and not args.replace:
         raise UserError(f"{out} already exists; choose another --out or pass --replace")
@@ -127,7 +130,7 @@ def cmd_run(args):
                    "--calibration", "quick", "--repeats", str(args.repeats),
                    "--extra-sweep-seconds", f"{args.extra_sweep_seconds:g}", "--out", str(out)] + \
                 capture_deadline(args.max_seconds, time.monotonic() - t0) + \
-                ([] if args.no_clock_reads else ["--clock-reads"]) + \
+                ([] if args.no_clock_reads else ["--clock-reads"]) + (["--turns"] if args.turns == "on" else []) + \
                 (["--holdout", ",".join(map(str, holdout))] if holdout else []) + (["--replace"] if args.replace else [])
             st.run("capture", cap)
             st.run("analyze", ["analyze", str(out)])
@@ -189,7 +192,8 @@ def cmd_run(args):
               f"speed level where three or more ran there, Calculated = the model from "
               f"probe-corrected step costs on the measured round-trip path; noise: half the spread of the "
               f"untraced rounds' p50s Measured stands on (those three or more, else every round), how far "
-              f"Measured itself moves; {m['file']})")
+              f"Measured itself moves; where the runs took turns (capture --turns), each round's p50 over its "
+              f"round's speed; {m['file']})")
         table([{"size": e["size"], "calculated_us": round(e["calculated_us"], 2),
                 "measured_us": round(e["measured_us"], 2) if e["measured_us"] else None,
                 "%error": round(e["percent_error"], 2) if e["percent_error"] is not None else None,
@@ -286,6 +290,10 @@ def register(subparsers):
                     help="skip the clock build's run in each round of each size (capture --clock-reads, ~50 s "
                          "a capture): the probe effect is then not anchored on it (analysis/MODEL.md, session 30) "
                          "and the step tables have no clock-read column")
+    ap.add_argument("--turns", choices=("on", "off"), default="on",
+                    help="on (default): every size and kind of a round runs at once, taking turns of 20 calls "
+                         "(capture --turns), so that Measured, the traced runs and every size share the host's "
+                         "moments; off: one after the other, in sweeps (the runs before session 35)")
     ap.add_argument("--out", metavar="runs/NAME", help="run directory (default runs/run-DATE-TIME)")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
     ap.add_argument("--keep-testbed", action="store_true", help="leave the testbed up at the end")

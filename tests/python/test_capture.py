@@ -490,7 +490,7 @@ def test_second_capture_into_the_run_refuses(run):
     assert (run / "manifest.json").read_text() == before
 
 
-@pytest.mark.parametrize("kernel", ["perf", "ftrace"])
+@pytest.mark.parametrize("kernel", ["perf", "ftrace", "ftrace --turns"])
 def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path, kernel, signal_when_ready):
     out = tmp_path / "interrupted"
     # The capture is started with SIGINT ignored, as a background job of a script gets it: it must
@@ -498,7 +498,7 @@ def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path, kernel, s
     # the disk check (capture.check_disk) would ask for every round's worth of these long runs (40 GB
     # with the default five and four extra).
     proc = subprocess.Popen(RPCSCOPE + ["capture", "--sizes", "0,4016", "--calls", "200000", "--warmup", "10",
-                                        "--repeats", "1", "--kernel", kernel, "--calibration", "none",
+                                        "--repeats", "1", "--kernel", *kernel.split(), "--calibration", "none",
                                         "--out", str(out)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
@@ -594,6 +594,46 @@ def test_ftrace_collector_records_every_packet_and_the_calls_rebuild(testbed, tm
     p = rpcscope("capture", "--inventory", str(REPO / "ansible" / "inventories" / "local" / "hosts.yml"),
                  "--kernel", "ftrace", "--sizes", "0", "--out", str(tmp_path / "remote"), check=False)
     assert p.returncode == 2 and "local testbed only" in p.stderr, p.stderr
+
+
+def test_capture_taking_turns_traces_every_call_of_its_turns(testbed, tmp_path):
+    """--turns: every size and kind of a round at once, in turns of --turn-calls; each traced run's
+    tracefs instance records only its turns, yet holds every call's packets and syscalls; one round is
+    kept for every size, the rounds' speeds recorded; nothing is left behind."""
+    from rpcscope.analysis.run import level_p50_ns
+    from rpcscope.analysis.steps import analyze
+    out = tmp_path / "turns"
+    before = _ftrace_instances()
+    p = rpcscope("capture", "--sizes", "0,4016", "--transport", "udp,tcp", "--calls", "300", "--warmup", "30",
+                 "--kernel", "ftrace", "--calibration", "quick", "--calibration-calls", "500", "--repeats", "3",
+                 "--clock-reads", "--turns", "--turn-calls", "10", "--out", str(out), timeout=600)
+    assert "taking turns of 10 calls" in p.stdout, p.stdout
+    assert _ftrace_instances() == before and leftovers(out) == []
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["complete"] and m["params"]["turns"] and m["params"]["turn_calls"] == 10
+    total = 300 + 30
+    for t in ("udp", "tcp"):
+        sw = m["sweeps"][t]
+        assert sw["ended"] == "turns" and sw["extra_rounds"] == 0 and sw["agreeing_rounds"] == [0, 1, 2]
+        assert sw["turns"]["runs_per_round"] == 6 and len(sw["turns"]["round_speed"]) == 3       # 2 sizes x 3 kinds
+        assert set(sw["kept_by_case"].values()) == {sw["kept_round"]}                            # one round for all
+    devs = {h["role"]: h["ifname"] for h in m["hosts"].values()}
+    for c in m["cases"]:
+        rep = c["repeats"]
+        assert rep["kept_round"] == m["sweeps"][c["transport"]]["kept_round"]
+        # 1 + 30 + 300 calls in turns of 10: 34 turns a run, every run of every round
+        assert all(n == [34, 34, 34] for k, n in rep["turns"].items() if k.endswith("_turns")), rep["turns"]
+        assert level_p50_ns(c, "untraced") > 0 and c["sleeps_per_call"]["untraced"]["client"] > 0.5
+        assert c["losses"]["kernel_lost"] == 0 and not c["lossy"] and c["events"]["kernel"] > 0, c
+        events = _kernel_events(out / c["dir"] / "kernel")
+        by_pid = collections.Counter((e, pid) for e, pid, _ in events)
+        for pid in (c["pids"]["client"], c["pids"]["server"]):
+            assert sum(by_pid[(e, pid)] for e in ("syscalls:sys_enter_sendto", "syscalls:sys_enter_sendmsg")) >= total
+        dev = collections.Counter((e, d) for e, _, d in events if d)
+        assert dev[("net:net_dev_xmit", devs["client"])] == dev[("net:netif_receive_skb", devs["server"])] >= total
+    res = analyze(out, write=False)
+    for x in res["rtt"]:
+        assert x["complete_rpcs"] >= 0.9 * x["rpcs"], (x["case"], x["incomplete_by_first_missing_step"])
 
 
 def test_capture_through_ansible_on_the_testbed_inventory(testbed, tmp_path):

@@ -63,6 +63,7 @@ def test_output_goes_on_after_its_reader_has_gone():
     (["--max-seconds", "-5"], "--max-seconds -5"),
     (["--extra-sweep-seconds", "-1"], "--extra-sweep-seconds -1"),
     (["--transport", "sctp"], "--transport 'sctp'"),
+    (["--kernel", "perf"], "--kernel perf: its recorder cannot be switched off"),      # --turns on, the default
 ])
 def test_run_refuses_bad_options_before_the_testbed_comes_up(args, words, tmp_path):
     """`rpcscope run`'s own checks, which come before anything is started: exit 2, the option named,

@@ -1,5 +1,7 @@
 """`rpcscope run`'s (and the report's) verdict on the model's goals: it says when the run's own measurement moved more
 than the goals it is judged by (no testbed needed: the verdict reads the model's error rows)."""
+import pytest
+
 from rpcscope.analysis.model import goal_verdict
 
 
@@ -120,3 +122,22 @@ def test_the_mode_that_holds_an_other_path_sizes_p50_is_named(tmp_path):
     (tmp_path / case["dir"] / "client-untraced.json").write_text(json.dumps(res))
     assert error_row_paths(tmp_path, case)["untraced_p50_mode"] is None
     assert error_row_paths(tmp_path, None) == {"untraced_path_same": None, "untraced_p50_mode": None}
+
+
+def test_runs_that_took_turns_are_taken_over_their_rounds_speed():
+    """With capture --turns every run of a round saw the host alike: a round 30 % slower in every kind
+    (round_speed 1.3) is no noise. Each round's p50 over its round's speed, at the kept round's, is
+    one of the level's rounds: Measured is their median, their spread the noise."""
+    from rpcscope.analysis.run import level_p50_ns, level_rounds_p50s, traced_noise_pct, untraced_noise_pct
+    meta = {"untraced": {"p50": 20_000},
+            "repeats": {"untraced_p50_ns": [20_000, 26_000, 20_400], "traced_p50_ns": [30_000, 39_000, 30_300],
+                        "agreeing_rounds": [0, 1, 2], "kept_round": 0,
+                        "turns": {"turn_calls": 20, "round_speed": [1.0, 1.3, 1.0]}}}
+    assert level_rounds_p50s(meta, "untraced") == pytest.approx([20_000, 20_000, 20_400])
+    assert level_p50_ns(meta, "untraced") == pytest.approx(20_000)
+    assert level_p50_ns(meta, "traced") == pytest.approx(30_000)
+    assert untraced_noise_pct(meta) == pytest.approx(1.0) and traced_noise_pct(meta) == pytest.approx(0.75)
+    meta["repeats"]["kept_round"] = 1                   # figures at the kept round's speed
+    assert level_p50_ns(meta, "untraced") == pytest.approx(26_000)
+    del meta["repeats"]["turns"]                        # not taking turns: the host's moves are noise
+    assert untraced_noise_pct(meta) == pytest.approx(15.0)

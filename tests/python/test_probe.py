@@ -1,5 +1,6 @@
 """analysis/probe.py's solve (the in-situ probe costs), collectors/idle.py (the idle policy), which
 round of a capture's sweeps is kept and the disk a capture needs (collectors/capture.py)."""
+import math
 import os
 
 import numpy as np
@@ -767,3 +768,44 @@ def test_a_cases_clock_point_from_its_manifest_entry():
     pts = _tcp_like_points(clock_path={0: None})
     assert probe.solve_cases(pts)["cases"]["tcp-maxarg-0"]["clock_anchor"] == {
         "anchored": False, "why": "the capture did not count its clock-build runs' sleeps, so their path is not known"}
+
+
+def test_runs_taking_turns_keep_the_round_whose_probe_effects_are_central():
+    """capture --turns: one round for every size, the one whose runs lie nearest the rounds' middle once
+    each round's speed is taken out; a round the host slowed in every kind alike is no worse."""
+    from rpcscope.collectors.capture import round_speeds, turns_kept_round, turns_spread_pct
+    # ratios a: 1.5, 1.5, 1.65; b: 1.44, 1.4, 1.4. Round 1 is 30 % slower in every kind and at both
+    # medians; round 0's b is 3 % off them, round 2's a 10 %.
+    p50s = {("a", "untraced"): [20.0, 26.0, 20.0], ("a", "traced"): [30.0, 39.0, 33.0],
+            ("b", "untraced"): [50.0, 65.0, 50.0], ("b", "traced"): [72.0, 91.0, 70.0]}
+    assert turns_kept_round(p50s) == 1
+    speed = round_speeds(p50s)
+    assert speed[1] / speed[0] == pytest.approx(1.3, rel=0.02) and speed[2] / speed[0] == pytest.approx(1.0, abs=0.03)
+    a = 100 * (math.log(1.65) - math.log(1.5)) / 2      # median over a and b of half the spread of 100 ln ratio
+    b = 100 * (math.log(1.44) - math.log(1.4)) / 2
+    assert turns_spread_pct(p50s) == pytest.approx((a + b) / 2, abs=0.01)
+    p50s[("b", "traced")][1] = 98.0                     # a burst in round 1's traced b: b's median is 1.44
+    assert turns_kept_round(p50s) == 0
+    assert turns_spread_pct({("a", "untraced"): [20.0], ("a", "traced"): [30.0]}) is None
+    assert turns_kept_round({("a", "untraced"): [20.0, 21.0]}) == 0          # no other kind: the first
+
+
+def test_a_turn_buffer_holds_its_runs_events_within_bounds():
+    from rpcscope.collectors import ftrace
+    from rpcscope.collectors.capture import turn_buffer_kb
+    assert turn_buffer_kb(100, 1) == 8192                             # the floor
+    assert turn_buffer_kb(5200, 6) == 5200 * 280 * 48 * 2 // 1024     # UDP 24096: room twice over
+    assert turn_buffer_kb(10_000_000, 6) == ftrace.BUFFER_KB          # the ceiling
+
+
+def test_turns_take_a_kernel_collector_that_can_pause():
+    from rpcscope.collectors.capture import validate
+    p = {"proc": "maxarg", "sizes": [0], "calls": 10, "warmup": 0, "wait": "select", "transports": ["udp"],
+         "placement": "same", "turns": True, "kernel": "perf"}
+    with pytest.raises(UserError, match="--turns takes --kernel ftrace"):
+        validate(p)
+    p.update(kernel="ftrace", turn_calls=0)
+    with pytest.raises(UserError, match="--turn-calls 0"):
+        validate(p)
+    p.update(turn_calls=20)
+    validate(p)

@@ -959,8 +959,13 @@ class Capture:
                     m["rec"].start()
                     m["got"]["kernel_events"] = evs
             for m in members:
-                m["cl"].stdin.write(b"go\n")
-                m["cl"].stdin.close()
+                try:
+                    m["cl"].stdin.write(b"go\n")
+                    m["cl"].stdin.close()
+                except BrokenPipeError:
+                    log = _read(m["dir"] / f"client-{m['tag']}.log", "")[-400:]
+                    raise UserError(f"{m['case']['id']} {m['kind']}: rpc-client exited before its first turn: "
+                                    f"{log}") from None
 
             def on_start(taker):
                 if by_taker[taker].get("rec"):

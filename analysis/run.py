@@ -57,16 +57,34 @@ def level_rounds_p50s(case_meta, kind):
     kept one where the capture says which (its sweeps: the host's speed level the case's figures come
     from; collectors/capture.py choose_sweep), else of every round (captures before session 14).
     Where the runs took turns (capture --turns, session 35), every round agrees, and each p50 is taken
-    over its round's speed (capture.py round_speeds) times the kept round's."""
+    over the case's round factor (case_round_factors) times the kept round's."""
     rep = case_meta.get("repeats") or {}
     p50s = rep.get(f"{kind}_p50_ns") or []
-    speed = (rep.get("turns") or {}).get("round_speed")
-    if speed and len(speed) >= len(p50s) and rep.get("kept_round") is not None:
-        # The runs took turns (capture --turns): each round's p50 over its round's speed, at the
-        # kept round's, a figure of the configuration with the host's moment taken out.
-        p50s = [x * speed[rep["kept_round"]] / speed[r] for r, x in enumerate(p50s)]
+    factor = case_round_factors(case_meta)
+    if factor and len(factor) >= len(p50s):
+        p50s = [x * factor[rep["kept_round"]] / factor[r] for r, x in enumerate(p50s)]
     agreeing = rep.get("agreeing_rounds")
     return [p50s[r] for r in agreeing if r < len(p50s)] if agreeing else list(p50s)
+
+
+def case_round_factors(case_meta):
+    """Where the case's runs took turns (capture --turns; manifest cases[].repeats.turns), how fast the
+    host ran the case in each round: exp of the mean over its kinds (untraced, clock, traced) of
+    ln(p50 / the kind's median over the rounds); 1.05 a round whose runs of the case all took 5 %
+    longer. Else None. Why per case, not one factor a round (capture.py round_speeds, kept in the
+    manifest): a round's moments move the sizes unlike each other (runs/run-turns-2, UDP: in the three
+    fastest rounds 24096 ran 4-8 % faster still and UDP 0 3-5 % slower than the round's factor), so
+    one factor left 3-6 % of noise at those sizes, and the model's fit, weighing each size by it,
+    leaned away from UDP 0 (+3.7 % in two runs). The kinds of a case took turns side by side, so what
+    moves them all is the host's; what moves one against the others is what the figures are about."""
+    from rpcscope.collectors.capture import case_factors      # the capture chose its kept round by them
+    rep = case_meta.get("repeats") or {}
+    if not rep.get("turns") or rep.get("kept_round") is None:
+        return None
+    p50s = {("case", k): v for k, v in rep.items() if k.endswith("_p50_ns") and v and all(v)}
+    if min((len(v) for v in p50s.values()), default=0) < 2:
+        return None
+    return case_factors(p50s)["case"]
 
 
 # A case's figure of one kind is the median of its speed level's rounds when at least this many ran in
@@ -96,7 +114,7 @@ def _half_spread_pct(case_meta, p50s):
 def traced_noise_pct(case_meta):
     """How far one traced run of a case moves from the next identical one: half the spread of its
     rounds' traced p50s in the kept round's speed level (level_rounds_p50s), as % of its untraced p50.
-    Where the runs took turns (capture --turns), the rounds' p50s over their round's speed.
+    Where the runs took turns (capture --turns), the rounds' p50s over the case's round factors.
     The model weighs each size's point by it (model.py size_noise_pct)."""
     return _half_spread_pct(case_meta, level_rounds_p50s(case_meta, "traced"))
 
@@ -109,7 +127,7 @@ def untraced_noise_pct(case_meta):
     all of them. Why (session 34): a capture that never settled keeps one or two rounds that agree within
     3 % a size, and their spread said "Measured moved by a median 1.1 %" while the case's rounds spread
     by a standard deviation of 9-11 % (runs/run-20261127-235429). Where the runs took turns (capture
-    --turns), every round is in the level, each p50 over its round's speed (level_rounds_p50s)."""
+    --turns), every round is in the level, each p50 over the case's round factor (level_rounds_p50s)."""
     p50s = level_rounds_p50s(case_meta, "untraced")
     if len(p50s) < LEVEL_MEDIAN_ROUNDS:
         p50s = (case_meta.get("repeats") or {}).get("untraced_p50_ns") or []

@@ -1031,8 +1031,8 @@ class Capture:
         """({case id: (the kept round, every round)}, the sweeps' record) of a capture whose runs took
         turns (--turns): the kept round, the one whose probe effects (each kind's p50 over its round's
         untraced p50, per case) lie nearest their medians over the rounds (turns_kept_round), gives
-        every case its traces; every round is in its "level", each round's p50s divided by the round's
-        speed (round_speeds; analysis/run.py level_rounds_p50s). No extra sweeps: a round's kinds and
+        every case its traces; every round is in its "level", each round's p50s divided by the case's
+        factor in the round (case_factors; analysis/run.py level_rounds_p50s). No extra sweeps: a round's kinds and
         sizes share the host's moments, so the rounds need not agree with one another."""
         p50s = _p50s(runs)
         kept = turns_kept_round(p50s)
@@ -1713,14 +1713,28 @@ def _probe_effects(p50s):
 
 
 def turns_kept_round(p50s):
-    """The round whose runs lie nearest the middle of the rounds once each round's speed is taken out
-    (round_speeds): the least sum over every case and kind of |ln(p50 / speed) - its median over the
-    rounds| (the earliest of equals). Its traces are scaled the least to the rounds' medians (the
-    model's traced_scale). p50s: {(case, kind): [p50 per round]}."""
-    speed = round_speeds(p50s)
-    rel = {k: [math.log(x / q) for x, q in zip(v, speed)] for k, v in p50s.items()}
-    med = {k: statistics.median(v) for k, v in rel.items()}
-    return min(range(len(speed)), key=lambda r: (round(sum(abs(v[r] - med[k]) for k, v in rel.items()), 9), r))
+    """The round that lies nearest the middle of the rounds once the host's moments are taken out:
+    the least sum of |x - its median over the rounds| over every case's kinds, x = ln(p50 / the case's
+    factor in the round), and over every case, x = ln(the case's factor / the round's speed)
+    (case_factors, round_speeds): its kinds stand to each other, and its sizes to each other, as
+    in most rounds. Its traces are then scaled the least to the rounds' medians (the model's
+    traced_scale), and its sizes fit one line as the medians do. The earliest of equals.
+    p50s: {(case, kind): [p50 per round]}."""
+    factors, speed = case_factors(p50s), round_speeds(p50s)
+    dev = [[math.log(x / f) for x, f in zip(v, factors[c])] for (c, _), v in p50s.items()]
+    dev += [[math.log(f / q) for f, q in zip(v, speed)] for v in factors.values()]
+    med = [statistics.median(v) for v in dev]
+    return min(range(len(speed)), key=lambda r: (round(sum(abs(v[r] - m) for v, m in zip(dev, med)), 9), r))
+
+
+def case_factors(p50s):
+    """{case: [how fast the host ran the case in each round]}: exp of the mean over its kinds of ln(p50 /
+    the kind's median over the rounds), as analysis/run.py case_round_factors reads it from a case."""
+    n = min((len(v) for v in p50s.values()), default=0)
+    out = {}
+    for (c, _), v in p50s.items():
+        out.setdefault(c, []).append([math.log(x) - statistics.median(math.log(y) for y in v[:n]) for x in v[:n]])
+    return {c: [math.exp(sum(k[r] for k in ks) / len(ks)) for r in range(n)] for c, ks in out.items()}
 
 
 def turns_spread_pct(p50s):
@@ -1732,9 +1746,9 @@ def turns_spread_pct(p50s):
 
 def round_speeds(p50s):
     """Each round's speed relative to the rounds' middle: exp of the mean over every case and kind of
-    ln(p50 / the kind's median over the rounds); 1.1 a round whose runs all took 10 % longer. Where
-    the runs of a round took turns they saw the host alike, and their p50s over their round's speed
-    are figures of the configuration alone (analysis/run.py level_rounds_p50s).
+    ln(p50 / the kind's median over the rounds); 1.1 a round whose runs all took 10 % longer. The
+    manifest's record of how far the rounds moved as a whole (sweeps.<t>.turns.round_speed); the figures
+    take each case's own factor (case_factors), for a round moves the sizes unlike each other.
     p50s: {(case, kind): [p50 per round]}."""
     n = min((len(v) for v in p50s.values()), default=0)
     logs = [[math.log(v[r]) - statistics.median(math.log(x) for x in v[:n]) for v in p50s.values()] for r in range(n)]
@@ -1771,8 +1785,8 @@ def _turns_summary(transport, sweep):
     speed = t.get("round_speed") or [1.0]
     return (f"{transport}: {sweep['rounds']} rounds, the {t['runs_per_round']} runs of each (every size and kind) "
             f"taking turns of {t['turn_calls']} calls (a median {t['turns_per_run_median']:g} turns a run); round "
-            f"{sweep['kept_round']} kept for every size's traces, every figure the median of the rounds' p50s over "
-            f"their round's speed (which ranged over {min(speed):.2f}-{max(speed):.2f}; the probe effects moved by a "
+            f"{sweep['kept_round']} kept for every size's traces, every figure the median of the rounds' p50s, each "
+            f"over how fast the host ran its size in that round (the rounds' speeds ranged over {min(speed):.2f}-{max(speed):.2f}; the probe effects moved by a "
             f"median {t['probe_effect_spread_pct']} % between rounds)")
 
 

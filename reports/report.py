@@ -154,7 +154,8 @@ def _model_items(s, d, transport, fname, m):
         "cases[].repeats: agreeing_rounds) where three or more ran there, else of every round (measured is "
         "then one round's), as % of its p50: how far the measured figure itself moves between identical runs; "
         "where the runs took turns (capture --turns, cases[].repeats.turns), every round is in the level and "
-        "each round's p50 is taken over its round's speed (round_speed) at the kept round's",
+        "each round's p50 is taken over the case's factor in that round (analysis/run.py case_round_factors) "
+        "at the kept round's",
         "held out (predicted, not fitted): " + ", ".join(map(str, m.get("holdout", []))) if m.get("holdout") else ""))
     from rpcscope.analysis.model import Model, goal_verdict
     errors = Model.from_json(m).error_rows()

@@ -192,8 +192,8 @@ def cmd_run(args):
               f"speed level where three or more ran there, Calculated = the model from "
               f"probe-corrected step costs on the measured round-trip path; noise: half the spread of the "
               f"untraced rounds' p50s Measured stands on (those three or more, else every round), how far "
-              f"Measured itself moves; where the runs took turns (capture --turns), each round's p50 over its "
-              f"round's speed; {m['file']})")
+              f"Measured itself moves; where the runs took turns (capture --turns), each round's p50 over the "
+              f"case's factor in that round; {m['file']})")
         table([{"size": e["size"], "calculated_us": round(e["calculated_us"], 2),
                 "measured_us": round(e["measured_us"], 2) if e["measured_us"] else None,
                 "%error": round(e["percent_error"], 2) if e["percent_error"] is not None else None,

@@ -124,20 +124,25 @@ def test_the_mode_that_holds_an_other_path_sizes_p50_is_named(tmp_path):
     assert error_row_paths(tmp_path, None) == {"untraced_path_same": None, "untraced_p50_mode": None}
 
 
-def test_runs_that_took_turns_are_taken_over_their_rounds_speed():
-    """With capture --turns every run of a round saw the host alike: a round 30 % slower in every kind
-    (round_speed 1.3) is no noise. Each round's p50 over its round's speed, at the kept round's, is
-    one of the level's rounds: Measured is their median, their spread the noise."""
-    from rpcscope.analysis.run import level_p50_ns, level_rounds_p50s, traced_noise_pct, untraced_noise_pct
+def test_runs_that_took_turns_are_taken_over_their_cases_round_factor():
+    """With capture --turns a case's kinds ran side by side in each round: a round 30 % slower in every
+    kind is no noise (case_round_factors); what moves one kind against the others is. Each round's
+    p50 over its factor, at the kept round's, is one of the level's rounds: Measured is their median."""
+    from rpcscope.analysis.run import (case_round_factors, level_p50_ns, level_rounds_p50s, traced_noise_pct,
+                                       untraced_noise_pct)
     meta = {"untraced": {"p50": 20_000},
-            "repeats": {"untraced_p50_ns": [20_000, 26_000, 20_400], "traced_p50_ns": [30_000, 39_000, 30_300],
-                        "agreeing_rounds": [0, 1, 2], "kept_round": 0,
-                        "turns": {"turn_calls": 20, "round_speed": [1.0, 1.3, 1.0]}}}
-    assert level_rounds_p50s(meta, "untraced") == pytest.approx([20_000, 20_000, 20_400])
+            "repeats": {"untraced_p50_ns": [20_000, 26_000, 20_000, 20_000, 20_000],
+                        "traced_p50_ns": [30_000, 39_000, 30_000, 30_000, 30_000], "agreeing_rounds": [0, 1, 2, 3, 4], "kept_round": 0, "turns": {"turn_calls": 20}}}
+    assert case_round_factors(meta) == pytest.approx([1.0, 1.3, 1.0, 1.0, 1.0])
+    assert level_rounds_p50s(meta, "untraced") == pytest.approx([20_000] * 5)
+    assert untraced_noise_pct(meta) == pytest.approx(0) and traced_noise_pct(meta) == pytest.approx(0)
+    meta["repeats"]["traced_p50_ns"][4] = 30_600        # round 4: the traced run 2 % slower, alone
+    f = 1.02 ** 0.5                                     # that round's factor: the mean of 0 and ln 1.02
+    assert case_round_factors(meta)[4] == pytest.approx(f)
     assert level_p50_ns(meta, "untraced") == pytest.approx(20_000)
-    assert level_p50_ns(meta, "traced") == pytest.approx(30_000)
-    assert untraced_noise_pct(meta) == pytest.approx(1.0) and traced_noise_pct(meta) == pytest.approx(0.75)
-    meta["repeats"]["kept_round"] = 1                   # figures at the kept round's speed
+    assert untraced_noise_pct(meta) == pytest.approx(100 * (20_000 - 20_000 / f) / 2 / 20_000)
+    assert traced_noise_pct(meta) == pytest.approx(100 * (30_600 / f - 30_000) / 2 / 20_000)
+    meta["repeats"]["kept_round"] = 1                   # figures at the kept round's factor
     assert level_p50_ns(meta, "untraced") == pytest.approx(26_000)
     del meta["repeats"]["turns"]                        # not taking turns: the host's moves are noise
-    assert untraced_noise_pct(meta) == pytest.approx(15.0)
+    assert case_round_factors(meta) is None and untraced_noise_pct(meta) == pytest.approx(15.0)

@@ -55,7 +55,7 @@ RPC_OBJS := $(patsubst rpc/%.c,$(BUILD)/obj/%.o,$(RPC_SRCS))
 RPC_LIB := $(BUILD)/librpcs.a
 BINS := $(BUILD)/bin/rpc-server $(BUILD)/bin/rpc-client $(BUILD)/bin/rpc-wakecal $(BUILD)/bin/rpc-cpuspeed
 
-C_TESTS := test_wire test_frag test_marshal test_reasm test_clockmark test_clockring
+C_TESTS := test_wire test_frag test_marshal test_reasm test_clockmark test_clockring test_turns
 C_TEST_BINS := $(addprefix $(BUILD)/tests/,$(C_TESTS))
 
 GENERATED := $(GEN)/rpcscope_tp.h $(GEN)/rpcscope_tp.c tracepoints/catalog_gen.py

@@ -1029,9 +1029,8 @@ class Capture:
 
     def turns_record(self, transport, cases, runs, n, seconds):
         """({case id: (the kept round, every round)}, the sweeps' record) of a capture whose runs took
-        turns (--turns): the kept round, the one whose probe effects (each kind's p50 over its round's
-        untraced p50, per case) lie nearest their medians over the rounds (turns_kept_round), gives
-        every case its traces; every round is in its "level", each round's p50s divided by the case's
+        turns (--turns): the kept round (turns_kept_round: its kinds stand to each other, and its sizes
+        to each other, as in most rounds) gives every case its traces; every round is in its "level", each round's p50s divided by the case's
         factor in the round (case_factors; analysis/run.py level_rounds_p50s). No extra sweeps: a round's kinds and
         sizes share the host's moments, so the rounds need not agree with one another."""
         p50s = _p50s(runs)
@@ -1042,8 +1041,8 @@ class Capture:
         turns = [x["turns"]["count"] for v in runs.values() for k in v.values() for x in k]
         record = {"rounds": n, "extra_rounds": 0, "kept_round": kept, "agreeing_rounds": every,
                   "settled": True, "agree_pct": SWEEP_AGREE_PCT,
-                  "kept": "one round for every size: the round whose probe effects lie nearest their medians "
-                          "(the sizes and kinds of a round took turns)",
+                  "kept": "one round for every size: the one whose kinds stand to each other, and whose sizes to "
+                          "each other, as in most rounds (the sizes and kinds of a round took turns)",
                   "level": None, "kept_by_case": {cid: kept for cid in by_case},
                   "kept_straddle_pct": {}, "distance_pct": [], "seconds": seconds, "ended": "turns",
                   "extra_sweep_seconds": 0, "deadline_seconds": self.p.get("deadline_seconds"),

@@ -16,7 +16,7 @@ import time
 from contextlib import redirect_stdout
 
 from . import ROOT
-from .collectors.capture import (DEFAULT_REPEATS, EXTRA_SWEEP_SECONDS, check_extra_sweep_seconds,
+from .collectors.capture import (DEFAULT_REPEATS, EXTRA_SWEEP_SECONDS, TURNS_REPEATS, check_extra_sweep_seconds,
                                  unsettled_transports)
 from .collectors.perf import KERNEL_EVENT_SETS
 from .interrupts import interruptible, uninterrupted
@@ -127,7 +127,7 @@ def cmd_run(args):
                    "--transport", ",".join(transports), "--calls", str(args.calls), "--warmup", str(args.warmup),
                    "--kernel", args.kernel, "--placement", args.placement, "--idle", args.idle,
                    "--aslr", args.aslr, "--kernel-events", args.kernel_events,
-                   "--calibration", "quick", "--repeats", str(args.repeats),
+                   "--calibration", "quick", "--repeats", str(run_repeats(args)),
                    "--extra-sweep-seconds", f"{args.extra_sweep_seconds:g}", "--out", str(out)] + \
                 capture_deadline(args.max_seconds, time.monotonic() - t0) + \
                 ([] if args.no_clock_reads else ["--clock-reads"]) + (["--turns"] if args.turns == "on" else []) + \
@@ -213,6 +213,13 @@ def cmd_run(args):
     return 0
 
 
+def run_repeats(args):
+    """The capture's --repeats: the run's own, else TURNS_REPEATS taking turns and DEFAULT_REPEATS not."""
+    if args.repeats is not None:
+        return args.repeats
+    return TURNS_REPEATS if args.turns == "on" else DEFAULT_REPEATS
+
+
 def capture_deadline(max_seconds, elapsed):
     """The capture's --deadline-seconds from the run's --max-seconds (0: none) and the seconds the run
     has taken so far: what is left once the stages after the capture have theirs."""
@@ -266,8 +273,9 @@ def register(subparsers):
     # the model's goals are that tight. It costs the capture 2-3 s a sweep of the sizes per 1000 calls.
     ap.add_argument("--calls", type=int, default=RUN_CALLS, help=f"measured calls per size (default {RUN_CALLS})")
     ap.add_argument("--warmup", type=int, default=200, help="warm-up calls per size (default 200)")
-    ap.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
-                    help=f"rounds of untraced and traced runs per size (default {DEFAULT_REPEATS})")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help=f"rounds of untraced and traced runs per size (default {TURNS_REPEATS} taking turns, "
+                         f"{DEFAULT_REPEATS} with --turns off)")
     ap.add_argument("--extra-sweep-seconds", type=float, default=EXTRA_SWEEP_SECONDS,
                     help="while the rounds do not agree, extra sweeps of a transport's sizes for at most this "
                          f"many seconds (default {EXTRA_SWEEP_SECONDS:g}; 0: none; capture --help)")

@@ -809,3 +809,12 @@ def test_turns_take_a_kernel_collector_that_can_pause():
         validate(p)
     p.update(turn_calls=20)
     validate(p)
+
+
+def test_the_run_makes_fewer_rounds_taking_turns_unless_told():
+    from types import SimpleNamespace
+    from rpcscope.collectors.capture import DEFAULT_REPEATS, TURNS_REPEATS
+    from rpcscope.pipeline import run_repeats
+    assert run_repeats(SimpleNamespace(repeats=None, turns="on")) == TURNS_REPEATS < DEFAULT_REPEATS
+    assert run_repeats(SimpleNamespace(repeats=None, turns="off")) == DEFAULT_REPEATS
+    assert run_repeats(SimpleNamespace(repeats=4, turns="on")) == 4

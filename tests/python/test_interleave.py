@@ -1,5 +1,6 @@
-"""collectors/interleave.py: processes take turns, and none is left stopped however the turns end.
-Real processes and real signals; no root needed."""
+"""collectors/interleave.py: processes take turns, and none is left stopped however the turns end;
+real rpc-clients take cooperative turns (rpc-client --turn-fds) from take_cooperative_turns, against
+real rpc-servers on 127.0.0.1. Real processes, signals and pipes; no root needed."""
 import os
 import subprocess
 import sys

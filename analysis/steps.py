@@ -206,6 +206,9 @@ def rtt_summary(rpcs, split):
             # How far one traced run moves from the next (half the spread of the rounds in the kept round's
             # speed level, % of the untraced p50): the model weighs each size's step costs by it (analysis/model.py fit).
             "traced_noise_pct": traced_noise_pct(case.meta),
+            # The capture's runs took turns (capture --turns): the model lets a step's cost fall with
+            # the bytes (analysis/model.py slope_floor).
+            "took_turns": bool((case.meta.get("repeats") or {}).get("turns")),
             "untraced_p50_us": untraced, "traced_vs_untraced_pct": pct(traced),
             # The medians of the untraced and traced rounds in the kept round's speed level (None with fewer
             # than three there): the model's Measured, and the level its traced step costs are scaled to

@@ -146,6 +146,26 @@ def test_a_falling_slope_is_refused_as_the_hosts_drift():
     assert M._wls([(1.0, (n, n * b, x), y) for _, n, b, x, y in pts], (0, 1))[1] < 0
 
 
+def test_a_falling_slope_stands_where_the_sizes_took_turns():
+    """With the capture's runs taking turns (params falling_slopes, capture --turns) the sizes share
+    the host's moments: a step that gets cheaper with the bytes (a wait overlapping more of the other
+    side's work, as TCP's C17 1.13 -> 0.52 us from 0 to 24 KB) is fitted falling, not flat. Beside a
+    column of packets or fragmented datagrams, which nearly follow the bytes, the floor still holds."""
+    sizes = [0, 1392, 4016, 8032, 16064, 24096]
+    us = {s: 1.13 - 0.000025 * s for s in sizes}                      # 25 ps a byte cheaper
+    pts = [(s, 1, s, 0, 0, 0, us[s]) for s in sizes]
+    a, b, *_, info = M.fit_unit(pts)
+    assert info["kind"] == "constant" and "linear" in info["falling"]  # the drift rule, not taking turns
+    a, b, *_, info = M.fit_unit(pts, None, M.slope_floor({"falling_slopes": True}))
+    assert info["kind"] == "linear" and info["falling"] == []
+    assert a == pytest.approx(1.13) and b == pytest.approx(-0.000025)
+    assert M.slope_floor({}) == M.UNIT_SLOPE_FLOOR
+    # One fragmented datagram more from 4016 on, its cost 0.2 us: the floor holds in that form.
+    pts = [(s, 1, s, 0, 0, int(s > 1392), us[s] + 0.2 * (s > 1392)) for s in sizes]
+    a, b, *_, e, info = M.fit_unit(pts, None, M.slope_floor({"falling_slopes": True}))
+    assert b >= M.UNIT_SLOPE_FLOOR, info
+
+
 def test_fit_finds_a_cost_per_extra_ip_packet_and_predicts_across_the_mtu():
     """A step that costs 2 us for every IP packet beyond the first of a fragment (IP fragmentation and
     reassembly), as C8'' does on the veth testbed: a line in bytes cannot follow its jump between 0

@@ -664,7 +664,7 @@ def _slug(t):
 
 
 def _is_num(v):
-    return bool(re.fullmatch(r"-?[\d.,]+( \+ -?[\d.]+ ns/B)?", str(v)))
+    return bool(re.fullmatch(r"-?[\d.,]+( [+-] -?[\d.]+ ns/B)?", str(v)))     # a cost per byte may fall
 
 
 def to_html(rep: Report) -> str:

@@ -874,7 +874,12 @@ def with_rtp(costs, rtp, corrected=False):
     and the time between them (GAP_RULE), its per-RPC total the typical mean (probe-corrected with
     `corrected`), its counts from the protocol's arithmetic (for a step, the rule whose counts best
     match how often the path visited it at the fitted sizes: path_rule), so that a held-out size is
-    predicted from the arithmetic alone. Without it (an older rtp.json): the steps on the path in at least half the
+    predicted from the arithmetic alone. Each size's segments are scaled from the band's mean to the
+    case's median RTT (band_to_median), which Measured is: where the calls fall in two modes near the
+    median, the band nearest it is lopsided (runs/run-20261128-034709, UDP 24096: band mean 235.5 us
+    corrected, median 229.4), and the model fitted the band's mean against Measured's median.
+    Replayed on session 35's four fresh-clone runs, 55 -> 59 of 64 sizes; on four of session 34's,
+    18 -> 20. Without it (an older rtp.json): the steps on the path in at least half the
     RPCs, each costing its median time on the path (at most the step's own median), counted as often
     as the path visited it."""
     costs = copy.deepcopy(costs)
@@ -891,9 +896,10 @@ def with_rtp(costs, rtp, corrected=False):
         rules = {lab: GAP_RULE for lab in steps if lab not in STEP_RULES}
         for size, v in costs.sizes.items():
             path, scale = rtp.get(size, {}), traced_scale(costs, size)
+            anchor = next((r.get("band_to_median") or {} for r in path.values()), {}).get(key, 1.0)
             for st in steps:
                 seg = path.get(st) or {}
-                v[st] = {"median_ns": (seg.get(key) or 0.0) * scale, "n": (v.get(st) or {}).get("n"),
+                v[st] = {"median_ns": (seg.get(key) or 0.0) * scale * anchor, "n": (v.get(st) or {}).get("n"),
                          "path_count": seg.get("typical_count") or 0.0}
         costs.params = dict(costs.params, term_rules=rules, path_rules=True)
         costs.source += " + the typical call's round-trip path (rtp.json" + (", probe-corrected)" if corrected else ")")

@@ -757,8 +757,10 @@ def analyze_rtp(path, progress=None, keep_rpcs=False, per_rpc=False, workers=Non
 
 def rtp_steps(path, transport=None, proc=None):
     """{size: {segment: {"step", "count", "median_ns", "frac", "typical_ns", "typical_corrected_ns",
-    "typical_count"}}} of every segment of the measured path, from an rtp.json (a file, a run directory
-    or its analysis/), for the model (analysis/model.py with_rtp)."""
+    "typical_count", "band_to_median"}}} of every segment of the measured path, from an rtp.json (a
+    file, a run directory or its analysis/), for the model (analysis/model.py with_rtp).
+    band_to_median: {"typical_ns": the case's median RTT over its typical band's mean RTT,
+    "typical_corrected_ns": the same, probe-corrected}; 1.0 where not known."""
     p = pathlib.Path(path)
     for cand in (p, p / "rtp.json", p / "analysis" / "rtp.json", p.parent / "rtp.json"):
         if cand.is_file() and cand.name == "rtp.json":
@@ -771,10 +773,18 @@ def rtp_steps(path, transport=None, proc=None):
     for c in d.get("cases", []):
         if (transport and c["transport"] != transport) or (proc and c["proc"] != proc):
             continue
+        band = c.get("typical") or {}
+        to_median = {"typical_ns": _ratio(c.get("rtt_median_ns"), band.get("rtt_mean_ns")),
+                     "typical_corrected_ns": _ratio(c.get("rtt_corrected_median_ns"), band.get("corrected_rtt_mean_ns"))}
         out[int(c["size"])] = {r["segment"]: {"step": r["step"], "count": r["count_median"],
                                               "median_ns": r["median_ns"], "frac": r["on_path_frac"],
                                               "typical_ns": r.get("typical_ns"),
                                               "typical_corrected_ns": r.get("typical_corrected_ns"),
-                                              "typical_count": r.get("typical_count")}
+                                              "typical_count": r.get("typical_count"),
+                                              "band_to_median": to_median}
                                for r in c["path"]}
     return out
+
+
+def _ratio(a, b):
+    return a / b if a and b else 1.0

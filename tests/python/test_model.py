@@ -431,6 +431,11 @@ def test_measured_and_step_costs_stand_for_the_speed_level(tmp_path):
             for s, us in ((0, 5_000.0), (4016, 15_000.0))}
     costs, steps = M.with_rtp(lv, path, corrected=True)
     assert steps == ["C8'"] and costs.sizes[0]["C8'"]["median_ns"] == pytest.approx(5_000.0 * 0.95)
+    # The typical band's mean 2 % above the median corrected RTT (rtp.rtp_steps band_to_median): its
+    # segments are taken to the median, which Measured is.
+    banded = {s: {k: dict(v, band_to_median={"typical_ns": 1.0, "typical_corrected_ns": 0.98}) for k, v in seg.items()}
+              for s, seg in path.items()}
+    assert M.with_rtp(lv, banded, corrected=True)[0].sizes[0]["C8'"]["median_ns"] == pytest.approx(5_000.0 * 0.95 * 0.98)
     m = M.fit(costs, steps=steps)
     assert m.measured_us[4016] == pytest.approx(41.16)
     assert any("speed level" in n and "x 0.950 .. 0.950" in n for n in m.notes), m.notes

@@ -696,8 +696,11 @@ def test_model_sums_only_the_measured_path(real, capsys):
     assert gap.device == "client" and gap.rule == M.GAP_RULE and gap.count(0) == 1
     for s in (0, 8032):
         # Two sizes, a + b*bytes per term: the fit reproduces the typical call's RTT (only the
-        # terms whose bytes do not vary with the size are fitted to a constant).
-        typical = sum(v["typical_ns"] for v in path[s].values())
+        # terms whose bytes do not vary with the size are fitted to a constant), its segments taken
+        # from the band's mean to the median RTT (band_to_median).
+        to_median = next(iter(path[s].values()))["band_to_median"]["typical_ns"]
+        assert 0.9 < to_median < 1.1
+        typical = sum(v["typical_ns"] for v in path[s].values()) * to_median
         assert m.calculated(s) * 1000 == pytest.approx(typical, rel=0.05)
     # Without the typical call (an older rtp.json): the steps on the path and their on-path medians.
     old = {s: {k: dict(v, typical_ns=None) for k, v in p.items()} for s, p in path.items()}

@@ -1738,7 +1738,9 @@ def case_factors(p50s):
     n = min((len(v) for v in p50s.values()), default=0)
     out = {}
     for (c, _), v in p50s.items():
-        out.setdefault(c, []).append([math.log(x) - statistics.median(math.log(y) for y in v[:n]) for x in v[:n]])
+        logs = [math.log(x) for x in v[:n]]
+        mid = statistics.median(logs)
+        out.setdefault(c, []).append([x - mid for x in logs])
     return {c: [math.exp(sum(k[r] for k in ks) / len(ks)) for r in range(n)] for c, ks in out.items()}
 
 
@@ -1753,11 +1755,12 @@ def round_speeds(p50s):
     """Each round's speed relative to the rounds' middle: exp of the mean over every case and kind of
     ln(p50 / the kind's median over the rounds); 1.1 a round whose runs all took 10 % longer. The
     manifest's record of how far the rounds moved as a whole (sweeps.<t>.turns.round_speed); the figures
-    take each case's own factor (case_factors), for a round moves the sizes unlike each other.
-    p50s: {(case, kind): [p50 per round]}."""
-    n = min((len(v) for v in p50s.values()), default=0)
-    logs = [[math.log(v[r]) - statistics.median(math.log(x) for x in v[:n]) for v in p50s.values()] for r in range(n)]
-    return [round(math.exp(sum(row) / len(row)), 5) for row in logs]
+    take each case's own factor (case_factors), for a round moves the sizes unlike each other. Every
+    case of a capture has the same kinds, so the mean over cases and kinds is the mean over the cases
+    of their factors' logs. p50s: {(case, kind): [p50 per round]}."""
+    factors = list(case_factors(p50s).values())
+    n = min((len(f) for f in factors), default=0)
+    return [round(math.exp(sum(math.log(f[r]) for f in factors) / len(factors)), 5) for r in range(n)]
 
 
 def turn_buffer_kb(calls, frags):

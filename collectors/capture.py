@@ -1039,7 +1039,7 @@ class Capture:
         to each other, as in most rounds) gives every case its traces; every round is in its "level", each round's p50s divided by the case's
         factor in the round (case_factors; analysis/run.py level_rounds_p50s). No extra sweeps: a round's kinds and
         sizes share the host's moments, so the rounds need not agree with one another."""
-        p50s = _p50s(runs)
+        p50s = _p50s(runs, clock=True)     # the kinds analysis/run.py case_round_factors takes
         kept = turns_kept_round(p50s)
         every = list(range(n))
         by_case = {c["id"]: (kept, every) for c in cases}
@@ -1528,11 +1528,12 @@ def sweeps_end(agreeing, rounds, repeats, seconds, budget, seconds_left=None):
     return None
 
 
-def _p50s(runs):
-    """{(case id, kind): [p50 ns of each round]} of sweeps()' runs. The clock build's runs are left out:
-    which round is kept, and in which level, is chosen as it was before they ran in every round."""
+def _p50s(runs, clock=False):
+    """{(case id, kind): [p50 ns of each round]} of sweeps()' runs. The clock build's runs are left out
+    unless `clock`: which round of sweeps is kept, and in which level, is chosen as it was before they
+    ran in every round. Runs that took turns keep them (turns_record), as the analysis's factors do."""
     return {(cid, k): [r["res"]["rtt_ns"]["p50"] for r in rs] for cid, kinds in runs.items()
-            for k, rs in kinds.items() if k != "clock"}
+            for k, rs in kinds.items() if clock or k != "clock"}
 
 
 def sweep_distances(p50s):

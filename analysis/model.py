@@ -935,6 +935,18 @@ UNIT_FORMS = (("constant", (0,)), ("linear", (0, 1)), ("per packet", (0, 2)), ("
 ACK_COLUMN = 3
 FRAG_COLUMN = 4
 OPTIONAL_COLUMNS = (ACK_COLUMN, FRAG_COLUMN)
+# Where the runs took turns (slope_floor: none) and fragmented datagrams are a column (some fitted
+# sizes have them and some not), each form also without that column, after all the others: kept only
+# where it predicts the left-out sizes better than every form with the column by UNIT_FORM_MARGIN_PCT.
+# The column went into every form because the captures of sessions 14-17 met fewer sizes without it
+# (FRAG_COLUMN); with the sizes side by side, leave one out can tell a step that pays nothing per
+# fragmented datagram, and a wait counted once per window of the request was kept from falling with the
+# window's bytes by the column (_slopes_ok): UDP's C17 and S3 (select returns) took 1.39 and 1.61 us a
+# window at 0 bytes, 0.77 and 0.80 at 24096 (8032 bytes a window), and fitted flat they put the model
+# 0.5 us short at 0 and 2.3 us over at 16064 (runs/run-20261128-042439). Replayed on session 35's seven
+# turn-taking runs, 98 -> 107 of 112 sizes met; refitted over session 34's seven runs without turns
+# the forms cost 3 sizes (32 -> 29 of 112), hence only where the runs took turns (analysis/MODEL.md).
+WITHOUT_DATAGRAMS = " without fragmented datagrams"
 # A form with more parameters is kept only if it predicts a left-out size better by this much (% of
 # that size's RTT): with five or six sizes to fit, an extra parameter can otherwise follow the noise.
 UNIT_FORM_MARGIN_PCT = 0.02
@@ -967,7 +979,7 @@ def fit_unit(pts, weights=None, floor=UNIT_SLOPE_FLOOR):
     predicts each size from the others (leave one out), the simplest among those within
     UNIT_FORM_MARGIN_PCT; a form that some left-out fit cannot determine is not a candidate, nor one
     whose fit over all the sizes has a cost per byte or per packet below `floor` (UNIT_SLOPE_FLOOR, or
-    none: slope_floor).
+    none: slope_floor; with none, each form WITHOUT_DATAGRAMS too).
     With fewer sizes: linear in bytes (unless its slope falls), or a constant where the bytes do not
     vary. Piggybacked ACKs and fragmented datagrams (OPTIONAL_COLUMNS), when some fitted sizes have
     them and some not, are in every form; a left-out size whose such work no other size shares, or that
@@ -982,19 +994,23 @@ def fit_unit(pts, weights=None, floor=UNIT_SLOPE_FLOOR):
     rows = [((weights or {}).get(s, 1.0), (n, n * b, x, k, f), y) for s, n, b, x, k, f, y in pts]
     extra = tuple(c for c in OPTIONAL_COLUMNS if any(x[c] for _, x, _ in rows) and not all(x[c] for _, x, _ in rows))
     forms = tuple((name, _without_negative(rows, cols, extra)) for name, cols in UNIT_FORMS)
+    if floor < UNIT_SLOPE_FLOOR and FRAG_COLUMN in extra:
+        forms += tuple((name + WITHOUT_DATAGRAMS, cols + tuple(c for c in extra if c != FRAG_COLUMN))
+                       for name, cols in UNIT_FORMS)
     whole = {name: _wls(rows, cols) for name, cols in forms}      # each form fitted over every size
-    linear_ok = _slopes_ok(whole["linear"], dict(forms)["linear"], floor)
     info["falling"] = [name for name, cols in forms
                        if whole[name] is not None and not _slopes_ok(whole[name], cols, floor)]
+    linear_ok = {name for name, cols in forms if name.startswith("linear") and _slopes_ok(whole[name], cols, floor)}
     loo = {}
     for name, cols in (forms if len(pts) >= 3 else ()):
-        if name == "constant" and linear_ok or name in info["falling"]:
+        if name.startswith("constant") and name.replace("constant", "linear", 1) in linear_ok \
+                or name in info["falling"]:
             continue
         rms = _leave_one_out(rows, cols)
         if rms is not None:
             loo[name] = rms * (100.0 if weights else 1.0)
     if not loo:      # too few sizes to leave one out, or no form survives it
-        name = "linear" if linear_ok and len({b for _, _, b, _, _, _, _ in pts}) > 1 else "constant"
+        name = "linear" if "linear" in linear_ok and len({b for _, _, b, _, _, _, _ in pts}) > 1 else "constant"
     else:
         margin = UNIT_FORM_MARGIN_PCT if weights else 1e-9
         best = min(loo.values())

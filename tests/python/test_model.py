@@ -160,10 +160,29 @@ def test_a_falling_slope_stands_where_the_sizes_took_turns():
     assert info["kind"] == "linear" and info["falling"] == []
     assert a == pytest.approx(1.13) and b == pytest.approx(-0.000025)
     assert M.slope_floor({}) == M.UNIT_SLOPE_FLOOR
-    # One fragmented datagram more from 4016 on, its cost 0.2 us: the floor holds in that form.
-    pts = [(s, 1, s, 0, 0, int(s > 1392), us[s] + 0.2 * (s > 1392)) for s in sizes]
+    # One fragmented datagram more from 4016 on, costing 1 us: the column stays, and the floor holds in
+    # every form with it.
+    pts = [(s, 1, s, 0, 0, int(s > 1392), us[s] + 1.0 * (s > 1392)) for s in sizes]
     a, b, *_, e, info = M.fit_unit(pts, None, M.slope_floor({"falling_slopes": True}))
-    assert b >= M.UNIT_SLOPE_FLOOR, info
+    assert info["fragmented_datagrams"] and e > 0.5 and b >= M.UNIT_SLOPE_FLOOR, info
+
+
+def test_a_wait_that_pays_nothing_per_fragmented_datagram_falls_without_the_column():
+    """UDP's C17 (select returns) is counted once per window of the request, whose fragmented datagrams
+    every form of its unit cost takes as a column (FRAG_COLUMN), though a wait pays nothing per
+    datagram: with the column no form may fall (_slopes_ok), and the wait, cheaper as each window
+    carries more bytes, fitted flat. Where the runs took turns the forms WITHOUT_DATAGRAMS are
+    candidates too, and leave one out finds the falling line; without turns they are not."""
+    sizes = [0, 1392, 4016, 8032, 16064, 24096]
+    # 80 ps a byte cheaper, and 1392 (the one datagram of two IP packets) 0.05 us above the line: noise
+    # that gives the column a cost above zero, so that it stays in every form.
+    pts = [(s, 1, s, 0, 0, int(s > 0), 1.39 - 0.00008 * s + 0.05 * (s == 1392)) for s in sizes]
+    a, b, *_, e, info = M.fit_unit(pts, None, M.slope_floor({"falling_slopes": True}))
+    assert "linear" in info["falling"], info                      # the form with the column may not fall
+    assert info["kind"] == "linear" + M.WITHOUT_DATAGRAMS and not info["fragmented_datagrams"], info
+    assert a == pytest.approx(1.39, abs=0.02) and b == pytest.approx(-0.00008, rel=0.02) and e == 0.0
+    a, b, *_, info = M.fit_unit(pts)
+    assert info["kind"] == "constant" and b == 0.0 and not any(M.WITHOUT_DATAGRAMS in k for k in info["loo_rms"])
 
 
 def test_fit_finds_a_cost_per_extra_ip_packet_and_predicts_across_the_mtu():

@@ -3,10 +3,12 @@
 A model is a list of terms. A term is one step (or a device's share: controller, network) with
     a unit cost per occurrence, a + b * bytes (microseconds; b in us per byte), plus c per IP
     packet beyond the first of each datagram it handles (the IP fragments of a UDP fragment), d per
-    ACK of the request it takes with the reply (TCP) and e per datagram it handles that is cut into
-    IP fragments at all, and per size: how many times it happens on the round-trip path (count), the
-    mean bytes one occurrence handles (bytes) and those extra IP packets, piggybacked ACKs and
-    fragmented datagrams in all (extra_ip_packets, piggybacked_acks, fragmented_datagrams).
+    ACK of the request it takes with the reply (TCP), e per datagram it handles that is cut into
+    IP fragments at all and f per request fragment whose send goes on past the server's wake-up on the
+    path (followed_fragments), and per size: how many times it happens on the round-trip path
+    (count), the mean bytes one occurrence handles (bytes) and those extra IP packets, piggybacked
+    ACKs, fragmented datagrams and followed fragments in all (extra_ip_packets, piggybacked_acks,
+    fragmented_datagrams, followed_fragments).
 Counts and bytes come from the protocol's own arithmetic (analysis/packets.py) through an
 occurrence rule (RULES below), or, for the paper's Table 2, from the table itself.
 
@@ -207,6 +209,39 @@ def fragmented_datagrams(rule, size, params):
                              [1 if x else 0 for x in r.extra_ip_packets])
 
 
+# The client's send after the device hand-off (C8'') is where the server's wake-up happens on the veth
+# testbed: the request's receive runs in the sender's softirq, through reassembly and the socket's
+# queue to the waking of the server. From that waking the walk (analysis/rtp.py) follows the server
+# where the server's work is what the call waits for (the window's last fragment), but stays on the
+# client where the client goes on to send the window's next fragment, and there the rest of the send,
+# from the waking to its return, is on the path as a piece of its own: 2.9-3.6 us a piece in
+# runs/run-20261128-053140's example calls (UDP 16064 one, 24096 three), none at 0-8032. Held to
+# a cost per fragment, C8'' came out 2.2 us over at 8032 and 4.6 under at 24096 in that run. So its
+# unit cost has a column for those fragments (f per followed fragment), counted by the protocol's
+# arithmetic: the on-path fragments whose next fragment is of the same window and on the path too.
+SENDS_ON_STEPS = ("C8''",)
+
+
+def _request_frag_indices(rule, q):
+    """Which of the request q's fragments a per-fragment rule's occurrences are (none for other rules)."""
+    return {"request_frags": range(len(q.frags)),
+            "request_frags_multi": range(len(q.frags)) if len(q.windows) > 1 else (),
+            "request_frags_but_last": range(len(_frags_but_last(q))),
+            "request_window_ends": _window_end_frags(q),
+            "request_window_wakes": _window_first_frags(q)}.get(rule, ())
+
+
+def followed_fragments(step, rule, size, params):
+    """The request fragments among a rule's occurrences whose next fragment belongs to the same window
+    and is among them too, for the steps in SENDS_ON_STEPS over UDP; else 0."""
+    if params.get("transport") == "tcp" or step not in SENDS_ON_STEPS or rule not in RULES:
+        return 0
+    q, _ = _req_reply(size, params)
+    on = set(_request_frag_indices(rule, q))
+    window = [w for w, k in enumerate(q.windows) for _ in range(k)]
+    return sum(1 for i in on if i + 1 in on and window[i] == window[i + 1])
+
+
 # Over TCP the server's ACK of a request rides on the reply when the request is one segment: Linux acks
 # at once only when more than one full segment is unacknowledged (__tcp_ack_snd_check), else it delays
 # the ACK, and the reply carries it a few microseconds later. The client's TCP then takes that ACK
@@ -283,12 +318,14 @@ class Term:
     a_us: float
     b_us_per_byte: float = 0.0
     rule: str | None = None
-    # size -> {"count", "bytes" (mean), "extra_ip_packets", "piggybacked_acks", "fragmented_datagrams"}
+    # size -> {"count", "bytes" (mean), "extra_ip_packets", "piggybacked_acks", "fragmented_datagrams",
+    #          "followed_fragments"}
     per_size: dict = field(default_factory=dict)
     fit: dict = field(default_factory=dict)
     c_us_per_extra_ip_packet: float = 0.0
     d_us_per_piggybacked_ack: float = 0.0
     e_us_per_fragmented_datagram: float = 0.0
+    f_us_per_followed_fragment: float = 0.0
 
     def unit(self, nbytes):
         """The cost of one occurrence handling nbytes in a single IP packet per datagram."""
@@ -303,7 +340,8 @@ class Term:
             return 0.0
         return (ps["count"] * self.unit(ps.get("bytes", 0)) + ps.get("extra_ip_packets", 0) * self.c_us_per_extra_ip_packet
                 + ps.get("piggybacked_acks", 0) * self.d_us_per_piggybacked_ack
-                + ps.get("fragmented_datagrams", 0) * self.e_us_per_fragmented_datagram)
+                + ps.get("fragmented_datagrams", 0) * self.e_us_per_fragmented_datagram
+                + ps.get("followed_fragments", 0) * self.f_us_per_followed_fragment)
 
     @property
     def label(self):
@@ -311,13 +349,14 @@ class Term:
 
     def formula(self):
         return unit_formula(self.a_us, self.b_us_per_byte, self.c_us_per_extra_ip_packet, self.d_us_per_piggybacked_ack,
-                            self.e_us_per_fragmented_datagram, ack_label(self.step))
+                            self.e_us_per_fragmented_datagram, ack_label(self.step), self.f_us_per_followed_fragment)
 
     def to_json(self):
         return {"device": self.device, "step": self.step, "term": self.term, "a_us": self.a_us,
                 "b_us_per_byte": self.b_us_per_byte, "c_us_per_extra_ip_packet": self.c_us_per_extra_ip_packet,
                 "d_us_per_piggybacked_ack": self.d_us_per_piggybacked_ack,
-                "e_us_per_fragmented_datagram": self.e_us_per_fragmented_datagram, "rule": self.rule,
+                "e_us_per_fragmented_datagram": self.e_us_per_fragmented_datagram,
+                "f_us_per_followed_fragment": self.f_us_per_followed_fragment, "rule": self.rule,
                 "per_size": {str(s): v for s, v in self.per_size.items()}, "fit": self.fit}
 
     @classmethod
@@ -326,7 +365,7 @@ class Term:
         return cls(t["device"], t["step"], t.get("term", ""), float(t["a_us"]), float(t.get("b_us_per_byte", 0)),
                    t.get("rule"), {int(s): v for s, v in t["per_size"].items()}, t.get("fit", {}),
                    float(t.get("c_us_per_extra_ip_packet", 0)), float(t.get("d_us_per_piggybacked_ack", 0)),
-                   float(t.get("e_us_per_fragmented_datagram", 0)))
+                   float(t.get("e_us_per_fragmented_datagram", 0)), float(t.get("f_us_per_followed_fragment", 0)))
 
 
 def goal_verdict(models, unsettled=(), cpu_loss=None):
@@ -392,7 +431,7 @@ def ack_label(step):
 
 
 def unit_formula(a_us, b_us_per_byte=0.0, c_us_per_extra_ip_packet=0.0, d_us_per_piggybacked_ack=0.0,
-                 e_us_per_fragmented_datagram=0.0, ack="piggybacked ACK"):
+                 e_us_per_fragmented_datagram=0.0, ack="piggybacked ACK", f_us_per_followed_fragment=0.0):
     """A unit cost as people read it: '0.735 + 0.1291 ns/B + 2.028 us/extra IP packet'."""
     out = f"{a_us:.3f}"
     if b_us_per_byte:
@@ -404,6 +443,9 @@ def unit_formula(a_us, b_us_per_byte=0.0, c_us_per_extra_ip_packet=0.0, d_us_per
     if e_us_per_fragmented_datagram:
         out += (f" {'-' if e_us_per_fragmented_datagram < 0 else '+'} {abs(e_us_per_fragmented_datagram):.3f} "
                 "us/fragmented datagram")
+    if f_us_per_followed_fragment:
+        out += (f" {'-' if f_us_per_followed_fragment < 0 else '+'} {abs(f_us_per_followed_fragment):.3f} "
+                "us/followed fragment")
     return out
 
 
@@ -444,20 +486,22 @@ class Model:
             for t in self.terms:
                 if t.rule == OTHER_PATH_RULE:       # no untraced run to count: the traced path
                     t.per_size[s] = {"count": 0.0, "bytes": 0.0, "extra_ip_packets": 0, "piggybacked_acks": 0,
-                                     "fragmented_datagrams": 0}
+                                     "fragmented_datagrams": 0, "followed_fragments": 0}
                     continue
                 if t.rule is None:
                     raise ValueError(f"term {t.label} has no occurrence rule: this model cannot predict size {s}")
                 if t.rule == NEAREST_RULE:
                     t.per_size[s] = {"count": t.per_size[nearest_fitted(s, fitted)]["count"], "bytes": 0.0,
-                                     "extra_ip_packets": 0, "piggybacked_acks": 0, "fragmented_datagrams": 0}
+                                     "extra_ip_packets": 0, "piggybacked_acks": 0, "fragmented_datagrams": 0,
+                                     "followed_fragments": 0}
                     continue
                 n, b = occurrences(t.rule, s, self.params)
                 acks = t.per_size[nearest_fitted(s, fitted)].get("piggybacked_acks", 0) \
                     if t.step in ACK_BEFORE_WAKEUP_STEPS else piggybacked_acks(t.step, s, self.params)
                 t.per_size[s] = {"count": n, "bytes": b, "extra_ip_packets": extra_ip_packets(t.rule, s, self.params),
                                  "piggybacked_acks": acks,
-                                 "fragmented_datagrams": fragmented_datagrams(t.rule, s, self.params)}
+                                 "fragmented_datagrams": fragmented_datagrams(t.rule, s, self.params),
+                                 "followed_fragments": followed_fragments(t.step, t.rule, s, self.params)}
             self.sizes.append(s)
         self.sizes.sort()
         return self
@@ -568,10 +612,10 @@ def fit(costs, holdout=(), steps=None, predict=()):
             rule = NEAREST_RULE if _on_path_at_some(observed) else gap_rule(sid, costs, sizes, fit_sizes, params,
                                                                              weights)
         per_size, pts = _term_points(sid, rule, costs, sizes, fit_sizes, params)
-        a, bb, c, dd, e, info = fit_unit(pts, weights, slope_floor(params))
+        a, bb, c, dd, e, g, info = fit_unit(pts, weights, slope_floor(params))
         if not pts:
             notes.append(f"{sid}: never measured at a fitted size with a count > 0; unit cost 0")
-        terms.append(Term(_device(sid), sid, "", a, bb, rule, per_size, info, c, dd, e))
+        terms.append(Term(_device(sid), sid, "", a, bb, rule, per_size, info, c, dd, e, g))
     other, why = other_path_terms(sizes, params)
     terms += other
     notes += why
@@ -721,7 +765,7 @@ def _other_path(sizes, params):
             continue
         terms.append(Term(device, label, "", cost, 0.0, OTHER_PATH_RULE,
                           {s: {"count": per[s].get(key, 0), "bytes": 0.0, "extra_ip_packets": 0, "piggybacked_acks": 0,
-                               "fragmented_datagrams": 0, "mean_per_call": round(means[s][key], 3)} for s in sizes},
+                               "fragmented_datagrams": 0, "followed_fragments": 0, "mean_per_call": round(means[s][key], 3)} for s in sizes},
                           {"kind": "calibrated", "source": f"wake_costs.{device}.{unit} (rpc-wakecal)",
                            "count_source": (f"the untraced runs' {key} less the traced run's (other_path_counts)"
                                             if key != AFTER_INTERRUPT_KEY else
@@ -750,9 +794,9 @@ def other_path_cost(counts, wake):
 
 
 def _term_points(sid, rule, costs, sizes, fit_sizes, params):
-    """({size: count, bytes, extra IP packets, piggybacked ACKs, fragmented datagrams}, the fit's points
-    [(size, n, bytes, extra, acks, fragmented, per-RPC us)]) of a term counted by a rule (a measured count
-    or bytes in the input wins over the rule's)."""
+    """({size: count, bytes, extra IP packets, piggybacked ACKs, fragmented datagrams, followed fragments},
+    the fit's points [(size, n, bytes, extra, acks, fragmented, followed, per-RPC us)]) of a term counted
+    by a rule (a measured count or bytes in the input wins over the rule's)."""
     per_size, pts = {}, []
     for s in sizes:
         if rule == NEAREST_RULE:
@@ -766,10 +810,12 @@ def _term_points(sid, rule, costs, sizes, fit_sizes, params):
         x = m.get("extra_ip_packets", extra_ip_packets(rule, s, params))
         k = m.get("piggybacked_acks", piggybacked_acks(sid, s, params) or acks_sent_before_wakeup(sid, s, costs, fit_sizes))
         f = m.get("fragmented_datagrams", fragmented_datagrams(rule, s, params))
-        per_size[s] = {"count": n, "bytes": b, "extra_ip_packets": x, "piggybacked_acks": k, "fragmented_datagrams": f}
+        g = m.get("followed_fragments", followed_fragments(sid, rule, s, params))
+        per_size[s] = {"count": n, "bytes": b, "extra_ip_packets": x, "piggybacked_acks": k, "fragmented_datagrams": f,
+                       "followed_fragments": g}
         med = m.get("median_ns")
         if s in fit_sizes and n and med is not None:
-            pts.append((s, n, b, x, k, f, med / 1000.0))   # the per-RPC total, us
+            pts.append((s, n, b, x, k, f, g, med / 1000.0))   # the per-RPC total, us
     return per_size, pts
 
 
@@ -841,14 +887,15 @@ def path_rule(step, observed, totals, params, weights=None):
 
     def residual(rule):
         pts = [(s, *occurrences(rule, s, params), extra_ip_packets(rule, s, params), piggybacked_acks(step, s, params),
-                fragmented_datagrams(rule, s, params), t) for s, t in totals.items()]
+                fragmented_datagrams(rule, s, params), followed_fragments(step, rule, s, params), t)
+               for s, t in totals.items()]
         pts = [p for p in pts if p[1]]
         if not pts:
             return float("inf")
-        a, b, c, d, e, _ = fit_unit(pts, weights, slope_floor(params))
+        a, b, c, d, e, g, _ = fit_unit(pts, weights, slope_floor(params))
         w = weights or {}
-        return round(sum(w.get(s, 1.0) * (t - n * (a + b * by) - x * c - k * d - f * e) ** 2
-                         for s, n, by, x, k, f, t in pts), 9)
+        return round(sum(w.get(s, 1.0) * (t - n * (a + b * by) - x * c - k * d - f * e - h * g) ** 2
+                         for s, n, by, x, k, f, h, t in pts), 9)
 
     own = STEP_RULES[step]
     if _on_path_at_some(observed) and not any(
@@ -925,8 +972,8 @@ def with_rtp(costs, rtp, corrected=False):
 # packets in all). A constant only where the bytes per occurrence do not vary: chosen by leave one
 # out elsewhere, it dropped small real per-byte slopes (TCP's steps at 16 and 24 KB, s6 runs).
 UNIT_FORMS = (("constant", (0,)), ("linear", (0, 1)), ("per packet", (0, 2)), ("linear and per packet", (0, 1, 2)))
-# Columns 3, piggybacked ACKs in all (piggybacked_acks), and 4, fragmented datagrams in all
-# (fragmented_datagrams), are no form to choose: the protocol says which sizes carry the work, so every
+# Columns 3, piggybacked ACKs in all (piggybacked_acks), 4, fragmented datagrams in all
+# (fragmented_datagrams), and 5, followed fragments in all (followed_fragments), are no form to choose: the protocol says which sizes carry the work, so every
 # form of a term whose fitted sizes have it at some sizes and not at others gets it, and a cost below
 # zero (noise) drops it (_without_negative). Why the datagrams in every form and not only beside the
 # extra packets: re-fitted over the 43 runs of sessions 14-17 (`rpcscope goals --refit`), the model met
@@ -934,7 +981,8 @@ UNIT_FORMS = (("constant", (0,)), ("linear", (0, 1)), ("per packet", (0, 2)), ("
 # (over the last 35 of those runs) 414 against 442 without, UDP 1392 at +4.3 %. analysis/MODEL.md.
 ACK_COLUMN = 3
 FRAG_COLUMN = 4
-OPTIONAL_COLUMNS = (ACK_COLUMN, FRAG_COLUMN)
+FOLLOWED_COLUMN = 5
+OPTIONAL_COLUMNS = (ACK_COLUMN, FRAG_COLUMN, FOLLOWED_COLUMN)
 # Where the runs took turns (slope_floor: none) and fragmented datagrams are a column (some fitted
 # sizes have them and some not), each form also without that column, after all the others: kept only
 # where it predicts the left-out sizes better than every form with the column by UNIT_FORM_MARGIN_PCT.
@@ -969,9 +1017,8 @@ def slope_floor(params):
 
 def fit_unit(pts, weights=None, floor=UNIT_SLOPE_FLOOR):
     """A term's unit cost from pts [(size, n occurrences, mean bytes, extra IP packets, piggybacked
-    ACKs, fragmented datagrams, per-RPC total us)]: (a, b, c, d, e, info) with total = n*a + n*bytes*b +
-    extra*c + acks*d + fragmented*e,
-    least squares with each size weighted by `weights` ({size: w}, default 1; the fit minimises the
+    ACKs, fragmented datagrams, followed fragments, per-RPC total us)]: (a, b, c, d, e, f, info) with
+    total = n*a + n*bytes*b + extra*c + acks*d + fragmented*e + followed*f, least squares with each size weighted by `weights` ({size: w}, default 1; the fit minimises the
     error of the step's share of the RTT).
 
     With three sizes or more the form (UNIT_FORMS: linear in bytes, a cost per extra IP packet
@@ -981,21 +1028,21 @@ def fit_unit(pts, weights=None, floor=UNIT_SLOPE_FLOOR):
     whose fit over all the sizes has a cost per byte or per packet below `floor` (UNIT_SLOPE_FLOOR, or
     none: slope_floor; with none, each form WITHOUT_DATAGRAMS too).
     With fewer sizes: linear in bytes (unless its slope falls), or a constant where the bytes do not
-    vary. Piggybacked ACKs and fragmented datagrams (OPTIONAL_COLUMNS), when some fitted sizes have
-    them and some not, are in every form; a left-out size whose such work no other size shares, or that
+    vary. Piggybacked ACKs, fragmented datagrams and followed fragments (OPTIONAL_COLUMNS), when some
+    fitted sizes have them and some not, are in every form; a left-out size whose such work no other size shares, or that
     alone tells the column from the others, is then not predicted, and a cost below zero (noise) drops
     the column. info: sizes, points, kind (the form), falling (the forms refused for a negative slope),
-    rms_residual_us, loo_rms (% of the RTT when weighted, else us) per candidate form, piggybacked_acks
-    and fragmented_datagrams (whether each column was fitted)."""
+    rms_residual_us, loo_rms (% of the RTT when weighted, else us) per candidate form, piggybacked_acks,
+    fragmented_datagrams and followed_fragments (whether each column was fitted)."""
     info = {"sizes": [p[0] for p in pts], "points": len(pts)}
     if not pts:
         info["kind"] = "none"
-        return 0.0, 0.0, 0.0, 0.0, 0.0, info
-    rows = [((weights or {}).get(s, 1.0), (n, n * b, x, k, f), y) for s, n, b, x, k, f, y in pts]
+        return 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, info
+    rows = [((weights or {}).get(s, 1.0), (n, n * b, x, k, f, g), y) for s, n, b, x, k, f, g, y in pts]
     extra = tuple(c for c in OPTIONAL_COLUMNS if any(x[c] for _, x, _ in rows) and not all(x[c] for _, x, _ in rows))
     forms = tuple((name, _without_negative(rows, cols, extra)) for name, cols in UNIT_FORMS)
     if floor < UNIT_SLOPE_FLOOR and FRAG_COLUMN in extra:
-        forms += tuple((name + WITHOUT_DATAGRAMS, cols + tuple(c for c in extra if c != FRAG_COLUMN))
+        forms += tuple((name + WITHOUT_DATAGRAMS, _without_negative(rows, cols, tuple(c for c in extra if c != FRAG_COLUMN)))
                        for name, cols in UNIT_FORMS)
     whole = {name: _wls(rows, cols) for name, cols in forms}      # each form fitted over every size
     info["falling"] = [name for name, cols in forms
@@ -1010,7 +1057,7 @@ def fit_unit(pts, weights=None, floor=UNIT_SLOPE_FLOOR):
         if rms is not None:
             loo[name] = rms * (100.0 if weights else 1.0)
     if not loo:      # too few sizes to leave one out, or no form survives it
-        name = "linear" if "linear" in linear_ok and len({b for _, _, b, _, _, _, _ in pts}) > 1 else "constant"
+        name = "linear" if "linear" in linear_ok and len({p[2] for p in pts}) > 1 else "constant"
     else:
         margin = UNIT_FORM_MARGIN_PCT if weights else 1e-9
         best = min(loo.values())
@@ -1019,15 +1066,16 @@ def fit_unit(pts, weights=None, floor=UNIT_SLOPE_FLOOR):
         info["loo_unit"] = "% of RTT" if weights else "us"
     cols = dict(forms)[name]
     th = whole[name]
-    coef = [0.0] * 5
+    coef = [0.0] * 6
     for c, v in zip(cols, th or ()):
         coef[c] = v
     info["kind"] = name
     info["piggybacked_acks"] = ACK_COLUMN in cols
     info["fragmented_datagrams"] = FRAG_COLUMN in cols
+    info["followed_fragments"] = FOLLOWED_COLUMN in cols
     res = [y - sum(k * v for k, v in zip(coef, x)) for _, x, y in rows]
     info["rms_residual_us"] = math.sqrt(sum(r * r for r in res) / len(res))
-    return coef[0], coef[1], coef[2], coef[3], coef[4], info
+    return (*coef, info)
 
 
 def _without_negative(rows, cols, optional):

@@ -58,23 +58,25 @@ def apply(model, sel, kind, value, why=None):
     out = []
     for t in hit:
         before = (t.a_us, t.b_us_per_byte, t.c_us_per_extra_ip_packet, t.d_us_per_piggybacked_ack,
-                  t.e_us_per_fragmented_datagram)
+                  t.e_us_per_fragmented_datagram, t.f_us_per_followed_fragment)
         if kind == "scale":
             t.a_us *= value
             t.b_us_per_byte *= value
             t.c_us_per_extra_ip_packet *= value
             t.d_us_per_piggybacked_ack *= value
             t.e_us_per_fragmented_datagram *= value
+            t.f_us_per_followed_fragment *= value
         elif kind == "set":
             t.a_us, t.b_us_per_byte, t.c_us_per_extra_ip_packet, t.d_us_per_piggybacked_ack = value, 0.0, 0.0, 0.0
-            t.e_us_per_fragmented_datagram = 0.0
+            t.e_us_per_fragmented_datagram = t.f_us_per_followed_fragment = 0.0
         else:
             t.a_us = max(0.0, t.a_us + value)
         out.append({"device": t.device, "step": t.step, "term": t.term, "change": why or f"{sel} {kind} {value:g}",
                     "a_us_before": before[0], "b_before": before[1], "c_us_before": before[2], "d_us_before": before[3],
-                    "e_us_before": before[4],
+                    "e_us_before": before[4], "f_us_before": before[5],
                     "a_us_after": t.a_us, "b_after": t.b_us_per_byte, "c_us_after": t.c_us_per_extra_ip_packet,
-                    "d_us_after": t.d_us_per_piggybacked_ack, "e_us_after": t.e_us_per_fragmented_datagram})
+                    "d_us_after": t.d_us_per_piggybacked_ack, "e_us_after": t.e_us_per_fragmented_datagram,
+                    "f_us_after": t.f_us_per_followed_fragment})
     return out
 
 

@@ -145,9 +145,11 @@ def _model_items(s, d, transport, fname, m):
         f"Calculated vs measured RTT per size{', ' + transport.upper() if transport else ''} (model: "
         f"{m.get('source', '')})", cols, rows,
         f"analysis/{fname} terms[].a_us, b_us_per_byte, c_us_per_extra_ip_packet, d_us_per_piggybacked_ack, "
-        "e_us_per_fragmented_datagram, per_size.{count,bytes,extra_ip_packets,piggybacked_acks,fragmented_datagrams} "
+        "e_us_per_fragmented_datagram, f_us_per_followed_fragment, per_size.{count,bytes,extra_ip_packets,"
+        "piggybacked_acks,fragmented_datagrams,followed_fragments} "
         "(us = count × (a + b × bytes) + extra IP packets × c + piggybacked ACKs × d (S1: the ACK sent before "
-        "the wake-up) + fragmented datagrams × e); "
+        "the wake-up) + fragmented datagrams × e + followed fragments × f (C8'': a send that goes on past the "
+        "server's wake-up to the window's next fragment)); "
         "calculated_us, measured_us (the untraced p50: the median of the rounds in the kept round's speed level "
         "where three or more ran there, params.level); % error = (measured − calculated) × 100 / measured; measured noise: half "
         "the spread of the case's untraced rounds' p50s in the kept round's speed level (manifest.json "

@@ -153,7 +153,7 @@ def test_a_falling_slope_stands_where_the_sizes_took_turns():
     column of packets or fragmented datagrams, which nearly follow the bytes, the floor still holds."""
     sizes = [0, 1392, 4016, 8032, 16064, 24096]
     us = {s: 1.13 - 0.000025 * s for s in sizes}                      # 25 ps a byte cheaper
-    pts = [(s, 1, s, 0, 0, 0, us[s]) for s in sizes]
+    pts = [(s, 1, s, 0, 0, 0, 0, us[s]) for s in sizes]
     a, b, *_, info = M.fit_unit(pts)
     assert info["kind"] == "constant" and "linear" in info["falling"]  # the drift rule, not taking turns
     a, b, *_, info = M.fit_unit(pts, None, M.slope_floor({"falling_slopes": True}))
@@ -162,8 +162,8 @@ def test_a_falling_slope_stands_where_the_sizes_took_turns():
     assert M.slope_floor({}) == M.UNIT_SLOPE_FLOOR
     # One fragmented datagram more from 4016 on, costing 1 us: the column stays, and the floor holds in
     # every form with it.
-    pts = [(s, 1, s, 0, 0, int(s > 1392), us[s] + 1.0 * (s > 1392)) for s in sizes]
-    a, b, *_, e, info = M.fit_unit(pts, None, M.slope_floor({"falling_slopes": True}))
+    pts = [(s, 1, s, 0, 0, int(s > 1392), 0, us[s] + 1.0 * (s > 1392)) for s in sizes]
+    a, b, _, _, e, _, info = M.fit_unit(pts, None, M.slope_floor({"falling_slopes": True}))
     assert info["fragmented_datagrams"] and e > 0.5 and b >= M.UNIT_SLOPE_FLOOR, info
 
 
@@ -176,8 +176,8 @@ def test_a_wait_that_pays_nothing_per_fragmented_datagram_falls_without_the_colu
     sizes = [0, 1392, 4016, 8032, 16064, 24096]
     # 80 ps a byte cheaper, and 1392 (the one datagram of two IP packets) 0.05 us above the line: noise
     # that gives the column a cost above zero, so that it stays in every form.
-    pts = [(s, 1, s, 0, 0, int(s > 0), 1.39 - 0.00008 * s + 0.05 * (s == 1392)) for s in sizes]
-    a, b, *_, e, info = M.fit_unit(pts, None, M.slope_floor({"falling_slopes": True}))
+    pts = [(s, 1, s, 0, 0, int(s > 0), 0, 1.39 - 0.00008 * s + 0.05 * (s == 1392)) for s in sizes]
+    a, b, _, _, e, _, info = M.fit_unit(pts, None, M.slope_floor({"falling_slopes": True}))
     assert "linear" in info["falling"], info                      # the form with the column may not fall
     assert info["kind"] == "linear" + M.WITHOUT_DATAGRAMS and not info["fragmented_datagrams"], info
     assert a == pytest.approx(1.39, abs=0.02) and b == pytest.approx(-0.00008, rel=0.02) and e == 0.0
@@ -564,6 +564,59 @@ def test_fragmented_datagrams_per_rule():
     assert M.fragmented_datagrams("request_frags", 24096, dict(p, transport="tcp")) == 0
 
 
+def test_followed_fragments_per_rule():
+    """The on-path fragments whose send goes on to the window's next fragment (that one on the path too),
+    counted for C8'' only: maxarg's windows are [1], [1, 1] at 4016 and 6000, [1, 2] at 8032, [1, 2, 2]
+    at 16064 and [1, 2, 4] at 24096. With request_frags_but_last (the final window's last fragment off
+    the path where that window holds more than one) 16064 has one (window 2's first) and 24096 three
+    (window 2's first, window 3's first and second), as the example calls of runs/run-20261128-053140
+    show a second piece of C8'' after each; none over TCP nor for other steps."""
+    p = {"reply": 0, "proc": "maxarg"}
+    sizes = (0, 1392, 4016, 6000, 8032, 16064, 24096)
+    assert [M.followed_fragments("C8''", "request_frags_but_last", s, p) for s in sizes] == [0, 0, 0, 0, 0, 1, 3]
+    assert [M.followed_fragments("C8''", "request_frags", s, p) for s in sizes] == [0, 0, 0, 0, 1, 2, 4]
+    assert M.followed_fragments("C8''", "request_window_ends", 24096, p) == 1   # the final window's last two
+    assert M.followed_fragments("C8''", "windows", 24096, p) == 0
+    assert M.followed_fragments("C8'", "request_frags_but_last", 24096, p) == 0
+    assert M.followed_fragments("C8''", "request_frags_but_last", 24096, dict(p, transport="tcp")) == 0
+
+
+def test_fit_finds_a_cost_per_followed_fragment_and_predicts_the_held_out_sizes():
+    """C8'' at 13 us a 4016-byte fragment plus 3 us for each send that goes on to the window's next
+    fragment (runs/run-20261128-053140: 14.3 us a fragment at 8032, 15.3 at 16064, 16.1 at 24096).
+    The column is fitted from the two sizes that have it and the held-out sizes come out exact; the
+    model file keeps it, the formula names it, and whatif scales it with the rest."""
+    params = {"reply": 0, "proc": "maxarg"}
+    sizes = [0, 1392, 1393, 4016, 6000, 8032, 16064, 24096]
+    rule = "request_frags_but_last"
+    out, meas = {}, {}
+    for s in sizes:
+        n, b = M.occurrences(rule, s, params)
+        c8 = n * (0.7 + 0.0031 * b) + 3.0 * M.followed_fragments("C8''", rule, s, params)
+        out[s] = {"C8''": {"median_ns": c8 * 1000, "n": 100, "path_count": n}}
+        meas[s] = c8 * 1000
+    costs = M.Costs(out, meas, dict(params, path_rules=True), "synthetic")
+    m = M.fit(costs, holdout=[1393, 6000], steps=["C8''"])
+    c8 = m.terms[0]
+    assert c8.rule == rule and c8.fit["followed_fragments"], c8.fit
+    assert c8.f_us_per_followed_fragment == pytest.approx(3.0) and c8.b_us_per_byte == pytest.approx(0.0031)
+    for row in m.error_rows():
+        assert row["percent_error"] == pytest.approx(0, abs=1e-6), row
+    assert "us/followed fragment" in c8.formula()
+    back = M.Model.from_json(json.loads(json.dumps(m.to_json())))
+    assert back.terms[0].f_us_per_followed_fragment == pytest.approx(3.0)
+    assert back.extend([12048]).terms[0].per_size[12048]["followed_fragments"] == \
+        M.followed_fragments("C8''", rule, 12048, params)
+    from rpcscope.analysis import whatif as W
+    ch = W.apply(back, "C8''", "scale", 0.5)[0]
+    assert ch["f_us_before"] == pytest.approx(3.0) and ch["f_us_after"] == pytest.approx(1.5)
+    # Without the column the same data misses the sizes with followed fragments.
+    pts = M._term_points("C8''", rule, costs, sizes, [0, 1392, 4016, 8032, 16064, 24096], params)[1]
+    assert M._wls([(1.0, (n, n * b), y) for _, n, b, *_, y in pts], (0, 1)) is not None
+    a, b = M._wls([(1.0, (n, n * b), y) for _, n, b, *_, y in pts], (0, 1))
+    assert max(abs(y - n * (a + b * by)) for _, n, by, *_, y in pts) > 1.0
+
+
 def test_fit_finds_a_cost_per_fragmented_datagram_beside_the_one_per_packet():
     """C8'' as measured on the veth testbed: the first extra IP packet of a datagram costs more than
     the next ones (~4.1 us at 1392 for one extra, ~7.0 for two). With a cost per extra packet alone the
@@ -597,7 +650,7 @@ def test_fit_finds_a_cost_per_fragmented_datagram_beside_the_one_per_packet():
         assert row["percent_error"] == pytest.approx(0, abs=1e-6), row
     assert "us/fragmented datagram" in c8.formula()
     # 1392 is left out of the leave-one-out only: without it the datagrams are half the extra packets.
-    rows = [(1.0, (n, n * b, x, k, f), y) for _, n, b, x, k, f, y in
+    rows = [(1.0, (n, n * b, x, k, f, g), y) for _, n, b, x, k, f, g, y in
             M._term_points("C8''", "request_frags", M.Costs(out, meas, params, "s"), sizes,
                            [0, 1392, 4016, 8032, 16064, 24096], params)[1]]
     assert M._wls(rows, (0, 2, 4)) is not None

@@ -202,9 +202,9 @@ def cmd_whatif(args):
     print(f"model: {base.source}")
     table([{"term": " ".join(x for x in (c["device"], c["step"], c["term"]) if x), "change": c["change"],
             "unit_before_us": M.unit_formula(c["a_us_before"], c["b_before"], c["c_us_before"], c["d_us_before"],
-                                             c["e_us_before"]),
+                                             c["e_us_before"], f_us_per_followed_fragment=c["f_us_before"]),
             "unit_after_us": M.unit_formula(c["a_us_after"], c["b_after"], c["c_us_after"], c["d_us_after"],
-                                            c["e_us_after"])}
+                                            c["e_us_after"], f_us_per_followed_fragment=c["f_us_after"])}
            for c in changes],
           ["term", "change", "unit_before_us", "unit_after_us"], out=sys.stdout)
     print()

@@ -75,9 +75,15 @@ TURN_CALLS_RANGE = (1, 10000)
 # `rpcscope run`'s rounds taking turns. Seven, not nine: every round counts (a median of the rounds'
 # figures, each over its case's factor), and their noise was 0.4-0.8 % a size with nine; on a slow
 # day nine took a fresh clone's `make run` to 10 min 11 s (runs/run-20261128-030526: UDP rounds of 27
-# s, TCP's of 16), over the 10 minutes it must keep to, and the capture makes no fewer rounds for the
-# deadline than asked.
+# s, TCP's of 16), over the 10 minutes it must keep to.
 TURNS_REPEATS = 7
+# With --turns a transport makes fewer rounds than asked where the capture's --deadline-seconds could
+# not hold another one beside what must follow: this transport's finish, and this many rounds of every
+# later transport (each as long as this one's median round) and its finish. Never fewer than this many
+# rounds either: Measured is their median, and its noise half their spread. Seven rounds on a slow day
+# took the capture to 348 s against a deadline of 327 (runs/run-20261128-055812: UDP rounds of 29 s,
+# TCP's of 15) and the fresh clone's `make run` to 9 min 6 s.
+MIN_TURNS_ROUNDS = 4
 
 
 # ---------------------------------------------------------------- input
@@ -879,10 +885,19 @@ class Capture:
             self.cpu_speed_check(f"{transport} sweep {r + 1}")
 
         seconds = []
+        if self.p.get("turns"):
+            ended = "turns"
+            for r in range(n):
+                sweep(r, n)
+                left = self.seconds_left(transport, MIN_TURNS_ROUNDS, seconds)
+                if MIN_TURNS_ROUNDS <= r + 1 < n and left is not None and left < statistics.median(seconds):
+                    ended = "capture deadline"
+                    if self.progress is not None:
+                        self.progress.total -= (n - r - 1) * len(kinds) * len(cases)
+                    break
+            return (runs, order, *self.turns_record(transport, cases, runs, len(seconds), seconds, ended))
         for r in range(n):
             sweep(r, n)
-        if self.p.get("turns"):
-            return (runs, order, *self.turns_record(transport, cases, runs, n, seconds))
         p50s = _p50s(runs)
         kept, agreeing, dist = choose_sweep(p50s)
         r = n
@@ -1033,9 +1048,10 @@ class Capture:
             order[cid].append(m["tag"])
             self.advance()
 
-    def turns_record(self, transport, cases, runs, n, seconds):
+    def turns_record(self, transport, cases, runs, n, seconds, ended="turns"):
         """({case id: (the kept round, every round)}, the sweeps' record) of a capture whose runs took
-        turns (--turns): the kept round (turns_kept_round: its kinds stand to each other, and its sizes
+        turns (--turns), n rounds made (`ended`: "turns", or "capture deadline" where the deadline cut the
+        rounds asked for, MIN_TURNS_ROUNDS): the kept round (turns_kept_round: its kinds stand to each other, and its sizes
         to each other, as in most rounds) gives every case its traces; every round is in its "level", each round's p50s divided by the case's
         factor in the round (case_factors; analysis/run.py level_rounds_p50s). No extra sweeps: a round's kinds and
         sizes share the host's moments, so the rounds need not agree with one another."""
@@ -1050,7 +1066,8 @@ class Capture:
                   "kept": "one round for every size: the one whose kinds stand to each other, and whose sizes to "
                           "each other, as in most rounds (the sizes and kinds of a round took turns)",
                   "level": None, "kept_by_case": {cid: kept for cid in by_case},
-                  "kept_straddle_pct": {}, "distance_pct": [], "seconds": seconds, "ended": "turns",
+                  "kept_straddle_pct": {}, "distance_pct": [], "seconds": seconds, "ended": ended,
+                  "rounds_asked": self.p.get("repeats", 1),
                   "extra_sweep_seconds": 0, "deadline_seconds": self.p.get("deadline_seconds"),
                   "turns": {"turn_calls": self.p.get("turn_calls", TURN_CALLS), "runs_per_round": len(turns) // max(1, n),
                             "turns_per_run_median": statistics.median(turns) if turns else None,
@@ -1059,10 +1076,10 @@ class Capture:
         return by_case, record
 
     def seconds_left(self, transport, repeats, seconds):
-        """Of the capture's --deadline-seconds (None: no deadline), the seconds left for more extra sweeps of
-        `transport` (`seconds`: its sweeps so far, `repeats` planned) once what must still follow them is
-        set aside: this transport's cases' finish, and every later transport's planned sweeps (each
-        estimated as this one's median sweep) and finish (FINISH_SECONDS_PER_CASE a case)."""
+        """Of the capture's --deadline-seconds (None: no deadline), the seconds left for more sweeps of
+        `transport` (`seconds`: its sweeps so far) once what must still follow them is set aside: this
+        transport's cases' finish, and every later transport's `repeats` sweeps (each estimated as this
+        one's median sweep) and finish (FINISH_SECONDS_PER_CASE a case)."""
         deadline = self.p.get("deadline_seconds")
         if deadline is None:
             return None
@@ -1792,7 +1809,9 @@ def sweeps_summary(sweeps):
 def _turns_summary(transport, sweep):
     t = sweep["turns"]
     speed = t.get("round_speed") or [1.0]
-    return (f"{transport}: {sweep['rounds']} rounds, the {t['runs_per_round']} runs of each (every size and kind) "
+    cut = (f" (of {sweep['rounds_asked']} asked: the capture's deadline, {sweep['deadline_seconds']:g} s, "
+           "--deadline-seconds)") if sweep.get("ended") == "capture deadline" else ""
+    return (f"{transport}: {sweep['rounds']} rounds{cut}, the {t['runs_per_round']} runs of each (every size and kind) "
             f"taking turns of {t['turn_calls']} calls (a median {t['turns_per_run_median']:g} turns a run); round "
             f"{sweep['kept_round']} kept for every size's traces, every figure the median of the rounds' p50s, each "
             f"over how fast the host ran its size in that round (the rounds' speeds ranged over {min(speed):.2f}-{max(speed):.2f}; the probe effects moved by a "

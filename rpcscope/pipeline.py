@@ -16,8 +16,8 @@ import time
 from contextlib import redirect_stdout
 
 from . import ROOT
-from .collectors.capture import (DEFAULT_REPEATS, EXTRA_SWEEP_SECONDS, TURNS_REPEATS, check_extra_sweep_seconds,
-                                 unsettled_transports)
+from .collectors.capture import (DEFAULT_REPEATS, EXTRA_SWEEP_SECONDS, MIN_TURNS_ROUNDS, TURNS_REPEATS,
+                                 check_extra_sweep_seconds, unsettled_transports)
 from .collectors.perf import KERNEL_EVENT_SETS
 from .interrupts import interruptible, uninterrupted
 from .output import UserError, emit_json, table
@@ -174,8 +174,9 @@ def cmd_run(args):
           f"({', '.join('%s %.0fs' % (x['stage'], x['seconds']) for x in st.timings)})")
     if args.max_seconds and result["seconds"] > args.max_seconds:
         print(f"WARNING: over its --max-seconds {args.max_seconds:g} by {result['seconds'] - args.max_seconds:.0f} s: "
-              "only the capture's extra sweeps give way to the limit, and the planned rounds alone took longer "
-              "on this host (see the capture's time: line); give fewer --repeats or --calls, or a larger limit")
+              "the capture's extra sweeps, and rounds taking turns beyond the first "
+              f"{MIN_TURNS_ROUNDS}, give way to the limit, and the rest took longer on this host (see the "
+              "capture's time: line); give fewer --repeats or --calls, or a larger limit")
     if result.get("corrected_vs_untraced"):
         print("\nProbe effect removed (issue 5: corrected traced p50 within 5 % of the untraced p50). noise: half the "
               "spread of the case's traced rounds' p50s in the kept round's speed level, as % of the untraced p50 "

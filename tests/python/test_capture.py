@@ -599,30 +599,35 @@ def test_ftrace_collector_records_every_packet_and_the_calls_rebuild(testbed, tm
 def test_capture_taking_turns_traces_every_call_of_its_turns(testbed, tmp_path):
     """--turns: every size and kind of a round at once, in turns of --turn-calls; each traced run's
     tracefs instance records only its turns, yet holds every call's packets and syscalls; one round is
-    kept for every size, the rounds' speeds recorded; nothing is left behind."""
+    kept for every size, the rounds' speeds recorded; nothing is left behind. A --deadline-seconds that
+    no round fits cuts the rounds asked (5) to MIN_TURNS_ROUNDS (4), and says so."""
+    from rpcscope.collectors.capture import MIN_TURNS_ROUNDS
     from rpcscope.analysis.run import level_p50_ns
     from rpcscope.analysis.steps import analyze
     out = tmp_path / "turns"
     before = _ftrace_instances()
     p = rpcscope("capture", "--sizes", "0,4016", "--transport", "udp,tcp", "--calls", "300", "--warmup", "30",
-                 "--kernel", "ftrace", "--calibration", "quick", "--calibration-calls", "500", "--repeats", "3",
-                 "--clock-reads", "--turns", "--turn-calls", "10", "--out", str(out), timeout=600)
+                 "--kernel", "ftrace", "--calibration", "quick", "--calibration-calls", "500", "--repeats", "5",
+                 "--deadline-seconds", "1", "--clock-reads", "--turns", "--turn-calls", "10", "--out", str(out),
+                 timeout=600)
     assert "taking turns of 10 calls" in p.stdout, p.stdout
+    assert MIN_TURNS_ROUNDS == 4 and p.stdout.count("4 rounds (of 5 asked: the capture's deadline, 1 s") == 2, p.stdout
     assert _ftrace_instances() == before and leftovers(out) == []
     m = json.loads((out / "manifest.json").read_text())
     assert m["complete"] and m["params"]["turns"] and m["params"]["turn_calls"] == 10
     total = 300 + 30
     for t in ("udp", "tcp"):
         sw = m["sweeps"][t]
-        assert sw["ended"] == "turns" and sw["extra_rounds"] == 0 and sw["agreeing_rounds"] == [0, 1, 2]
-        assert sw["turns"]["runs_per_round"] == 6 and len(sw["turns"]["round_speed"]) == 3       # 2 sizes x 3 kinds
+        assert sw["ended"] == "capture deadline" and sw["rounds"] == 4 and sw["rounds_asked"] == 5, sw
+        assert sw["extra_rounds"] == 0 and sw["agreeing_rounds"] == [0, 1, 2, 3] and len(sw["seconds"]) == 4
+        assert sw["turns"]["runs_per_round"] == 6 and len(sw["turns"]["round_speed"]) == 4       # 2 sizes x 3 kinds
         assert set(sw["kept_by_case"].values()) == {sw["kept_round"]}                            # one round for all
     devs = {h["role"]: h["ifname"] for h in m["hosts"].values()}
     for c in m["cases"]:
         rep = c["repeats"]
         assert rep["kept_round"] == m["sweeps"][c["transport"]]["kept_round"]
         # 1 + 30 + 300 calls in turns of 10: 34 turns a run, every run of every round
-        assert all(n == [34, 34, 34] for k, n in rep["turns"].items() if k.endswith("_turns")), rep["turns"]
+        assert all(n == [34] * 4 for k, n in rep["turns"].items() if k.endswith("_turns")), rep["turns"]
         assert level_p50_ns(c, "untraced") > 0 and c["sleeps_per_call"]["untraced"]["client"] > 0.5
         assert c["losses"]["kernel_lost"] == 0 and not c["lossy"] and c["events"]["kernel"] > 0, c
         events = _kernel_events(out / c["dir"] / "kernel")

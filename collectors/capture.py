@@ -1051,8 +1051,8 @@ class Capture:
     def turns_record(self, transport, cases, runs, n, seconds, ended="turns"):
         """({case id: (the kept round, every round)}, the sweeps' record) of a capture whose runs took
         turns (--turns), n rounds made (`ended`: "turns", or "capture deadline" where the deadline cut the
-        rounds asked for, MIN_TURNS_ROUNDS): the kept round (turns_kept_round: its kinds stand to each other, and its sizes
-        to each other, as in most rounds) gives every case its traces; every round is in its "level", each round's p50s divided by the case's
+        rounds asked for, MIN_TURNS_ROUNDS): the kept round (turns_kept_round: its kinds stand to each
+        other, and its sizes to each other, as in most rounds) gives every case its traces; every round is in its "level", each round's p50s divided by the case's
         factor in the round (case_factors; analysis/run.py level_rounds_p50s). No extra sweeps: a round's kinds and
         sizes share the host's moments, so the rounds need not agree with one another."""
         p50s = _p50s(runs, clock=True)     # the kinds analysis/run.py case_round_factors takes

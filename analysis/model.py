@@ -164,20 +164,24 @@ def occurrences(rule, size, params):
     return len(occ), (sum(occ) / len(occ) if occ else 0.0)
 
 
+def _request_frag_indices(rule, q):
+    """Which of the request q's fragments a per-fragment rule's occurrences are (none for other rules)."""
+    return {"request_frags": range(len(q.frags)),
+            "request_frags_multi": range(len(q.frags)) if len(q.windows) > 1 else (),
+            "request_frags_but_last": range(len(_frags_but_last(q))),
+            "request_window_ends": _window_end_frags(q),
+            "request_window_wakes": _window_first_frags(q)}.get(rule, ())
+
+
 def _per_fragment_sum(rule, q, per_req, per_rep):
     """The sum over a rule's occurrences of a per-fragment figure (per_req for each of the request q's
     fragments, per_rep for the reply's): the fragments each rule's occurrences send or receive."""
     req, rep = sum(per_req), sum(per_rep)
-    if rule == "request_frags_but_last":
-        return sum(per_req[:len(_frags_but_last(q))])
-    if rule == "request_window_ends":
-        return sum(per_req[i] for i in _window_end_frags(q))
-    if rule == "request_window_wakes":
-        return sum(per_req[i] for i in _window_first_frags(q))
-    return {"call_request": req, "request_frags": req, "request_windows": req,
-            "request_frags_multi": req if len(q.windows) > 1 else 0,
-            "call_reply": rep, "reply_frags": rep, "server_sends": rep, "client_receives": rep,
-            "call_bytes": req + rep}.get(rule, 0)
+    whole = {"call_request": req, "request_windows": req, "call_reply": rep, "reply_frags": rep,
+             "server_sends": rep, "client_receives": rep, "call_bytes": req + rep}
+    if rule in whole:
+        return whole[rule]
+    return sum(per_req[i] for i in _request_frag_indices(rule, q))
 
 
 def extra_ip_packets(rule, size, params):
@@ -222,24 +226,14 @@ def fragmented_datagrams(rule, size, params):
 SENDS_ON_STEPS = ("C8''",)
 
 
-def _request_frag_indices(rule, q):
-    """Which of the request q's fragments a per-fragment rule's occurrences are (none for other rules)."""
-    return {"request_frags": range(len(q.frags)),
-            "request_frags_multi": range(len(q.frags)) if len(q.windows) > 1 else (),
-            "request_frags_but_last": range(len(_frags_but_last(q))),
-            "request_window_ends": _window_end_frags(q),
-            "request_window_wakes": _window_first_frags(q)}.get(rule, ())
-
-
 def followed_fragments(step, rule, size, params):
     """The request fragments among a rule's occurrences whose next fragment belongs to the same window
     and is among them too, for the steps in SENDS_ON_STEPS over UDP; else 0."""
     if params.get("transport") == "tcp" or step not in SENDS_ON_STEPS or rule not in RULES:
         return 0
     q, _ = _req_reply(size, params)
-    on = set(_request_frag_indices(rule, q))
-    window = [w for w, k in enumerate(q.windows) for _ in range(k)]
-    return sum(1 for i in on if i + 1 in on and window[i] == window[i + 1])
+    on, starts = set(_request_frag_indices(rule, q)), set(_window_first_frags(q))
+    return sum(1 for i in on if i + 1 in on and i + 1 not in starts)
 
 
 # Over TCP the server's ACK of a request rides on the reply when the request is one segment: Linux acks

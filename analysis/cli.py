@@ -6,6 +6,7 @@ import sys
 from rpcscope.output import UserError, emit_json, table
 
 from .run import RunError
+from .tracenotes import TraceNote, note_line
 
 EPILOG = """examples:
   rpcscope analyze runs/maxarg-udp                  step x size table of medians, traced vs untraced RTT
@@ -62,9 +63,14 @@ def cmd_analyze(args):
         if prog:
             prog.done()
     res.pop("_rpcs", None)
+    notes = [TraceNote(**n) for n in res.get("trace_problems") or []]
     if args.json:
         emit_json(res)
+        for n in notes:                  # stdout holds the JSON alone
+            print("trace problem: " + note_line(n), file=sys.stderr)
         return 0
+    if res.get("partial"):
+        print(f"PARTIAL ANALYSIS: {_partial_why(res)}")
     key = ("corrected_median_us" if args.stat == "median" else "corrected_mean_us") if args.corrected \
         else f"{args.stat}_us"
     cases = []
@@ -112,8 +118,21 @@ def cmd_analyze(args):
         print("\nmissing (step: reason: RPCs, all cases; 'complete' RPCs miss none):")
         for (s, why), n in sorted(missing.items(), key=lambda x: -x[1])[:12]:
             print(f"  {s}: {why}: {n}")
+    if notes:
+        print(f"\ntrace problems ({len(notes)}; the intact streams are analysed, steps.json trace_problems):")
+        for n in notes:
+            print("  " + note_line(n))
+    if res.get("partial"):
+        print(f"PARTIAL ANALYSIS: {_partial_why(res)}")
     print(f"\nwritten: {path / 'analysis' / 'steps.csv'}, rtt.csv, steps.json")
     return 0
+
+
+def _partial_why(res):
+    skipped = res.get("skipped_cases") or []
+    why = "the capture was interrupted" if res.get("interrupted") else "the capture did not finish every case"
+    return (f"{why}; {len(skipped)} case(s) left out ({', '.join(skipped[:6])}{' ...' if len(skipped) > 6 else ''}); "
+            f"the figures are those of the {len(res.get('rtt') or [])} finished case(s)")
 
 
 def _pivot(rows, cols):

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "ctfread.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -304,20 +305,75 @@ static int parse_i64(const char *s, int64_t *v)
 	return errno || *end ? -1 : 0;
 }
 
-/* A value up to ';' or ',' or '}': dotted names joined ("clock.monotonic.value"); NULL on error. */
+/* An attribute's value, as babeltrace2's grammar takes it: one number, string or name, or a dotted
+ * name ("clock.monotonic.value"); anything more before the ';' ("6 4", "0 garbage") is refused, as
+ * babeltrace2 refuses it. NULL on error. */
 static char *value(struct parser *p)
 {
 	char buf[512] = "";
 	size_t len = 0;
-	while (!is(p, 0, ";") && !is(p, 0, "}") && !is(p, 0, ",") && peek(p, 0)->kind != K_END) {
-		len += (size_t)snprintf(buf + len, len < sizeof buf ? sizeof buf - len : 0, "%s", peek(p, 0)->text);
-		p->at++;
+	struct token *first = peek(p, 0);
+	if (first->kind != K_IDENT && first->kind != K_NUM && first->kind != K_STR) {
+		fail(p, "metadata: a value is missing before '%s'", first->text);
+		return NULL;
 	}
-	if (!len || len >= sizeof buf) {
-		fail(p, "metadata: a value is missing or too long near '%s'", peek(p, 0)->text);
+	len = (size_t)snprintf(buf, sizeof buf, "%s", first->text);
+	p->at++;
+	while (first->kind == K_IDENT && is(p, 0, ".") && peek(p, 1)->kind == K_IDENT) {
+		len += (size_t)snprintf(buf + len, len < sizeof buf ? sizeof buf - len : 0, ".%s", peek(p, 1)->text);
+		p->at += 2;
+	}
+	if (!is(p, 0, ";") && !is(p, 0, "}") && !is(p, 0, ",")) {
+		fail(p, "metadata: '%s' after the value '%s' (expected ';')", peek(p, 0)->text, first->text);
+		return NULL;
+	}
+	if (len >= sizeof buf) {
+		fail(p, "metadata: a value too long near '%s'", first->text);
 		return NULL;
 	}
 	return xstrdup(buf);
+}
+
+/* true/false as babeltrace2 reads them (TRUE, 1 and FALSE, 0 too); -1 for anything else. */
+static int bool_value(const char *v)
+{
+	if (!strcmp(v, "true") || !strcmp(v, "TRUE") || !strcmp(v, "1"))
+		return 1;
+	if (!strcmp(v, "false") || !strcmp(v, "FALSE") || !strcmp(v, "0"))
+		return 0;
+	return -1;
+}
+
+/* An integer's base as babeltrace2 accepts it. */
+static int base_ok(const char *v)
+{
+	static const char *const ok[] = {"2", "8", "10", "16", "decimal", "dec", "d", "i", "u", "hexadecimal", "hex",
+					 "x", "X", "p", "octal", "oct", "o", "binary", "b", NULL};
+	for (int i = 0; ok[i]; i++)
+		if (!strcmp(v, ok[i]))
+			return 1;
+	return 0;
+}
+
+/* A CTF uuid: "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" of hex digits; 0 when it is not one. */
+static int uuid_parse(const char *v, uint8_t out[16])
+{
+	uint8_t u[16];
+	if (strlen(v) != 36)
+		return 0;
+	for (int i = 0, k = 0; i < 36; i++) {
+		int dash = i == 8 || i == 13 || i == 18 || i == 23;
+		if (dash != (v[i] == '-') || (!dash && !isxdigit((unsigned char)v[i])))
+			return 0;
+		if (dash)
+			continue;
+		int x = isdigit((unsigned char)v[i]) ? v[i] - '0' : tolower((unsigned char)v[i]) - 'a' + 10;
+		u[k / 2] = (uint8_t)(k % 2 ? (u[k / 2] << 4) | x : x);
+		k++;
+	}
+	if (out)
+		memcpy(out, u, sizeof u);
+	return 1;
 }
 
 /* A dotted key ("packet.header") up to '=' or ':='. */
@@ -370,11 +426,6 @@ static const char *stripped(const char *name)
 
 static struct ctfread_type *parse_type(struct parser *p);
 
-static int parse_bool(const char *v)
-{
-	return !strcmp(v, "true") || !strcmp(v, "TRUE") || !strcmp(v, "1");
-}
-
 static struct ctfread_type *parse_integer(struct parser *p)
 {
 	struct ctfread_type *t = new_type(p, T_INT);
@@ -399,12 +450,20 @@ static struct ctfread_type *parse_integer(struct parser *p)
 			t->align = (unsigned)n;
 			have_align = 1;
 		} else if (!strcmp(k, "signed")) {
-			t->is_signed = parse_bool(v);
+			if (bool_value(v) < 0)
+				fail(p, "metadata: integer signed = %s is not true or false", v);
+			t->is_signed = bool_value(v) == 1;
 		} else if (!strcmp(k, "byte_order")) {
 			if (strcmp(v, "le") && strcmp(v, "native") && strcmp(v, "little_endian"))
 				fail(p, "unsupported: byte_order %s", v);
 		} else if (!strcmp(k, "encoding")) {
-			t->is_text = !strcmp(v, "UTF8") || !strcmp(v, "ASCII") || !strcmp(v, "utf8");
+			if (strcmp(v, "UTF8") && strcmp(v, "utf8") && strcmp(v, "ASCII") && strcmp(v, "ascii") &&
+			    strcmp(v, "none") && strcmp(v, "NONE"))
+				fail(p, "metadata: integer encoding %s", v);
+			t->is_text = !strcmp(v, "UTF8") || !strcmp(v, "ASCII") || !strcmp(v, "utf8") || !strcmp(v, "ascii");
+		} else if (!strcmp(k, "base")) {
+			if (!base_ok(v))
+				fail(p, "metadata: integer base %s", v);
 		} else if (!strcmp(k, "map")) {
 			t->maps_clock = 1;
 		}
@@ -917,23 +976,28 @@ static int parse_block(struct parser *p, const char *kind)
 		}
 		else if (!strcmp(kind, "clock") && !strcmp(k, "freq"))
 			ck.pub.freq = n;
-		else if (!strcmp(kind, "clock") && !strcmp(k, "offset_s"))
-			parse_i64(v, &ck.pub.offset_s);
-		else if (!strcmp(kind, "clock") && !strcmp(k, "offset"))
+		else if (!strcmp(kind, "clock") && !strcmp(k, "offset_s")) {
+			if (parse_i64(v, &ck.pub.offset_s))
+				fail(p, "metadata: clock.offset_s = %s is not a number", v);
+		} else if (!strcmp(kind, "clock") && !strcmp(k, "offset"))
 			ck.pub.offset_cycles = n;
-		else if (!strcmp(kind, "clock") && !strcmp(k, "absolute"))
-			ck.pub.origin_is_unix_epoch = parse_bool(v);
-		else if (!strcmp(kind, "clock") && !strcmp(k, "uuid")) {
-			unsigned u[16];
-			if (sscanf(v, "%2x%2x%2x%2x-%2x%2x-%2x%2x-%2x%2x-%2x%2x%2x%2x%2x%2x", &u[0], &u[1], &u[2], &u[3],
-				   &u[4], &u[5], &u[6], &u[7], &u[8], &u[9], &u[10], &u[11], &u[12], &u[13], &u[14],
-				   &u[15]) == 16) {
-				ck.pub.have_uuid = 1;
-				for (int i = 0; i < 16; i++)
-					ck.pub.uuid[i] = (uint8_t)u[i];
-			}
-		}
-		if (!num_ok && (!strcmp(k, "id") || !strcmp(k, "stream_id") || !strcmp(k, "freq") || !strcmp(k, "offset")))
+		else if (!strcmp(kind, "clock") && !strcmp(k, "absolute")) {
+			if (bool_value(v) < 0)
+				fail(p, "metadata: clock.absolute = %s is not true or false", v);
+			ck.pub.origin_is_unix_epoch = bool_value(v) == 1;
+		} else if (!strcmp(kind, "clock") && !strcmp(k, "uuid")) {
+			if (!uuid_parse(v, ck.pub.uuid))
+				fail(p, "metadata: clock.uuid = \"%s\" is not a uuid", v);
+			ck.pub.have_uuid = 1;
+		} else if (!strcmp(kind, "trace") && !strcmp(k, "uuid") && !uuid_parse(v, NULL))
+			fail(p, "metadata: trace.uuid = \"%s\" is not a uuid", v);
+		else if (!strcmp(kind, "trace") && !strcmp(k, "major") && (!num_ok || n != 1))
+			fail(p, "unsupported: CTF major version %s (this reader reads 1.8)", v);
+		else if (!strcmp(kind, "trace") && !strcmp(k, "minor") && (!num_ok || n != 8))
+			fail(p, "unsupported: CTF minor version %s (this reader reads 1.8)", v);
+		if (!num_ok && (!strcmp(k, "id") || !strcmp(k, "stream_id") || !strcmp(k, "freq") || !strcmp(k, "offset") ||
+				(!strcmp(kind, "clock") && !strcmp(k, "precision")) ||
+				(!strcmp(kind, "event") && !strcmp(k, "loglevel"))))
 			fail(p, "metadata: %s.%s = %s is not a number", kind, k, v);
 		free(k);
 		free(v);
@@ -1393,6 +1457,11 @@ static int open_packet(struct ctfread_reader *r, struct stream *s, int record, c
 	}
 	if (!have_content)
 		content_bits = packet_bits;
+	if (packet_bits % 8 == 0 && packet_bits / 8 > left && c.pos <= (uint64_t)s->len * 8) {
+		say(why, why_size, "%s: the stream is cut short: the packet at byte %zu declares %" PRIu64
+		    " bytes, the file ends %zu bytes after its start", s->path, s->pkt, packet_bits / 8, left);
+		return -CTFREAD_FALLBACK;
+	}
 	if (packet_bits % 8 || !packet_bits || packet_bits / 8 > left || content_bits > packet_bits ||
 	    c.pos > (uint64_t)s->pkt * 8 + content_bits)
 		goto bad;

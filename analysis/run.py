@@ -18,6 +18,7 @@ import pathlib
 import numpy as np
 
 from . import traceread
+from .manifestcheck import manifest_problem
 from .packets import request_body_bytes  # noqa: F401  (re-exported: the reports use it from here)
 
 # rpc/wire.h: 4096-byte PDUs with an 80-byte header; windows of 4096 bytes
@@ -494,6 +495,10 @@ class Run:
                            f"(make one with `rpcscope capture --out {self.path}`)") from None
         except (OSError, ValueError) as e:
             raise RunError(f"{mf}: unreadable manifest: {e}") from None
+        problem = manifest_problem(self.manifest)
+        if problem:
+            raise RunError(f"{mf}: a damaged manifest: {problem}; re-capture the run "
+                           f"(`rpcscope capture --out {self.path} --replace`) or restore its manifest.json")
         if self.manifest.get("format") != 1:
             raise RunError(f"{mf}: manifest format {self.manifest.get('format')!r}, this analysis reads format 1")
         self.params = self.manifest.get("params", {})

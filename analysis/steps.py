@@ -29,8 +29,9 @@ from .clocksync import USER_PACKET_MARKS, estimate, match_user_packets
 from .probe import path_probe_ns
 from .rpcs import EXTRA_ROWS, MEASURED, MISSING, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
 from .rtp import SPLIT_COST_SPREAD, SPLIT_MIN_SHARE
-from .run import (Run, call_edges_ns, level_p50_ns, level_rounds_p50s, load_run, modes_label, other_path_counts,
+from .run import (Run, RunError, call_edges_ns, level_p50_ns, level_rounds_p50s, load_run, modes_label, other_path_counts,
                   traced_noise_pct, untraced_modes)
+from .tracenotes import trace_notes
 from .wakeup import run_wake_costs
 from .workers import CaseWorkers, cpu_workers
 
@@ -307,6 +308,8 @@ def analyze(run_path, progress=None, write=True, kernel=True, workers=None):
     ncases, case id, done, total, what=None) as cases are rebuilt."""
     run = run_path if isinstance(run_path, Run) else load_run(run_path)
     cases = [c for c in run.cases if c.complete]
+    if not cases:
+        raise RunError(_no_case_message(run))
     workers = cpu_workers(len(cases), workers)
     if progress:
         progress(0, len(cases), "all", 0, 0)
@@ -330,6 +333,11 @@ def analyze(run_path, progress=None, write=True, kernel=True, workers=None):
               # other-path terms; analysis/wakeup.py).
               "wake_costs": run_wake_costs(run.manifest),
               "steps": steps, "rtt": rtts}
+    # What is wrong with the traces, one note per problem naming the file and what to do (tracenotes.py);
+    # partial: the capture was interrupted, and the cases it did not finish are left out.
+    result["trace_problems"] = [n.as_dict() for n in trace_notes(run, rtts, kernel)]
+    result["interrupted"] = bool(run.manifest.get("interrupted"))
+    result["partial"] = result["interrupted"] or bool(result["skipped_cases"])
     if write:
         run.out_dir.mkdir(parents=True, exist_ok=True)
         with open(run.out_dir / "steps.csv", "w", newline="") as f:
@@ -352,6 +360,17 @@ def analyze(run_path, progress=None, write=True, kernel=True, workers=None):
         (run.out_dir / "steps.json").write_text(json.dumps(result, indent=1, default=str))
     result["_rpcs"] = per_rpc
     return result
+
+
+def _no_case_message(run):
+    mf = run.path / "manifest.json"
+    if not run.cases:
+        return (f"{mf} lists no case: the capture was interrupted before its first case"
+                if run.manifest.get("interrupted") or run.manifest.get("complete") is False
+                else f"{mf} lists no case") + f"; capture the run again (`rpcscope capture --out {run.path} --replace`)"
+    return (f"{run.path}: none of its {len(run.cases)} cases was finished (the capture was interrupted"
+            f"{'' if run.manifest.get('interrupted') else ' or failed'}: cases[].complete is false); nothing to "
+            f"analyse: capture the run again (`rpcscope capture --out {run.path} --replace`)")
 
 
 def _in_process(run, cases, progress, kernel):

@@ -39,6 +39,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -149,7 +150,7 @@ class Events:
 
     @property
     def partial(self):
-        return any(p["what"] in ("truncated", "corrupt", "missing") for p in self.problems)
+        return any(p["what"] in ("truncated", "corrupt", "missing", "metadata") for p in self.problems)
 
     @property
     def lossy(self):
@@ -442,11 +443,17 @@ def _salvage(trace_dir, b, src, problems):
     bad, first_clock = [], None
     with tempfile.TemporaryDirectory(prefix="rpcscope-salvage-") as tmp:
         for k, (tdir, files) in enumerate(_stream_files(trace_dir).items()):
+            why = metadata_error(tdir)
+            if why:
+                # No stream of this trace decodes without its metadata: one problem names the file.
+                bad.append({"stream": str(tdir / "metadata"), "events_kept": 0, "what": "metadata",
+                            "error": why, "streams_lost": len(files)})
+                continue
             for f in files:
                 d = pathlib.Path(tmp) / f"{k}-{f.name}"
                 d.mkdir()
-                os.symlink(tdir / "metadata", d / "metadata")
-                os.symlink(f, d / f.name)
+                os.symlink(os.path.abspath(tdir / "metadata"), d / "metadata")
+                os.symlink(os.path.abspath(f), d / f.name)
                 before = len(b.c["ts"])
                 n, clock, err = _decode(d, b, src, problems)
                 first_clock = first_clock or clock
@@ -462,6 +469,40 @@ def _salvage(trace_dir, b, src, problems):
                                 "what": what})
                 shutil.rmtree(d)
     return bad, first_clock
+
+
+def metadata_error(tdir):
+    """Why the CTF metadata of the trace in tdir does not parse (babeltrace2's own words, the line of
+    the metadata it stopped at where it says), or None: it parses, or babeltrace2 is not installed.
+    The metadata is read alone, without the streams, so a damaged stream does not count."""
+    exe = shutil.which("babeltrace2")
+    meta = pathlib.Path(tdir) / "metadata"
+    if not exe:
+        return None
+    try:
+        size = meta.stat().st_size
+    except OSError as e:
+        return f"cannot read it: {e.strerror}"
+    if size == 0:
+        return "the file is empty"
+    with tempfile.TemporaryDirectory(prefix="rpcscope-metadata-") as tmp:
+        os.symlink(os.path.abspath(meta), pathlib.Path(tmp) / "metadata")
+        try:
+            r = subprocess.run([exe, "--log-level=E", "-c", "source.ctf.fs", "-p",
+                                "inputs=[" + json.dumps(tmp) + "]", "-o", "dummy"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+        except subprocess.TimeoutExpired:
+            return None
+    if r.returncode == 0:
+        return None
+    lines = r.stderr.decode(errors="replace").splitlines()
+    # "... E PLUGIN/CTF/META/PARSER yyerror@parser.y:943 At line 13 in metadata stream: syntax error, ..."
+    texts = [m.group(1) for m in (re.search(r"/META\S* \S+@\S+:\d+ (?:\[[^]]*\] )?(.*)$", ln) for ln in lines) if m]
+    if texts:
+        return " ".join(texts[0].split())[:300]
+    if r.returncode < 0:
+        return f"babeltrace2 crashed (signal {-r.returncode}) reading it"
+    return "babeltrace2 cannot read it as CTF 1.8 metadata"
 
 
 _MAGIC = (b"\xc1\x1f\xfc\xc1", b"\xc1\xfc\x1f\xc1")   # CTF packet magic, little and big endian
@@ -662,7 +703,7 @@ def _read_trace(path, cache_dir, src, backend):
         msg = f"no trace at {path}" if not path.exists() else f"no CTF trace (no metadata file) under {path}"
         empty = {k: np.zeros(0, _NP[t]) for k, t in COLUMNS.items()}
         return Events(empty, [], [{"path": str(path), "clock": None, "tracer": None, "events": 0, "partial": True}],
-                      [{"source": src, "what": what, "message": msg}], {}), False
+                      [{"source": src, "what": what, "file": str(path), "message": msg}], {}), False
     key = _cache_key(path) if cache_dir else None
     if key:
         cached = _load(cache_dir, key)
@@ -747,8 +788,9 @@ def _read_python(path, src):
         problems = [p for p in problems if p["what"] not in ("discarded_events", "discarded_packets")]
         bad, salvaged_clock = _salvage(path, b, src, problems)
         for x in bad:
-            problems.append({"source": src, "what": x["what"], "stream": x["stream"],
-                             "events_kept": x["events_kept"], "message": x["error"]})
+            problems.append({"source": src, "what": x["what"], "stream": x["stream"], "file": x["stream"],
+                             "events_kept": x["events_kept"], "message": x["error"],
+                             **({"streams_lost": x["streams_lost"]} if "streams_lost" in x else {})})
         if not bad:
             problems.append({"source": src, "what": "corrupt", "message": err})
         partial = True

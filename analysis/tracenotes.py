@@ -38,10 +38,14 @@ def _from_problem(case_id, p, case_dir):
     what = p.get("what")
     file = p.get("file") or p.get("stream") or str(case_dir / trace)
     msg = " ".join(str(p.get("message") or "").split())
+    for quoted in (f"'{file}'", f"`{file}`", file):     # the file is named once, in front
+        msg = msg.replace(quoted, "it")
+    msg = msg if len(msg) <= 240 else msg[:237] + "..."
     kept = p.get("events_kept")
     if what == "truncated":
+        how = msg.split("cut short: ", 1)[1] if "cut short: " in msg else "it ends inside a packet"
         return TraceNote(case_id, trace, what, file,
-                         f"the stream is cut short inside a packet ({kept} events kept from its whole packets; {msg})",
+                         f"the stream is cut short ({how}); {kept} events kept from its whole packets",
                          "the tracer stopped while writing it (a capture killed, a full disk); the calls it lost are "
                          "left out: " + RECAPTURE)
     if what == "metadata":

@@ -463,12 +463,30 @@ def _salvage(trace_dir, b, src, problems):
                     # inside a packet fails as a whole. Keep its complete packets.
                     if _decode_prefix(d, f, b, src, problems):
                         what = "truncated"
+                    else:
+                        cut = _cut_short(d, tmp)
+                        if cut:
+                            what, err = "truncated", cut
                 if err:
                     err = err.replace(str(d / f.name), str(f)).replace(str(d), str(tdir))
                     bad.append({"stream": str(f), "events_kept": len(b.c["ts"]) - before, "error": err,
                                 "what": what})
                 shutil.rmtree(d)
     return bad, first_clock
+
+
+def _cut_short(d, tmp):
+    """ctfread's word that the one stream in trace directory d ends inside a packet (the file shorter
+    than the packet it declares), or None."""
+    from . import native
+    if not native.available():
+        return None
+    out = pathlib.Path(tmp) / f"cut-{d.name}"
+    try:
+        refused = native.extract([d], out).get("ctfread_refused") or ""
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return refused if "cut short" in refused else None
 
 
 def metadata_error(tdir):

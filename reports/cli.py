@@ -4,11 +4,19 @@ from pathlib import Path
 
 from rpcscope.output import UserError, emit_json
 
+from .data import ReportError, load
+from .export import SUFFIX, export_examples
+from .report import build, write
+
+PERCENT_ERROR = ("% error = (Measured − Calculated) × 100 / Measured, the DCE study's sign: positive where the "
+                 "model is under")
+
 EPILOG = """examples:
   rpcscope analyze runs/maxarg-udp && rpcscope model runs/maxarg-udp && rpcscope report runs/maxarg-udp
   rpcscope report runs/maxarg-udp                 writes runs/maxarg-udp/report/{report.md,index.html,fig-*.svg}
   rpcscope report runs/maxarg-udp --per-rpc       also rebuild every RPC from the traces: per-RPC RTT histograms
   rpcscope report runs/maxarg-udp --out /tmp/r --json
+  rpcscope report runs/maxarg-udp --no-calls      without report/calls/ (each diagram's call as a Perfetto trace)
 
 The report reads runs/NAME/manifest.json and, when there, analysis/steps.json (rpcscope analyze),
 analysis/model.json and model-*.json (rpcscope model; `rpcscope run` writes one per transport, each
@@ -19,26 +27,37 @@ file and columns. The same figures in Jupyter: reports/notebooks/rpcscope.ipynb 
 
 
 def cmd_report(args):
-    from .data import ReportError, load
-    from .report import build, write
     try:
         d = load(args.run, per_rpc=args.per_rpc)
     except ReportError as e:
         raise UserError(str(e)) from None
-    rep = build(d)
-    out = write(rep, args.out or Path(args.run) / "report")
+    out_dir = Path(args.out or Path(args.run) / "report")
+    calls_dir = out_dir / "calls"
+    for f in calls_dir.glob(f"*{SUFFIX}"):
+        f.unlink()
+    calls, call_errors = ({}, {}) if args.no_calls else export_examples(d, calls_dir)
+    rep = build(d, calls, call_errors)
+    out = write(rep, out_dir)
+    out["calls"] = [str(e.path) for e in calls.values()]
     if args.json:
         emit_json({**out, "summary": rep.headline})
         return 0
     h = rep.headline
     print(f"report: {out['html']}")
     print(f"        {out['markdown']} ({len(out['figures'])} figures)")
+    if calls:
+        print(f"        {calls_dir}/ ({len(calls)} example calls as Perfetto traces)")
+    for case, why in call_errors.items():
+        print(f"  {case}: example call not exported: {why}")
     print(f"run {h['run']}: {h['cases']} cases; analysis {'yes' if h['analysis'] else 'no'}, "
           f"model {'yes' if h['model'] else 'no'}, round trip path {'measured' if h['rtp_measured'] else 'catalog flags'}")
     for r in h["rtt"]:
         t, u = r["traced_p50_us"], r["untraced_p50_us"]
         print(f"  {r['case']}: traced p50 {t:.1f} us, untraced p50 {u:.1f} us" if t and u else f"  {r['case']}")
-    for t, errs in (h.get("models_percent_error") or {"": h.get("model_percent_error") or {}}).items():
+    errors = h.get("models_percent_error") or {"": h.get("model_percent_error") or {}}
+    if any(e is not None for errs in errors.values() for e in errs.values()):
+        print(f"  ({PERCENT_ERROR})")
+    for t, errs in errors.items():
         for z, e in errs.items():
             if e is not None:
                 print(f"  model{f' ({t})' if t else ''} at size {z}: {e:+.2f} % error")
@@ -58,6 +77,8 @@ def register(subparsers):
     ap.add_argument("--out", metavar="DIR", help="where to write (default runs/NAME/report)")
     ap.add_argument("--per-rpc", action="store_true",
                     help="rebuild every RPC from the traces for per-RPC RTT distributions (slower)")
+    ap.add_argument("--no-calls", action="store_true",
+                    help="do not export each case's example call as a Perfetto trace (report/calls/)")
     ap.add_argument("--json", action="store_true", help="print the written paths and a summary as JSON")
     ap.set_defaults(func=cmd_report)
     return ap

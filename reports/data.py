@@ -103,7 +103,7 @@ class RunData:
             "manifest.json wait, server_wait, server_executors")
         add("kernel collector, clock", f"{m.get('kernel_collector')}, {m.get('clock')}, kernel clock aligned to UST: "
             f"{m.get('kernel_clock_aligned_to_ust')}", "manifest.json kernel_collector, clock, kernel_clock_aligned_to_ust")
-        # Captures before session 22 recorded the full set and did not say so.
+        # A manifest without params.kernel_events comes from a capture that recorded the full set.
         add("kernel event set", p.get("kernel_events", "full (not recorded)"), "manifest.json params.kernel_events")
         add("tool versions", ", ".join(f"{k} {v}" for k, v in (m.get("tools") or {}).items()), "manifest.json tools")
         readers = {}
@@ -128,7 +128,7 @@ class RunData:
                                         "charges the extra sleeps and interrupts of the speed level's untraced rounds "
                                         "(their median), and the wake-up right after each interrupt, at the wake-up "
                                         "calibration's costs, in its other-path rows, as many as the middle call pays "
-                                        "(analysis/MODEL.md, sessions 25 and 28)") if other else
+                                        "(see the model section)") if other else
                 f"the traced run's path at all {len(counted)} cases (the same sleeps and IPIs per call)",
                 "manifest.json cases[].sleeps_per_call (analysis/run.py path_shape)")
         from rpcscope.analysis.wakeup import run_wake_costs

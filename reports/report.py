@@ -36,6 +36,8 @@ class Figure:
     svg: str
     source: str
     note: str = ""
+    case: str = ""       # the case it draws (one case per figure: keyed by case id, never by size)
+    links: list = field(default_factory=list)   # [(text, href relative to the report)]
 
 
 @dataclass
@@ -74,6 +76,7 @@ def _case_key(r):
 
 def summary_section(d: RunData):
     s = Section("Run summary")
+    s.items.append("What was run, on which machines and how: each row names the output it is read from.")
     s.items.append(Table("Run", ["item", "value", "source"], d.summary, "manifest.json (and analysis/steps.json), "
                          "per row in the source column"))
     if d.missing:
@@ -196,7 +199,7 @@ def clock_check_tables(steps, rtp=None):
     from what a clock read each side of it measures. The RTT row's corrected figure is the round-trip
     path's (rtp: rtp.json's rtt_corrected_median_ns), not the step table's RTT row, which charges every
     event on the client's CPU and the server's during the waits."""
-    path = {(c["transport"], c["size"]): c["rtt_corrected_median_ns"] / 1000 for c in (rtp or {}).get("cases", [])
+    path = {c.get("case"): c["rtt_corrected_median_ns"] / 1000 for c in (rtp or {}).get("cases", [])
             if c.get("rtt_corrected_median_ns") is not None}
     out = []
     for t in sorted({r["transport"] for r in steps}):
@@ -208,7 +211,7 @@ def clock_check_tables(steps, rtp=None):
         names = list(dict.fromkeys(r["step"] for r in mine))
         rows = []
         for n in names:
-            diff = {r["size"]: 1000 * ((path.get((t, r["size"])) or r["corrected_median_us"]) if n == "RTT" else
+            diff = {r["size"]: 1000 * ((path.get(r.get("case")) or r["corrected_median_us"]) if n == "RTT" else
                                        r["corrected_median_us"]) - 1000 * r["clock_reads_median_us"]
                     for r in mine if r["step"] == n}
             row = {"step": n, **{str(z): (f"{diff[z]:+.0f}" if z in diff else "") for z in sizes}}
@@ -223,6 +226,10 @@ def clock_check_tables(steps, rtp=None):
 
 def steps_section(d: RunData):
     s = Section("Per-step costs")
+    s.items.append("A step is the stretch of a call between two tracepoints (C1-C22 on the client, S1-S16 on the "
+                   "server, as the DCE study numbers them), measured on every call of the traced build. Recording a "
+                   "tracepoint takes time itself: this probe effect (the run summary's calibration row gives its "
+                   "cost per event) is inside every traced figure, and the corrected columns take it out.")
     if not d.steps:
         s.items.append(f"No analysis/steps.json: run `rpcscope analyze {d.path}`.")
         return s
@@ -230,9 +237,17 @@ def steps_section(d: RunData):
                    "Corrected = minus the calibrated cost of the tracepoints inside the step: where a tracepoint "
                    "costs the call more than the emptiest step holding one of its class takes, that step's time "
                    "is charged to its own step and the rest is taken off every step in proportion to its time "
-                   "(analysis/MODEL.md, section Per-step probe charges; per case below). "
+                   "(per case below). "
                    "n/a: the run's conditions rule the step out; missing: RPCs where the step applies but was not found.")
-    s.items.extend(clock_check_tables(d.steps, d.rtp))
+    clock = clock_check_tables(d.steps, d.rtp)
+    if clock:
+        s.items.append("The clock build is the same program with each tracepoint replaced by one read of the clock "
+                       "into memory (about 20 ns where a tracepoint costs hundreds): its step times are the steps "
+                       "with almost no probe. The tables below set each probe-corrected step beside it, in ns per "
+                       "size: near zero, the correction takes out what the tracepoints add; a large figure on a "
+                       "span that holds the other side's work is the step tables' charging, as the note under "
+                       "each table says.")
+    s.items.extend(clock)
     by = {}
     for r in d.steps:
         by.setdefault(r["case"], []).append(r)
@@ -314,7 +329,8 @@ def _catalog_boxes(case_rows, packets_note):
             if not cat[sid]["rtp"] or not applies(sid):
                 continue
             u = us(sid) or 0.0
-            boxes.append({"lane": lane, "label": f"{sid} {cat[sid]['name']}", "us": us(sid), "begin": t, "rtp": True})
+            boxes.append({"lane": lane, "label": f"{sid} {cat[sid]['name']}", "us": us(sid), "begin": t, "rtp": True,
+                          "step": sid})
             t += u
             if sid == anchor.get(lane):
                 t2 = t
@@ -322,7 +338,7 @@ def _catalog_boxes(case_rows, packets_note):
                     if not applies(o):
                         continue
                     uo = us(o) or 0.0
-                    boxes.append({"lane": lane, "label": o, "us": us(o), "begin": t2, "rtp": False,
+                    boxes.append({"lane": lane, "label": o, "us": us(o), "begin": t2, "rtp": False, "step": o,
                                   "tip": f"{o} {cat[o]['name']}: {uo:.2f} µs (overlapped)"})
                     t2 += uo
     return boxes
@@ -346,7 +362,7 @@ def _example_boxes(entry):
         us, probe = g["dur_ns"] / 1e3, g.get("probe_ns", 0.0) / 1e3
         label = f"{sid} {names.get(sid, '')}".strip() if sid else g["segment"]
         boxes.append({"lane": _segment_lane(g["segment"], sid), "label": label, "us": us,
-                      "begin": g["begin_ns"] / 1e3, "rtp": True,
+                      "begin": g["begin_ns"] / 1e3, "rtp": True, "step": sid,
                       "tip": f"{label}: {us:.2f} µs traced, {us - probe:.2f} µs without the probes inside it"})
     on_path = {g.get("step") for g in ex["segments"]}
     for o in entry.get("overlapped") or []:
@@ -365,7 +381,7 @@ def _example_boxes(entry):
             continue
         begin = max(ends)
         boxes.append({"lane": lane, "label": sid + (f" (slack {slack / 1e3:.1f})" if slack is not None else ""),
-                      "us": u, "begin": begin, "rtp": False,
+                      "us": u, "begin": begin, "rtp": False, "step": sid,
                       "tip": f"{sid} {names.get(sid, '')}: {u:.2f} µs off the path (median)"
                              + (f", slack {slack / 1e3:.2f} µs" if slack is not None else "")})
     return boxes
@@ -383,16 +399,11 @@ def _before(step):
 
 
 def _rtp_entry(rtp, case):
-    for key in ("sizes", "cases"):
-        block = rtp.get(key)
-        if isinstance(block, dict):
-            for k in (str(case.get("size")), case.get("id")):
-                if k in block:
-                    return block[k]
-        if isinstance(block, list):
-            for e in block:
-                if str(e.get("size")) == str(case.get("size")) or e.get("case") == case.get("id"):
-                    return e
+    """rtp.json's entry of this case: cases[] keyed by the case id alone (a size names one case per
+    transport and procedure, so it never picks an entry)."""
+    for e in (rtp or {}).get("cases") or []:
+        if e.get("case") == case.get("id"):
+            return e
     return None
 
 
@@ -409,30 +420,48 @@ def _packets_note(proc, size):
     return {"request": f"({len(q.frags)} frag, {len(q.ip)} IP pkt)", "reply": ""}
 
 
-def rtp_section(d: RunData):
+def rtp_section(d: RunData, calls=None, call_errors=None):
+    """One diagram per case, drawn from that case's own entry in rtp.json (cases[case=ID]); calls:
+    {case id: export.Exported} of the example calls exported beside the report, linked under each."""
+    calls, call_errors = calls or {}, call_errors or {}
     s = Section("Round trip path (Figure 5 style)")
+    s.items.append("Each diagram is one real call of its case, the one whose probe-corrected round trip is the "
+                   "median: time runs down, the client, network and server columns hold its steps, solid boxes "
+                   "lie on the round trip path (each waits for the one before), dashed ones ran beside it. "
+                   "The link under a diagram is the same call as a Perfetto trace: open it in ui.perfetto.dev "
+                   "(Open trace file) to see every step, kernel event, packet and wake-up of the call on its "
+                   "threads.")
     cases = [c for c in d.cases if c.get("complete", True) is not False]
     by_case = {}
     for r in d.steps:
         by_case.setdefault(r["case"], []).append(r)
     for c in cases:
         entry = _rtp_entry(d.rtp, c) if d.rtp else None
+        data = {"case": c["id"]}
         if entry and entry.get("example_rpc"):
             boxes = _example_boxes(entry)
             ex = entry["example_rpc"]
+            data["call-id"] = ex["call_id"]
             sub = (f"measured: call {ex['call_id']}, {ex['rtt_ns'] / 1e3:.1f} µs traced, "
                    f"{ex['corrected_rtt_ns'] / 1e3:.1f} µs without the probes (the median)")
-            src = "analysis/rtp.json cases[].example_rpc (segments), overlapped (steps off the path, slack)"
+            src = (f"analysis/rtp.json cases[case={c['id']}].example_rpc (segments), overlapped (steps off the "
+                   "path, slack)")
         else:
             boxes = _catalog_boxes(by_case.get(c["id"], []), _packets_note(c.get("proc"), int(c.get("size", 0))))
             sub = "catalog flags, not measured" + (" (rtp.json has no example_rpc: re-run `rpcscope rtp`)"
                                                    if entry else "")
             src = ("tracepoints/steps.toml rtp flags (which steps are on the path); box times: analysis/steps.json "
                    f"steps[case={c['id']}].median_us" + ("" if by_case.get(c["id"]) else " (absent: no analysis)"))
-        svgs = svg.rtp_diagram(boxes, f"Round trip path, {c['id']} ({c.get('proc')}, {c.get('size')} bytes)", sub)
-        s.items.append(Figure(f"rtp-{c['id']}", f"RTP {c['id']}", svgs, src,
-                              "Box heights proportional to time with a minimum height so short steps stay legible; "
-                              "solid: on the round trip path, dashed: overlapped."))
+        svgs = svg.rtp_diagram(boxes, f"Round trip path, {c['id']} ({c.get('proc')}, {c.get('size')} bytes)", sub,
+                               data=data)
+        ex = calls.get(c["id"])
+        links = [(f"call {ex.calls[0]} (id {ex.call_ids[0]}) as a Perfetto trace", f"calls/{ex.path.name}")] \
+            if ex and ex.call_ids[:1] == [data.get("call-id")] else []
+        note = ("Box heights proportional to time with a minimum height so short steps stay legible; "
+                "solid: on the round trip path, dashed: overlapped.")
+        if c["id"] in call_errors:
+            note += f" The call was not exported: {call_errors[c['id']]}."
+        s.items.append(Figure(f"rtp-{c['id']}", f"RTP {c['id']}", svgs, src, note, case=c["id"], links=links))
     return s
 
 
@@ -460,6 +489,10 @@ def packet_marks(proc, max_size):
 
 def rtt_section(d: RunData):
     s = Section("RTT vs request size")
+    s.items.append("Each size's round trip three ways: untraced (the build without tracepoints, what an application "
+                   "sees: the Measured figure), traced (every tracepoint recording) and traced with the probe "
+                   "effect taken out (probe-corrected). The gap between traced and untraced is the probe effect; "
+                   "the corrected curve lies on the untraced one where the correction is right.")
     groups = {}
     if d.rtt:
         for r in d.rtt:
@@ -542,6 +575,9 @@ def rtt_section(d: RunData):
                                    "sleeps, ipis: manifest.json cases[].sleeps_per_call (client/server voluntary "
                                    "context switches and IPIs per call, the kept round's runs); untraced_modes: "
                                    "cases/*/client-untraced.json rtt_hist (analysis/run.py untraced_modes)",
+                             "traced vs untraced %: (traced − untraced) × 100 / untraced; corrected vs untraced %: "
+                             "(corrected − untraced) × 100 / untraced: positive where the traced or probe-corrected "
+                             "call is slower than the untraced build's. "
                              "noise: how far one traced run of the case moves from the next identical one; a "
                              "corrected-vs-untraced difference within about twice it is not a fault of the "
                              "correction. overlap absorbed: how much of the probe cost charged to the walked path "
@@ -549,10 +585,10 @@ def rtt_section(d: RunData):
                              "(analysis/rtp.py retime; 0: the correction's path is the path without probes too). "
                              "probe effect from: clock build, the case's traced minus clock-build p50 plus the "
                              "clock reads' cost; other cases, their per-event costs (its clock runs took another "
-                             "path; analysis/MODEL.md, session 30). "
+                             "path). "
                              "sleeps: how often the client and the server blocked per call (client/server); "
                              "ipis: the interrupts per call their CPUs got from each other (a wake-up sent as an "
-                             "interrupt, ~12 µs on this VM in session 24, where a polling CPU's costs about "
+                             "interrupt, which costs a sleeping CPU microseconds, where a polling CPU's costs about "
                              "nothing); same_path NO: the untraced run blocked in other waits than the traced "
                              "one, or was woken otherwise (a fragment or reply came before, or after, its reader "
                              "waited), so its RTT is not the traced path's without probes and no step cost of "
@@ -576,6 +612,8 @@ def _histogram_cdf(h):
 
 def latency_section(d: RunData):
     s = Section("Latency distributions")
+    s.items.append("How each case's calls spread: the fraction of calls at or below each round-trip time, untraced "
+                   "and traced, from the client's own record of every measured call.")
     for c in d.cases:
         lat = d.latency(c)
         if not lat:
@@ -626,9 +664,11 @@ def _percent_errors(m):
     return {z: percent_error(meas.get(z), c) for z, c in m.get("calculated_us", {}).items()}
 
 
-def build(d: RunData) -> Report:
-    sections = [summary_section(d), model_section(d), steps_section(d), rtp_section(d), rtt_section(d),
-                latency_section(d)]
+def build(d: RunData, calls=None, call_errors=None) -> Report:
+    """The report of one run. calls: {case id: export.Exported} of the example calls exported beside
+    it (reports/export.py export_examples), linked under the round-trip-path diagrams."""
+    sections = [summary_section(d), model_section(d), steps_section(d), rtp_section(d, calls, call_errors),
+                rtt_section(d), latency_section(d)]
     head = {"run": str(d.path), "cases": len(d.cases), "analysis": d.steps_json is not None,
             "model": d.model is not None, "rtp_measured": d.rtp is not None, "missing": d.missing, "rtt": []}
     for r in d.rtt:
@@ -684,9 +724,11 @@ def to_html(rep: Report) -> str:
             if figs:
                 o.append('<div class="figs">')
                 for f in figs:
+                    links = "".join(f'<br><a class="call" href="{escape(h)}" download>{escape(t)}</a>'
+                                    for t, h in f.links)
                     o.append(f'<figure id="{escape(f.name)}">{f.svg}<figcaption class="src">source: '
                              f'{escape(f.source)}' + (f'<br><span class="note">{escape(f.note)}</span>' if f.note else "")
-                             + "</figcaption></figure>")
+                             + links + "</figcaption></figure>")
                 o.append("</div>")
                 figs = []
             if isinstance(it, Table):
@@ -720,7 +762,8 @@ def to_markdown(rep: Report) -> str:
                 o += ["", f"*source: {it.source}*" + (f"  \n{it.note}" if it.note else ""), ""]
             elif isinstance(it, Figure):
                 o += [f"![{it.title}](fig-{it.name}.svg)", "", f"*source: {it.source}*"
-                      + (f"  \n{it.note}" if it.note else ""), ""]
+                      + (f"  \n{it.note}" if it.note else "")
+                      + "".join(f"  \n[{t}]({h})" for t, h in it.links), ""]
             else:
                 o += [it, ""]
     return "\n".join(o)

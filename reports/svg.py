@@ -234,11 +234,13 @@ def binned_histograms(series, title, xlabel="RTT (us)", shown=0.995, max_bars=16
 LANES = ("client", "network", "server")
 
 
-def rtp_diagram(boxes, title, subtitle="", w=700, px_per_us=None, min_h=16, max_total=900):
+def rtp_diagram(boxes, title, subtitle="", w=700, px_per_us=None, min_h=16, max_total=900, data=None):
     """The round trip path in the manner of the DCE study's Figure 5.
 
     boxes: [{"lane": client|network|server, "label": str, "us": float or None, "begin": float,
-             "rtp": bool}], begin/us in microseconds on the round trip's time axis (top = call start).
+             "rtp": bool, "step": catalog step id (optional)}], begin/us in microseconds on the round
+             trip's time axis (top = call start). data: {name: value} written on the <svg> element as
+             data-NAME attributes (the case and call it draws), and each box's step as data-step.
     Steps on the path are solid boxes, overlapped steps dashed and drawn beside their lane's path
     column. Heights are proportional to time with a minimum (min_h px) so short steps stay legible;
     the left axis is labelled by the path's cumulative time.
@@ -270,8 +272,9 @@ def rtp_diagram(boxes, title, subtitle="", w=700, px_per_us=None, min_h=16, max_
     h = int(ypos[end] + 50)
     colx = {"client": 150, "network": 350, "server": 550}
     cw = 150
+    attrs = "".join(f' data-{k}="{_e(v)}"' for k, v in (data or {}).items())
     o = [f'<svg xmlns="http://www.w3.org/2000/svg" class="fig rtp" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
-         f'role="img" {FONT}><title>{_e(title)}</title>',
+         f'role="img" {FONT}{attrs}><title>{_e(title)}</title>',
          f'<rect x="0" y="0" width="{w}" height="{h}" fill="white"/>',
          f'<text x="{w / 2:.0f}" y="16" text-anchor="middle" font-size="13" font-weight="bold">{_e(title)}</text>']
     if subtitle:
@@ -313,7 +316,8 @@ def rtp_diagram(boxes, title, subtitle="", w=700, px_per_us=None, min_h=16, max_
                  'fill="#fafafa" stroke="#888" stroke-width="1.2" stroke-dasharray="4 3"')
         cls = "step rtp" if b["rtp"] else "step overlapped"
         tip = b.get("tip") or f'{b["label"]}{us}' + ("" if b["rtp"] else " (overlapped: not on the round trip path)")
-        o.append(f'<g class="{cls}"><title>{_e(tip)}</title>'
+        step = f' data-step="{_e(b["step"])}"' if b.get("step") else ""
+        o.append(f'<g class="{cls}"{step}><title>{_e(tip)}</title>'
                  f'<rect x="{x:.1f}" y="{y0:.1f}" width="{bw:.1f}" height="{max(y1 - y0, min_h - 2):.1f}" rx="2" {style}/>')
         label = b["label"] + us
         fs = 10 if len(label) < 26 or not b["rtp"] else 9

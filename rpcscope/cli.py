@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "rpcscope.analysis.model_cli",
     "rpcscope.analysis.rtp_cli",
     "rpcscope.reports.cli",
+    "rpcscope.reports.export",
     "rpcscope.pipeline",
 ]
 

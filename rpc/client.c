@@ -200,15 +200,48 @@ static int send_frag(struct client *c, uint32_t f, uint32_t nfrags, int ackreq, 
     return rc;
 }
 
-static int send_ping(struct client *c, uint32_t total, uint32_t last_sent)
+/* "What have you got?": last_sent is the last request fragment sent, have the
+ * reply fragments received in order (the server re-sends from there). */
+static int send_ping(struct client *c, uint32_t total, uint32_t last_sent, uint32_t have)
 {
     struct wire_hdr h;
     uint8_t buf[WIRE_HDR_LEN];
     fill_hdr(c, &h, WIRE_ACKREQ, total);
     h.frag_num = last_sent;
+    h.window = have;
     wire_encode_hdr(&h, buf);
     c->stats.pings++;
     return xport_udp_send(c->fd, buf, sizeof buf, NULL, &c->drop);
+}
+
+/* Acknowledge reply fragments: have received in order, echoing the cookie of
+ * the server's PDU that asked (wire.h). */
+static int send_reply_ack(struct client *c, uint32_t reply_total, uint32_t have, uint32_t cookie)
+{
+    struct wire_hdr h;
+    uint8_t buf[WIRE_HDR_LEN];
+    fill_hdr(c, &h, WIRE_ACK, reply_total);
+    h.flags &= (uint8_t)~WIRE_F_ONEWAY;
+    h.window = have;
+    h.status = cookie;
+    wire_encode_hdr(&h, buf);
+    return xport_udp_send(c->fd, buf, sizeof buf, NULL, &c->drop);
+}
+
+/* A reject's reason as words; for busy, what the server says is full. */
+static const char *reject_name(uint32_t reason, uint32_t detail)
+{
+    switch (reason) {
+    case WIRE_REJ_UNKNOWN_PROC: return "unknown procedure";
+    case WIRE_REJ_BAD_ARGS: return "bad arguments";
+    case WIRE_REJ_TOO_BIG: return "request too big";
+    case WIRE_REJ_BUSY:
+        return detail == WIRE_BUSY_REASSEMBLY ? "server busy: reassembly slots full"
+               : detail == WIRE_BUSY_QUEUE    ? "server busy: call queue full"
+                                              : "server busy";
+    case WIRE_REJ_OLD_CALL: return "old call";
+    default: return "unknown reason";
+    }
 }
 
 /* Counts a received packet the call cannot use; the first one's reason is kept, so that a call that
@@ -228,7 +261,9 @@ static int invoke_udp(struct client *c, uint32_t total, uint32_t nfrags, struct 
 {
     uint32_t body = wire_frag_body(c->cfg.max_pdu);
     uint32_t acked = 0, next = 0, wbytes = WIRE_WINDOW_INITIAL, window_no = 0;
-    uint32_t rx_nfrags = 0, rx_got = 0, rx_total = 0;
+    uint32_t rx_nfrags = 0, rx_got = 0, rx_total = 0, rx_contig = 0;
+    uint32_t busy = 0, busy_detail = 0; /* busy rejects this call got; the last one's detail */
+    int retry = 0;                      /* a busy reject came: send the request again after a wait */
     uint64_t call_deadline = util_now_ns() + (uint64_t)c->cfg.deadline_ms * 1000000u;
     uint64_t rexmit_ns = (uint64_t)c->cfg.rexmit_ms * 1000000u;
     int rc = UTIL_OK;
@@ -271,6 +306,9 @@ static int invoke_udp(struct client *c, uint32_t total, uint32_t nfrags, struct 
             if (!ready) {
                 uint64_t now = util_now_ns();
                 c->stats.timeouts++;
+                if (now >= call_deadline && busy)
+                    return util_fail(UTIL_EREJECT, "call %u (udp): %s (%u busy rejects within %u ms)", c->seq,
+                                     reject_name(WIRE_REJ_BUSY, busy_detail), busy, c->cfg.deadline_ms);
                 if (now >= call_deadline && c->stats.bad_packets)
                     return util_fail(UTIL_ETIMEDOUT, "call %u (udp): no reply within %u ms; %llu bad packets came "
                                      "in, the first: %s", c->seq, c->cfg.deadline_ms,
@@ -278,8 +316,13 @@ static int invoke_udp(struct client *c, uint32_t total, uint32_t nfrags, struct 
                 if (now >= call_deadline)
                     return util_fail(UTIL_ETIMEDOUT, "call %u (%s): no reply within %u ms", c->seq,
                                      "udp", c->cfg.deadline_ms);
+                if (retry) { /* the server was busy: send the request again from its start */
+                    retry = 0;
+                    resend = 1;
+                    break;
+                }
                 /* Ask the server what it has; its ACK or reply tells us what to resend. */
-                rc = send_ping(c, total, next ? next - 1 : 0);
+                rc = send_ping(c, total, next ? next - 1 : 0, rx_nfrags ? rx_contig : 0);
                 if (rc)
                     return rc;
                 until = now + rexmit_ns;
@@ -355,12 +398,37 @@ static int invoke_udp(struct client *c, uint32_t total, uint32_t nfrags, struct 
                         marshal_dec_init(result, c->rx, rx_total, h.drep);
                         return UTIL_OK;
                     }
+                    while (rx_contig < rx_nfrags && c->rxmap[rx_contig])
+                        rx_contig++;
                 }
+                if ((h.flags & WIRE_F_ACKREQ) && (rc = send_reply_ack(c, rx_total, rx_contig, h.status)))
+                    return rc;
+                until = util_now_ns() + rexmit_ns;
+                break;
+            case WIRE_ACKREQ: /* the reply is ready: say what we have (the server's cookie proves we got this) */
+                if (h.total_len > c->cfg.max_msg) {
+                    bad_packet(c, "ACKREQ for a reply of %u bytes, over the %u-byte limit", h.total_len,
+                               c->cfg.max_msg);
+                    break;
+                }
+                if ((rc = send_reply_ack(c, h.total_len, rx_nfrags ? rx_contig : 0, h.status)))
+                    return rc;
                 until = util_now_ns() + rexmit_ns;
                 break;
             case WIRE_REJECT:
                 c->stats.rejects++;
-                return util_fail(UTIL_EREJECT, "call %u rejected by the server (reason %u)", c->seq, h.status);
+                if (h.status == WIRE_REJ_BUSY) {
+                    /* No room at the server now: wait a retransmission period, then send it all again. */
+                    busy++;
+                    busy_detail = h.window;
+                    retry = 1;
+                    acked = next = 0;
+                    wbytes = WIRE_WINDOW_INITIAL;
+                    until = util_now_ns() + rexmit_ns;
+                    break;
+                }
+                return util_fail(UTIL_EREJECT, "call %u rejected by the server (reason %u): %s", c->seq, h.status,
+                                 reject_name(h.status, h.window));
             default:
                 bad_packet(c, "PDU type %u in reply to a request", h.type);
                 break;
@@ -428,7 +496,8 @@ static int invoke_tcp(struct client *c, uint32_t total, struct marshal_dec *resu
             return util_fail(UTIL_EPROTO, "recv(tcp): reply for call %u while waiting for %u", h.seq, c->seq);
         if (h.type == WIRE_REJECT) {
             c->stats.rejects++;
-            return util_fail(UTIL_EREJECT, "call %u rejected by the server (reason %u)", c->seq, h.status);
+            return util_fail(UTIL_EREJECT, "call %u rejected by the server (reason %u): %s", c->seq, h.status,
+                             reject_name(h.status, h.window));
         }
         if (h.type != WIRE_RESPONSE || h.total_len != h.frag_len)
             return util_fail(UTIL_EPROTO, "recv(tcp): unexpected %s PDU", wire_type_name(h.type));

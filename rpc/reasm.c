@@ -15,7 +15,23 @@ int reasm_init(struct reasm *r, uint32_t nslots, size_t max_bytes, uint32_t max_
     r->max_bytes = max_bytes;
     r->max_pdu = max_pdu;
     r->timeout_ns = (uint64_t)timeout_ms * 1000000u;
+    r->per_source = nslots;
+    r->evict_idle_ns = UINT64_MAX;
     return UTIL_OK;
+}
+
+void reasm_set_sharing(struct reasm *r, uint32_t per_source, uint32_t evict_idle_ms)
+{
+    r->per_source = per_source && per_source < r->nslots ? per_source : r->nslots;
+    r->evict_idle_ns = (uint64_t)evict_idle_ms * 1000000u;
+}
+
+uint32_t reasm_source_slots(const struct reasm *r, uint32_t addr)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < r->nslots; i++)
+        n += r->slots[i].used && r->slots[i].src.addr == addr;
+    return n;
 }
 
 void reasm_drop(struct reasm *r, struct reasm_slot *s)
@@ -46,30 +62,91 @@ struct reasm_slot *reasm_find(struct reasm *r, const uint8_t activity[16], uint3
     return NULL;
 }
 
-int reasm_add(struct reasm *r, const struct wire_hdr *h, const uint8_t *body, uint64_t now, struct reasm_slot **out)
+/* Evict victim for a new call if it has been idle long enough; 1 if it was. */
+static int evict(struct reasm *r, struct reasm_slot *victim, uint64_t now)
 {
-    struct reasm_slot *s = NULL, *free_slot = NULL;
-    uint32_t body_per = wire_frag_body(r->max_pdu);
+    if (!victim || now < victim->touched_ns || now - victim->touched_ns < r->evict_idle_ns)
+        return 0;
+    reasm_drop(r, victim);
+    r->stats.evicted++;
+    return 1;
+}
+
+int reasm_add_from(struct reasm *r, const struct wire_hdr *h, const uint8_t *body, const struct reasm_src *src,
+                   uint64_t now, struct reasm_slot **out)
+{
+    struct reasm_slot *s = NULL, *free_slot = NULL, *lru_src = NULL, *lru_all = NULL;
+    uint32_t body_per = wire_frag_body(r->max_pdu), held = 0;
 
     for (uint32_t i = 0; i < r->nslots; i++) {
         struct reasm_slot *t = &r->slots[i];
         if (!t->used) {
             if (!free_slot)
                 free_slot = t;
-        } else if (!memcmp(t->activity, h->activity, 16)) {
-            if (t->seq == h->seq)
-                s = t;
-            else if ((int32_t)(h->seq - t->seq) > 0)
-                reasm_drop(r, t); /* the client moved on: its older call is abandoned */
+            continue;
         }
+        if (!memcmp(t->activity, h->activity, 16)) {
+            if (t->seq == h->seq) {
+                s = t;
+                continue;
+            }
+            if ((int32_t)(h->seq - t->seq) > 0 && t->src.addr == src->addr && t->src.port == src->port) {
+                reasm_drop(r, t); /* the client moved on: its older call is abandoned */
+                if (!free_slot)
+                    free_slot = t;
+                continue;
+            }
+        }
+        if (t->src.addr == src->addr) {
+            held++;
+            if (!lru_src || t->touched_ns < lru_src->touched_ns)
+                lru_src = t;
+        }
+        if (!lru_all || t->touched_ns < lru_all->touched_ns)
+            lru_all = t;
+    }
+    if (s && (s->src.addr != src->addr || s->src.port != src->port)) {
+        r->stats.wrong_source++;
+        return util_fail(UTIL_EINVAL, "fragment %u of call %u from another source than its first", h->frag_num,
+                         h->seq);
     }
     if (!s) {
         uint32_t nfrags = wire_frag_count(h->total_len, r->max_pdu);
         size_t need = (size_t)h->total_len + nfrags;
-        if (!free_slot || r->bytes + need > r->max_bytes) {
+        if (need > r->max_bytes) {
             r->stats.full++;
-            return util_fail(UTIL_ENOMEM, "reassembly full (%u slots, %zu of %zu bytes)", r->nslots, r->bytes,
-                             r->max_bytes);
+            return util_fail(UTIL_ENOMEM, "reassembly of %zu bytes exceeds the %zu-byte bound", need, r->max_bytes);
+        }
+        /* A source at its bound competes with itself: its least recently touched call makes room. */
+        if (held >= r->per_source) {
+            if (!evict(r, lru_src, now)) {
+                r->stats.full++;
+                return util_fail(UTIL_ENOMEM, "reassembly busy: this source holds %u slots, all active", held);
+            }
+            if (!free_slot)
+                free_slot = lru_src;
+            if (lru_all == lru_src)
+                lru_all = NULL;
+        }
+        /* The table is full: the least recently touched call of any source makes room, if idle enough.
+         * Each pass frees one slot, so this ends. */
+        while (!free_slot || r->bytes + need > r->max_bytes) {
+            if (!lru_all) {
+                lru_all = NULL;
+                for (uint32_t i = 0; i < r->nslots; i++) {
+                    struct reasm_slot *t = &r->slots[i];
+                    if (t->used && (!lru_all || t->touched_ns < lru_all->touched_ns))
+                        lru_all = t;
+                }
+            }
+            if (!evict(r, lru_all, now)) {
+                r->stats.full++;
+                return util_fail(UTIL_ENOMEM, "reassembly full (%u slots, %zu of %zu bytes)", r->nslots, r->bytes,
+                                 r->max_bytes);
+            }
+            if (!free_slot)
+                free_slot = lru_all;
+            lru_all = NULL;
         }
         s = free_slot;
         s->buf = malloc(h->total_len ? h->total_len : 1);
@@ -81,6 +158,7 @@ int reasm_add(struct reasm *r, const struct wire_hdr *h, const uint8_t *body, ui
             return util_fail(UTIL_ENOMEM, "malloc(reassembly of %u bytes)", h->total_len);
         }
         s->used = 1;
+        s->src = *src;
         memcpy(s->activity, h->activity, 16);
         s->seq = h->seq;
         s->proc = h->proc;
@@ -110,6 +188,12 @@ int reasm_add(struct reasm *r, const struct wire_hdr *h, const uint8_t *body, ui
         return REASM_COMPLETE;
     }
     return REASM_STORED;
+}
+
+int reasm_add(struct reasm *r, const struct wire_hdr *h, const uint8_t *body, uint64_t now, struct reasm_slot **out)
+{
+    static const struct reasm_src anonymous;
+    return reasm_add_from(r, h, body, &anonymous, now, out);
 }
 
 uint8_t *reasm_take(struct reasm *r, struct reasm_slot *s)

@@ -56,37 +56,70 @@ static void clear_reply(struct replycache *rc, struct replycache_entry *e)
     e->reply_lost = 0;
 }
 
-int replycache_lookup(struct replycache *rc, const uint8_t activity[16], uint32_t seq, uint8_t *buf, size_t cap,
-                      uint32_t *len, uint16_t *proc, uint8_t *drep, uint8_t *flags)
+static void src_of(const struct sockaddr_in *from, uint32_t *addr, uint16_t *port)
 {
-    int state = REPLYCACHE_NONE;
+    *addr = from ? from->sin_addr.s_addr : 0;
+    *port = from ? from->sin_port : 0;
+}
+
+static int same_src(const struct replycache_entry *e, const struct sockaddr_in *from)
+{
+    uint32_t addr;
+    uint16_t port;
+    src_of(from, &addr, &port);
+    return e->src_addr == addr && e->src_port == port;
+}
+
+int replycache_get(struct replycache *rc, const uint8_t activity[16], uint32_t seq, const struct sockaddr_in *from,
+                   uint32_t off, uint8_t *buf, size_t cap, struct replycache_view *v)
+{
+    memset(v, 0, sizeof *v);
     pthread_mutex_lock(&rc->lock);
     struct replycache_entry *e = find(rc, activity);
     if (e) {
         e->used = ++rc->clock;
+        v->same_source = same_src(e, from);
+        v->validated = v->same_source && e->validated;
         if (e->seq == seq) {
-            state = e->state;
-            if (state == REPLYCACHE_DONE) {
-                if (e->reply_lost || e->reply_len > cap) {
-                    state = REPLYCACHE_RUNNING; /* reply too big to keep: the client will give up */
+            v->state = e->state;
+            v->proc = e->proc;
+            v->drep = e->drep;
+            v->flags = e->flags;
+            if (v->state == REPLYCACHE_DONE) {
+                if (e->reply_lost) {
+                    v->state = REPLYCACHE_RUNNING; /* reply too big to keep: the client will give up */
                 } else {
-                    if (e->reply_len)
-                        memcpy(buf, e->reply, e->reply_len);
-                    *len = e->reply_len;
-                    *proc = e->proc;
-                    *drep = e->drep;
-                    *flags = e->flags;
+                    v->reply_len = e->reply_len;
+                    if (v->same_source && off < e->reply_len && cap)
+                        memcpy(buf, e->reply + off, e->reply_len - off < cap ? e->reply_len - off : cap);
                 }
             }
         } else if ((int32_t)(seq - e->seq) < 0) {
-            state = REPLYCACHE_OLD;
+            v->state = REPLYCACHE_OLD;
         }
     }
     pthread_mutex_unlock(&rc->lock);
+    return v->state;
+}
+
+int replycache_lookup(struct replycache *rc, const uint8_t activity[16], uint32_t seq, uint8_t *buf, size_t cap,
+                      uint32_t *len, uint16_t *proc, uint8_t *drep, uint8_t *flags)
+{
+    struct replycache_view v;
+    int state = replycache_get(rc, activity, seq, NULL, 0, buf, cap, &v);
+    if (state == REPLYCACHE_DONE) {
+        if (v.reply_len > cap)
+            return REPLYCACHE_RUNNING;
+        *len = v.reply_len;
+        *proc = v.proc;
+        *drep = v.drep;
+        *flags = v.flags;
+    }
     return state;
 }
 
-void replycache_begin(struct replycache *rc, const uint8_t activity[16], uint32_t seq, uint16_t proc, uint8_t drep)
+void replycache_begin_from(struct replycache *rc, const uint8_t activity[16], uint32_t seq, uint16_t proc,
+                           uint8_t drep, const struct sockaddr_in *from)
 {
     pthread_mutex_lock(&rc->lock);
     struct replycache_entry *e = find(rc, activity);
@@ -105,8 +138,12 @@ void replycache_begin(struct replycache *rc, const uint8_t activity[16], uint32_
             rc->evictions++;
         clear_reply(rc, e);
         memcpy(e->activity, activity, 16);
+        e->validated = 0;
+    } else if (!same_src(e, from)) {
+        e->validated = 0;
     }
     clear_reply(rc, e);
+    src_of(from, &e->src_addr, &e->src_port);
     e->state = REPLYCACHE_RUNNING;
     e->seq = seq;
     e->proc = proc;
@@ -116,24 +153,78 @@ void replycache_begin(struct replycache *rc, const uint8_t activity[16], uint32_
     pthread_mutex_unlock(&rc->lock);
 }
 
-void replycache_finish(struct replycache *rc, const uint8_t activity[16], uint32_t seq, const uint8_t *reply,
-                       uint32_t len, uint8_t flags)
+void replycache_begin(struct replycache *rc, const uint8_t activity[16], uint32_t seq, uint16_t proc, uint8_t drep)
 {
+    replycache_begin_from(rc, activity, seq, proc, drep, NULL);
+}
+
+/* Make room for len more reply bytes by dropping the replies of the least
+ * recently used entries (they keep their at-most-once state). */
+static void make_room(struct replycache *rc, const struct replycache_entry *keep, uint32_t len)
+{
+    size_t n = (size_t)rc->nsets * REPLYCACHE_WAYS;
+    while (rc->bytes + len > rc->max_bytes) {
+        struct replycache_entry *victim = NULL;
+        for (size_t i = 0; i < n; i++) {
+            struct replycache_entry *e = &rc->entries[i];
+            if (e != keep && e->reply_len && (!victim || e->used < victim->used))
+                victim = e;
+        }
+        if (!victim)
+            return;
+        clear_reply(rc, victim);
+        victim->reply_lost = 1;
+        rc->reply_evictions++;
+    }
+}
+
+int replycache_finish(struct replycache *rc, const uint8_t activity[16], uint32_t seq, const uint8_t *reply,
+                      uint32_t len, uint8_t flags)
+{
+    int kept = 0;
     pthread_mutex_lock(&rc->lock);
     struct replycache_entry *e = find(rc, activity);
     if (e && e->seq == seq) {
         clear_reply(rc, e);
         e->state = REPLYCACHE_DONE;
         e->flags = flags;
+        if (len && len <= rc->max_bytes)
+            make_room(rc, e, len);
         if (len && rc->bytes + len <= rc->max_bytes && (e->reply = malloc(len))) {
             memcpy(e->reply, reply, len);
             e->reply_len = len;
             rc->bytes += len;
+            kept = 1;
         } else if (len) {
             /* Over the byte bound: remember that it ran (so it never runs twice), not the reply. */
             rc->oversize++;
             e->reply_lost = 1;
+        } else {
+            kept = 1;
         }
     }
     pthread_mutex_unlock(&rc->lock);
+    return kept;
+}
+
+int replycache_validated(struct replycache *rc, const uint8_t activity[16], const struct sockaddr_in *from)
+{
+    int ok;
+    pthread_mutex_lock(&rc->lock);
+    struct replycache_entry *e = find(rc, activity);
+    ok = e && e->validated && same_src(e, from);
+    pthread_mutex_unlock(&rc->lock);
+    return ok;
+}
+
+int replycache_validate(struct replycache *rc, const uint8_t activity[16], uint32_t seq, const struct sockaddr_in *from)
+{
+    int ok;
+    pthread_mutex_lock(&rc->lock);
+    struct replycache_entry *e = find(rc, activity);
+    ok = e && e->seq == seq && e->state == REPLYCACHE_DONE && same_src(e, from);
+    if (ok)
+        e->validated = 1;
+    pthread_mutex_unlock(&rc->lock);
+    return ok;
 }

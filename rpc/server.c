@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -35,6 +36,9 @@ struct server_conn {
     size_t have, cap;
     int refs, closed;
     pthread_mutex_t wlock;
+    struct sockaddr_in peer;
+    uint64_t last_byte_ns;   /* the last byte received (or the accept) */
+    uint64_t last_record_ns; /* the last complete record (or the accept) */
 };
 
 struct server_work {
@@ -74,6 +78,8 @@ struct server {
     pthread_mutex_t conn_lock;
     struct server_conn **conns;
     uint32_t nconns;
+    uint64_t conn_check_ns; /* how often the listener looks for timed-out connections (0: never) */
+    uint64_t secret[2];     /* keys the cookies of reply acknowledgements */
     volatile sig_atomic_t stop_requested, stats_requested;
 };
 
@@ -94,7 +100,13 @@ void server_config_defaults(struct server_config *cfg)
     cfg->reasm_bytes = 8u << 20;
     cfg->reasm_timeout_ms = 2000;
     cfg->queue = 256;
+    cfg->reasm_per_source = 16;
+    cfg->reasm_evict_ms = 1;
     cfg->max_conns = 64;
+    cfg->conns_per_source = 16;
+    cfg->tcp_idle_ms = 60000;
+    cfg->tcp_progress_ms = 5000;
+    cfg->tcp_evict_ms = 1000;
 }
 
 /* ------------------------------------------------------------------ contexts */
@@ -174,12 +186,14 @@ static void send_reply_udp(struct server *s, struct server_ctx *x, const struct 
     STAT_ADD(s, replies_sent);
 }
 
+/* A reject: status says why; for WIRE_REJ_BUSY, window says what is full (enum wire_busy). */
 static void send_reject(struct server *s, struct server_ctx *x, const struct wire_hdr *req, uint32_t reason,
-                        const struct sockaddr_in *to, struct server_conn *conn, uint64_t call_id)
+                        uint32_t detail, const struct sockaddr_in *to, struct server_conn *conn, uint64_t call_id)
 {
     struct wire_hdr h;
     hdr_reply(s, req, &h, WIRE_REJECT);
     h.status = reason;
+    h.window = detail;
     h.flags = WIRE_F_LASTFRAG;
     STAT_ADD(s, rejects_sent);
     if (!conn) {
@@ -209,6 +223,72 @@ static void send_ack(struct server *s, struct server_ctx *x, const struct wire_h
     send_pdu(s, x, &h, NULL, to, call_id);
 }
 
+/* The cookie a client echoes in its ACK of a reply: a keyed hash of where the
+ * reply goes and which call it answers, so that only a source that receives
+ * what is sent to it can acknowledge. */
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint32_t reply_cookie(const struct server *s, const uint8_t activity[16], uint32_t seq,
+                             const struct sockaddr_in *to)
+{
+    uint64_t a, b, h;
+    memcpy(&a, activity, 8);
+    memcpy(&b, activity + 8, 8);
+    h = mix64(s->secret[0] ^ to->sin_addr.s_addr ^ ((uint64_t)to->sin_port << 32));
+    h = mix64(h ^ a);
+    h = mix64(h ^ b ^ s->secret[1]);
+    h = mix64(h ^ seq);
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+/* The reply is ready but larger than the asker has earned: ask the client
+ * what it has (an ACKREQ with the cookie its ACK must echo). */
+static void send_reply_ready(struct server *s, struct server_ctx *x, const struct wire_hdr *req, uint32_t len,
+                             const struct sockaddr_in *to, uint64_t call_id)
+{
+    struct wire_hdr h;
+    hdr_reply(s, req, &h, WIRE_ACKREQ);
+    h.total_len = len;
+    h.status = reply_cookie(s, req->activity, req->seq, to);
+    send_pdu(s, x, &h, NULL, to, call_id);
+}
+
+/* Send reply fragments [first, end) of a reply whose bytes from fragment
+ * `first` on are in body; the last one asks for an ACK if more remain. */
+static void send_reply_window(struct server *s, struct server_ctx *x, const struct wire_hdr *req, const uint8_t *body,
+                              uint32_t len, uint32_t first, uint32_t end, const struct sockaddr_in *to,
+                              uint64_t call_id)
+{
+    uint32_t n = wire_frag_count(len, s->cfg.max_pdu), per = wire_frag_body(s->cfg.max_pdu);
+    struct wire_hdr h;
+    hdr_reply(s, req, &h, WIRE_RESPONSE);
+    h.total_len = len;
+    for (uint32_t f = first; f < end; f++) {
+        h.frag_num = f;
+        h.frag_len = wire_frag_len(f, len, s->cfg.max_pdu);
+        h.flags = f + 1 == n ? WIRE_F_LASTFRAG : 0;
+        if (f + 1 == end && end < n) {
+            h.flags |= WIRE_F_ACKREQ;
+            h.status = reply_cookie(s, req->activity, req->seq, to);
+        }
+        send_pdu(s, x, &h, body + (size_t)(f - first) * per, to, call_id);
+    }
+    STAT_ADD(s, replies_sent);
+}
+
+/* Datagram bytes of a message of len body bytes. */
+static uint64_t message_bytes(const struct server *s, uint32_t len)
+{
+    return (uint64_t)len + (uint64_t)wire_frag_count(len, s->cfg.max_pdu) * WIRE_HDR_LEN;
+}
+
 /* ------------------------------------------------------------------ connections */
 
 static void conn_put(struct server *s, struct server_conn *c)
@@ -225,6 +305,7 @@ static void conn_put(struct server *s, struct server_conn *c)
     free(c);
 }
 
+/* Close connection i; the caller has counted why. */
 static void conn_close(struct server *s, uint32_t i)
 {
     struct server_conn *c = s->conns[i];
@@ -250,6 +331,7 @@ static void run_call(struct server *s, struct server_ctx *x, struct server_work 
     int oneway = proc_is_oneway(w->hdr.proc);
     uint32_t len = 0;
     uint8_t cache_flags = 0;
+    int held = 0;
 
     marshal_dec_init(&dec, w->body, w->len, w->hdr.drep);
     marshal_enc_init(&enc, x->scratch, (size_t)s->cfg.max_msg + 64, w->hdr.drep);
@@ -262,14 +344,19 @@ static void run_call(struct server *s, struct server_ctx *x, struct server_work 
         STAT_ADD(s, bad_args);
         cache_flags = REPLY_REJECTED;
         if (!oneway)
-            send_reject(s, x, &w->hdr, WIRE_REJ_BAD_ARGS, &w->from, w->conn, id);
+            send_reject(s, x, &w->hdr, WIRE_REJ_BAD_ARGS, 0, &w->from, w->conn, id);
     } else if (oneway) {
         STAT_ADD(s, oneway);
     } else {
         len = (uint32_t)enc.total;
         marshal_gather(&enc, 0, x->reply, len);
         if (!w->conn) {
-            send_reply_udp(s, x, &w->hdr, x->reply, len, &w->from, id);
+            /* A reply much larger than its request goes at once only to a source that has acknowledged. */
+            if (message_bytes(s, len) <= SERVER_AMPLIFY_MAX * message_bytes(s, w->len) ||
+                replycache_validated(&s->cache, w->hdr.activity, &w->from))
+                send_reply_udp(s, x, &w->hdr, x->reply, len, &w->from, id);
+            else
+                held = 1;
         } else {
             struct wire_hdr h;
             uint8_t hb[WIRE_TCP_MARK + WIRE_HDR_LEN];
@@ -302,10 +389,15 @@ static void run_call(struct server *s, struct server_ctx *x, struct server_work 
         }
     }
     RPCS_TRACE(s11_begin, id);
-    if (!w->conn)
+    if (!w->conn) {
         replycache_finish(&s->cache, w->hdr.activity, w->hdr.seq, x->reply, len, cache_flags);
-    else
+        if (held) { /* kept first, so that the client's ACK finds it */
+            STAT_ADD(s, replies_held);
+            send_reply_ready(s, x, &w->hdr, len, &w->from, id);
+        }
+    } else {
         conn_put(s, w->conn);
+    }
     free(w->body);
     w->body = NULL;
     RPCS_TRACE(s11_end, id);
@@ -362,7 +454,7 @@ static void dispatch(struct server *s, const struct wire_hdr *h, uint8_t *body, 
     }
     if (!s->cfg.executors) {
         if (!conn)
-            replycache_begin(&s->cache, h->activity, h->seq, h->proc, h->drep);
+            replycache_begin_from(&s->cache, h->activity, h->seq, h->proc, h->drep, from);
         RPCS_TRACE(s5_handoff, w.call_id, h->proc, len);
         run_call(s, &s->listener_ctx, &w);
         return;
@@ -371,14 +463,14 @@ static void dispatch(struct server *s, const struct wire_hdr *h, uint8_t *body, 
     if (s->qlen == s->cfg.queue) {
         pthread_mutex_unlock(&s->qlock);
         STAT_ADD(s, busy);
-        send_reject(s, &s->listener_ctx, h, WIRE_REJ_BUSY, from, conn, w.call_id);
+        send_reject(s, &s->listener_ctx, h, WIRE_REJ_BUSY, WIRE_BUSY_QUEUE, from, conn, w.call_id);
         free(body);
         if (conn)
             conn_put(s, conn);
         return;
     }
     if (!conn)
-        replycache_begin(&s->cache, h->activity, h->seq, h->proc, h->drep);
+        replycache_begin_from(&s->cache, h->activity, h->seq, h->proc, h->drep, from);
     s->queue[(s->qhead + s->qlen) % s->cfg.queue] = w;
     s->qlen++;
     pthread_cond_signal(&s->qcond);
@@ -387,34 +479,63 @@ static void dispatch(struct server *s, const struct wire_hdr *h, uint8_t *body, 
 
 /* ------------------------------------------------------------------ the listener: UDP */
 
-/* Answer a request or ping whose call already ran, from the reply cache. */
+/* Answer a duplicate request, a ping or an ACK of a call that ran, from the
+ * reply cache, to the call's own source only. asked: datagram bytes of what
+ * asked; first: the first reply fragment the client lacks; acked: the asker
+ * echoed the cookie. A source that has not acknowledged gets the whole reply
+ * only if it is at most SERVER_AMPLIFY_MAX times `asked`, else an ACKREQ; one
+ * that has gets one window from `first`. */
 static void resend_cached(struct server *s, const struct wire_hdr *h, const struct sockaddr_in *from,
-                          uint64_t call_id, uint32_t len, uint8_t flags)
+                          uint64_t call_id, const struct replycache_view *v, uint32_t asked, uint32_t first, int acked)
 {
     struct server_ctx *x = &s->listener_ctx;
-    if (flags & REPLY_REJECTED)
-        send_reject(s, x, h, WIRE_REJ_BAD_ARGS, from, NULL, call_id);
-    else if (!(flags & WIRE_F_ONEWAY) && !proc_is_oneway(h->proc))
-        send_reply_udp(s, x, h, x->reply, len, from, call_id);
+    struct replycache_view now;
+    uint32_t len = v->reply_len, n = wire_frag_count(len, s->cfg.max_pdu), per = wire_frag_body(s->cfg.max_pdu);
+    if (v->flags & REPLY_REJECTED) {
+        send_reject(s, x, h, WIRE_REJ_BAD_ARGS, 0, from, NULL, call_id);
+        return;
+    }
+    if ((v->flags & WIRE_F_ONEWAY) || proc_is_oneway(h->proc) || first >= n)
+        return;
+    if (!acked && !v->validated) {
+        if (message_bytes(s, len) > (uint64_t)SERVER_AMPLIFY_MAX * asked) {
+            send_reply_ready(s, x, h, len, from, call_id);
+            return;
+        }
+        first = 0; /* small enough: all of it */
+    }
+    uint32_t end = acked || v->validated ? first + wire_window_frags(WIRE_WINDOW_MAX, s->cfg.max_pdu) : n;
+    if (end > n)
+        end = n;
+    size_t off = (size_t)first * per, want = (end == n ? len : (size_t)end * per) - off;
+    if (replycache_get(&s->cache, h->activity, h->seq, from, (uint32_t)off, x->reply, want, &now) != REPLYCACHE_DONE ||
+        !now.same_source || now.reply_len != len)
+        return; /* gone meanwhile (evicted): the client's next ping finds out */
+    if (end - first < n)
+        STAT_ADD(s, reply_windows);
+    send_reply_window(s, x, h, x->reply, len, first, end, from, call_id);
 }
 
-static int cache_state(struct server *s, const struct wire_hdr *h, uint32_t *len, uint8_t *flags)
+/* What the reply cache knows of a call, without copying its reply. */
+static int cache_view(struct server *s, const struct wire_hdr *h, const struct sockaddr_in *from,
+                      struct replycache_view *v)
 {
-    uint16_t proc;
-    uint8_t drep;
-    return replycache_lookup(&s->cache, h->activity, h->seq, s->listener_ctx.reply, s->cfg.max_msg, len, &proc, &drep,
-                             flags);
+    return replycache_get(&s->cache, h->activity, h->seq, from, 0, NULL, 0, v);
+}
+
+static int same_src(const struct reasm_slot *slot, const struct sockaddr_in *from)
+{
+    return slot->src.addr == from->sin_addr.s_addr && slot->src.port == from->sin_port;
 }
 
 static void handle_request(struct server *s, const struct wire_hdr *h, const uint8_t *body,
                            const struct sockaddr_in *from, uint64_t id)
 {
-    uint32_t len = 0;
-    uint8_t flags = 0;
+    struct replycache_view v;
     int rc = wire_check_frag(h, s->cfg.max_pdu, s->cfg.max_msg);
     if (rc == UTIL_ENOMEM) {
         STAT_ADD(s, too_big);
-        send_reject(s, &s->listener_ctx, h, WIRE_REJ_TOO_BIG, from, NULL, id);
+        send_reject(s, &s->listener_ctx, h, WIRE_REJ_TOO_BIG, 0, from, NULL, id);
         return;
     }
     if (rc) {
@@ -423,16 +544,23 @@ static void handle_request(struct server *s, const struct wire_hdr *h, const uin
     }
     if (!proc_valid(h->proc)) {
         STAT_ADD(s, unknown_proc);
-        send_reject(s, &s->listener_ctx, h, WIRE_REJ_UNKNOWN_PROC, from, NULL, id);
+        send_reject(s, &s->listener_ctx, h, WIRE_REJ_UNKNOWN_PROC, 0, from, NULL, id);
         return;
     }
-    switch (cache_state(s, h, &len, &flags)) {
+    switch (cache_view(s, h, from, &v)) {
     case REPLYCACHE_DONE:
+        if (!v.same_source) {
+            STAT_ADD(s, wrong_source);
+            return;
+        }
         STAT_ADD(s, answered_from_cache);
-        resend_cached(s, h, from, id, len, flags);
+        resend_cached(s, h, from, id, &v, WIRE_HDR_LEN + h->frag_len, 0, 0);
         return;
     case REPLYCACHE_RUNNING:
-        STAT_ADD(s, duplicate_while_running);
+        if (!v.same_source)
+            STAT_ADD(s, wrong_source);
+        else
+            STAT_ADD(s, duplicate_while_running);
         return;
     case REPLYCACHE_OLD:
         STAT_ADD(s, old_calls);
@@ -451,11 +579,17 @@ static void handle_request(struct server *s, const struct wire_hdr *h, const uin
         return;
     }
     struct reasm_slot *slot = NULL;
+    struct reasm_src src = { .addr = from->sin_addr.s_addr, .port = from->sin_port };
     RPCS_TRACE(s16_begin, id, h->frag_num, h->frag_len);
-    rc = reasm_add(&s->reasm, h, body, util_now_ns(), &slot);
+    rc = reasm_add_from(&s->reasm, h, body, &src, util_now_ns(), &slot);
     RPCS_TRACE(s16_end, id, h->frag_num, h->frag_len);
     if (rc == UTIL_ENOMEM) {
-        STAT_ADD(s, reassembly_full);
+        STAT_ADD(s, reassembly_busy);
+        send_reject(s, &s->listener_ctx, h, WIRE_REJ_BUSY, WIRE_BUSY_REASSEMBLY, from, NULL, id);
+        return;
+    }
+    if (rc == UTIL_EINVAL) {
+        STAT_ADD(s, wrong_source);
         return;
     }
     if (rc < 0) {
@@ -477,18 +611,24 @@ static void handle_request(struct server *s, const struct wire_hdr *h, const uin
     }
 }
 
-/* A client that waited too long asks what we have: the reply, "working", or how far its request got. */
+/* A client that waited too long asks what we have: the reply, "working", or
+ * how far its request got. Its window says how many reply fragments it has in
+ * order. */
 static void handle_ping(struct server *s, const struct wire_hdr *h, const struct sockaddr_in *from, uint64_t id)
 {
-    uint32_t len = 0;
-    uint8_t flags = 0;
+    struct replycache_view v;
     struct reasm_slot *slot;
     STAT_ADD(s, pings);
     if (h->total_len > s->cfg.max_msg)
         return;
-    switch (cache_state(s, h, &len, &flags)) {
+    int state = cache_view(s, h, from, &v);
+    if ((state == REPLYCACHE_DONE || state == REPLYCACHE_RUNNING) && !v.same_source) {
+        STAT_ADD(s, wrong_source);
+        return;
+    }
+    switch (state) {
     case REPLYCACHE_DONE:
-        resend_cached(s, h, from, id, len, flags);
+        resend_cached(s, h, from, id, &v, WIRE_HDR_LEN, h->window, 0);
         return;
     case REPLYCACHE_RUNNING:
         send_ack(s, &s->listener_ctx, h, wire_frag_count(h->total_len, s->cfg.max_pdu), from, id);
@@ -497,8 +637,28 @@ static void handle_ping(struct server *s, const struct wire_hdr *h, const struct
         return;
     default:
         slot = reasm_find(&s->reasm, h->activity, h->seq);
+        if (slot && !same_src(slot, from)) {
+            STAT_ADD(s, wrong_source);
+            return;
+        }
         send_ack(s, &s->listener_ctx, h, slot ? slot->contiguous : 0, from, id);
     }
+}
+
+/* A client acknowledges reply fragments (window: how many it has in order),
+ * echoing the cookie of the PDU that asked. Anything else that calls itself an
+ * ACK is counted as an unexpected type. */
+static void handle_reply_ack(struct server *s, const struct wire_hdr *h, const struct sockaddr_in *from, uint64_t id)
+{
+    struct replycache_view v;
+    if (h->status != reply_cookie(s, h->activity, h->seq, from) || cache_view(s, h, from, &v) != REPLYCACHE_DONE ||
+        !v.same_source || !replycache_validate(&s->cache, h->activity, h->seq, from)) {
+        STAT_ADD(s, unexpected_type);
+        return;
+    }
+    STAT_ADD(s, reply_acks);
+    v.validated = 1;
+    resend_cached(s, h, from, id, &v, WIRE_HDR_LEN, h->window, 1);
 }
 
 static uint64_t handle_udp(struct server *s)
@@ -533,6 +693,9 @@ static uint64_t handle_udp(struct server *s)
     case WIRE_ACKREQ:
         handle_ping(s, &h, &from, id);
         break;
+    case WIRE_ACK:
+        handle_reply_ack(s, &h, &from, id);
+        break;
     default:
         STAT_ADD(s, unexpected_type);
         break;
@@ -542,13 +705,58 @@ static uint64_t handle_udp(struct server *s)
 
 /* ------------------------------------------------------------------ the listener: TCP */
 
+/* The connection that has gone longest without a complete record among those
+ * from addr (or all, if addr is NULL), with no call in flight; NULL if none. */
+static int idlest_conn(struct server *s, const struct in_addr *addr, uint32_t *held)
+{
+    int best = -1;
+    *held = 0;
+    pthread_mutex_lock(&s->conn_lock);
+    for (uint32_t i = 0; i < s->nconns; i++) {
+        struct server_conn *c = s->conns[i];
+        if (addr && c->peer.sin_addr.s_addr != addr->s_addr)
+            continue;
+        (*held)++;
+        if (c->refs == 1 && (best < 0 || c->last_record_ns < s->conns[best]->last_record_ns))
+            best = (int)i;
+    }
+    pthread_mutex_unlock(&s->conn_lock);
+    return best;
+}
+
+/* Make room for a new connection from peer: 0 if there is (maybe by closing
+ * the idlest connection of the bound that is reached), -1 if it is refused. */
+static int admit_conn(struct server *s, const struct sockaddr_in *peer, uint64_t now)
+{
+    uint64_t evict_ns = (uint64_t)s->cfg.tcp_evict_ms * 1000000u;
+    for (int pass = 0; pass < 2; pass++) {
+        uint32_t held, limit = pass == 0 && s->cfg.conns_per_source ? s->cfg.conns_per_source : s->cfg.max_conns;
+        int victim = idlest_conn(s, pass == 0 ? &peer->sin_addr : NULL, &held);
+        if (held < limit)
+            continue;
+        if (victim < 0 || now - s->conns[victim]->last_record_ns < evict_ns) {
+            if (pass == 0)
+                STAT_ADD(s, tcp_refused_per_source);
+            return -1;
+        }
+        STAT_ADD(s, tcp_evicted);
+        conn_close(s, (uint32_t)victim);
+    }
+    return s->nconns < s->cfg.max_conns ? 0 : -1;
+}
+
 static void handle_accept(struct server *s)
 {
     for (int i = 0; i < 16; i++) {
-        int one = 1, fd = accept4(s->tcp_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_in peer;
+        socklen_t plen = sizeof peer;
+        int one = 1, fd = accept4(s->tcp_fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;
-        struct server_conn *c = s->nconns < s->cfg.max_conns ? calloc(1, sizeof *c) : NULL;
+        uint64_t now = util_now_ns();
+        if (plen != sizeof peer || peer.sin_family != AF_INET)
+            memset(&peer, 0, sizeof peer);
+        struct server_conn *c = s->cfg.max_conns && !admit_conn(s, &peer, now) ? calloc(1, sizeof *c) : NULL;
         if (c)
             c->buf = malloc(c->cap = 65536);
         if (!c || !c->buf) {
@@ -561,6 +769,8 @@ static void handle_accept(struct server *s)
         (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         c->fd = fd;
         c->refs = 1;
+        c->peer = peer;
+        c->last_byte_ns = c->last_record_ns = now;
         pthread_mutex_init(&c->wlock, NULL);
         struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
         if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
@@ -576,8 +786,33 @@ static void handle_accept(struct server *s)
     }
 }
 
+/* Close connections idle (no byte, no partial record) for tcp_idle_ms, or
+ * holding a partial record that got no byte for tcp_progress_ms. A connection
+ * with a call in flight is waiting for us, not idle. */
+static void expire_conns(struct server *s, uint64_t now)
+{
+    uint64_t idle = (uint64_t)s->cfg.tcp_idle_ms * 1000000u, progress = (uint64_t)s->cfg.tcp_progress_ms * 1000000u;
+    for (uint32_t i = s->nconns; i-- > 0;) {
+        struct server_conn *c = s->conns[i];
+        int busy;
+        pthread_mutex_lock(&s->conn_lock);
+        busy = c->refs > 1;
+        pthread_mutex_unlock(&s->conn_lock);
+        if (busy || now < c->last_byte_ns)
+            continue;
+        if (c->have && progress && now - c->last_byte_ns >= progress) {
+            STAT_ADD(s, tcp_progress_timeouts);
+            conn_close(s, i);
+        } else if (!c->have && idle && now - c->last_byte_ns >= idle) {
+            STAT_ADD(s, tcp_idle_timeouts);
+            conn_close(s, i);
+        }
+    }
+}
+
 /* Read what a connection has and dispatch every complete record. Returns 0 to
- * keep the connection, -1 to close it (EOF, error or a bad record). */
+ * keep the connection, -1 to close it because the peer closed it or failed,
+ * -2 to close it for a reason already counted (a bad record, no memory). */
 static int handle_conn(struct server *s, struct server_conn *c, uint64_t *last_id)
 {
     ssize_t n;
@@ -587,6 +822,7 @@ static int handle_conn(struct server *s, struct server_conn *c, uint64_t *last_i
         RPCS_TRACE(s4_end, 0, 0, 0);
         return n < 0 && (errno == EAGAIN || errno == EINTR) ? 0 : -1;
     }
+    c->last_byte_ns = util_now_ns();
     c->have += (size_t)n;
     size_t off = 0;
     int first = 1;
@@ -598,13 +834,14 @@ static int handle_conn(struct server *s, struct server_conn *c, uint64_t *last_i
             if (first)
                 RPCS_TRACE(s4_end, 0, 0, (uint32_t)n);
             STAT_ADD(s, tcp_bad_record);
-            return -1;
+            return -2;
         }
         if (WIRE_TCP_MARK + (size_t)rec > c->cap) { /* grow to the announced (bounded) size */
             uint8_t *bigger = realloc(c->buf, WIRE_TCP_MARK + (size_t)rec);
             if (!bigger) {
                 STAT_ADD(s, busy);
-                return -1;
+                STAT_ADD(s, tcp_no_memory);
+                return -2;
             }
             c->buf = bigger;
             c->cap = WIRE_TCP_MARK + (size_t)rec;
@@ -617,21 +854,23 @@ static int handle_conn(struct server *s, struct server_conn *c, uint64_t *last_i
             if (first)
                 RPCS_TRACE(s4_end, 0, 0, (uint32_t)n);
             STAT_ADD(s, tcp_bad_record);
-            return -1;
+            return -2;
         }
+        c->last_record_ns = c->last_byte_ns;
         *last_id = wire_call_id(h.activity, h.seq);
         if (first)
             RPCS_TRACE(s4_end, *last_id, 0, (uint32_t)n);
         first = 0;
         if (!proc_valid(h.proc)) {
             STAT_ADD(s, unknown_proc);
-            send_reject(s, &s->listener_ctx, &h, WIRE_REJ_UNKNOWN_PROC, NULL, c, *last_id);
+            send_reject(s, &s->listener_ctx, &h, WIRE_REJ_UNKNOWN_PROC, 0, NULL, c, *last_id);
             continue;
         }
         uint8_t *body = malloc(h.frag_len ? h.frag_len : 1);
         if (!body) {
             STAT_ADD(s, busy);
-            return -1;
+            STAT_ADD(s, tcp_no_memory);
+            return -2;
         }
         memcpy(body, pdu + WIRE_HDR_LEN, h.frag_len);
         dispatch(s, &h, body, h.frag_len, NULL, c);
@@ -675,6 +914,16 @@ int server_create(const struct server_config *cfg, struct server **out)
     pthread_cond_init(&s->qcond, NULL);
     pthread_mutex_init(&s->conn_lock, NULL);
     s->boot_time = util_now_ns();
+    if (getrandom(s->secret, sizeof s->secret, 0) != (ssize_t)sizeof s->secret) {
+        rc = util_fail_errno("getrandom(cookie key)");
+        goto out;
+    }
+    {
+        /* Timed-out connections are looked for every quarter of the shorter timeout (10 ms to 1 s). */
+        uint32_t a = cfg->tcp_idle_ms, b = cfg->tcp_progress_ms, m = !a ? b : !b ? a : a < b ? a : b;
+        uint64_t q = (uint64_t)m * 1000000u / 4;
+        s->conn_check_ns = !m ? 0 : q < 10000000u ? 10000000u : q > 1000000000u ? 1000000000u : q;
+    }
     s->procs.stub_variant = cfg->stub_variant;
     if (cfg->max_pdu < WIRE_MIN_MAX_PDU || cfg->max_pdu > WIRE_MAX_MAX_PDU) {
         rc = util_fail(UTIL_EINVAL, "max PDU %u is outside [%u, %u]", cfg->max_pdu, WIRE_MIN_MAX_PDU, WIRE_MAX_MAX_PDU);
@@ -694,6 +943,7 @@ int server_create(const struct server_config *cfg, struct server **out)
         (rc = reasm_init(&s->reasm, cfg->reasm_slots, cfg->reasm_bytes, cfg->max_pdu, cfg->reasm_timeout_ms)) ||
         (rc = ctx_init(s, &s->listener_ctx, 0)) || (rc = xport_resolve(cfg->bind, cfg->port, &local)))
         goto out;
+    reasm_set_sharing(&s->reasm, cfg->reasm_per_source, cfg->reasm_evict_ms);
     if (pipe2(pipefd, O_NONBLOCK | O_CLOEXEC) < 0) {
         rc = util_fail_errno("pipe2(wake pipe)");
         goto out;
@@ -760,6 +1010,11 @@ void server_get_stats(struct server *s, struct server_stats *out)
     SERVER_STATS(SERVER_STAT_COPY)
 #undef SERVER_STAT_COPY
     out->reassembly_expired = s->reasm.stats.expired;
+    out->reassembly_full = s->reasm.stats.full;
+    out->reassembly_evicted = s->reasm.stats.evicted;
+    pthread_mutex_lock(&s->cache.lock);
+    out->reply_evictions = s->cache.reply_evictions;
+    pthread_mutex_unlock(&s->cache.lock);
     /* The process's context switches since it started, all threads: the voluntary ones are
      * sleeps, so per request they show how often the server waited for a packet. */
     struct rusage ru;
@@ -769,8 +1024,14 @@ void server_get_stats(struct server *s, struct server_stats *out)
     }
 }
 
-void server_print_stats(const struct server_stats *st, FILE *f, int json)
+void server_print_stats(const struct server_stats *st, const struct server_config *cfg, FILE *out, int json)
 {
+    /* Built in memory and written at once, so that a reader never sees half a block. */
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    if (!f)
+        f = out;
     const char *sep = "";
     if (json)
         fputc('{', f);
@@ -782,8 +1043,21 @@ void server_print_stats(const struct server_stats *st, FILE *f, int json)
     sep = ", ";
     SERVER_STATS(SERVER_STAT_PRINT)
 #undef SERVER_STAT_PRINT
+    if (json && cfg)
+        fprintf(f, ", \"limits\": {\"reasm_slots\": %u, \"reasm_per_source\": %u, \"reasm_evict_ms\": %u, "
+                "\"reasm_timeout_ms\": %u, \"max_conns\": %u, \"conns_per_source\": %u, \"tcp_idle_ms\": %u, "
+                "\"tcp_progress_ms\": %u, \"tcp_evict_ms\": %u, \"amplify_max\": %u}",
+                cfg->reasm_slots, cfg->reasm_per_source, cfg->reasm_evict_ms, cfg->reasm_timeout_ms, cfg->max_conns,
+                cfg->conns_per_source, cfg->tcp_idle_ms, cfg->tcp_progress_ms, cfg->tcp_evict_ms,
+                SERVER_AMPLIFY_MAX);
     if (json)
         fputs("}\n", f);
+    if (f != out) {
+        fclose(f);
+        fwrite(text, 1, size, out);
+        fflush(out);
+        free(text);
+    }
 }
 
 static int find_conn(struct server *s, const struct server_conn *c)
@@ -798,7 +1072,7 @@ int server_run(struct server *s)
 {
     struct epoll_event evs[SERVER_EVENTS];
     uint64_t deadline = s->cfg.duration > 0 ? util_now_ns() + (uint64_t)(s->cfg.duration * 1e9) : 0;
-    uint64_t last_id = 0, last_expire = util_now_ns();
+    uint64_t last_id = 0, last_expire = util_now_ns(), last_conn_check = last_expire;
     int rc = UTIL_OK, started = 0;
 
     if (s->cfg.ncpus && (rc = util_pin_cpu(s->cfg.cpus[0])))
@@ -830,13 +1104,17 @@ int server_run(struct server *s)
             s->stats_requested = 0;
             server_get_stats(s, &st);
             fprintf(stderr, "rpc-server statistics:\n");
-            server_print_stats(&st, stderr, 0);
+            server_print_stats(&st, &s->cfg, stderr, 0);
         }
         if (deadline && now >= deadline)
             break;
         if (now - last_expire > 100000000u) {
             reasm_expire(&s->reasm, now);
             last_expire = now;
+        }
+        if (s->conn_check_ns && s->nconns && now - last_conn_check >= s->conn_check_ns) {
+            expire_conns(s, now);
+            last_conn_check = now;
         }
         if (s->cfg.wait_recv) {
             RPCS_TRACE(s14_begin, last_id);
@@ -855,6 +1133,11 @@ int server_run(struct server *s)
              * partial requests wait) the next reassembly expiry check. */
             if (s->reasm.bytes)
                 timeout = 100;
+            if (s->conn_check_ns && s->nconns) {
+                uint64_t due = last_conn_check + s->conn_check_ns;
+                int left = due > now ? (int)((due - now) / 1000000u) + 1 : 1;
+                timeout = timeout < 0 || left < timeout ? left : timeout;
+            }
             if (deadline) {
                 int left = (int)((deadline - now) / 1000000u) + 1;
                 timeout = timeout < 0 || left < timeout ? left : timeout;
@@ -884,7 +1167,10 @@ int server_run(struct server *s)
             } else {
                 struct server_conn *c = evs[i].data.ptr;
                 int ci = find_conn(s, c);
-                if (ci >= 0 && ((evs[i].events & (EPOLLERR | EPOLLHUP)) || handle_conn(s, c, &last_id)))
+                int r = ci < 0 ? 0 : (evs[i].events & (EPOLLERR | EPOLLHUP)) ? -1 : handle_conn(s, c, &last_id);
+                if (r == -1)
+                    STAT_ADD(s, tcp_peer_closed);
+                if (r)
                     conn_close(s, (uint32_t)ci);
             }
         }
@@ -896,8 +1182,10 @@ out:
     pthread_mutex_unlock(&s->qlock);
     for (int i = 0; i < started; i++)
         pthread_join(s->threads[i], NULL);
-    while (s->nconns)
+    while (s->nconns) {
+        STAT_ADD(s, tcp_closed_at_exit);
         conn_close(s, s->nconns - 1);
+    }
     if (s->cfg.ready_file)
         unlink(s->cfg.ready_file);
     return rc;

@@ -13,6 +13,12 @@
  *  40 boot time of the server (8)   48 seq (call number within the activity)
  *  52 proc (2)  54 reserved (2)  56 frag num  60 frag len  64 total len
  *  68 window    72 status        76 reserved
+ *
+ * Acknowledging replies: a RESPONSE fragment flagged WIRE_F_ACKREQ, or an
+ * ACKREQ PDU from the server (a reply of total_len bytes is ready), carries a
+ * cookie in status; the client answers with an ACK whose window is the number
+ * of reply fragments it has in order and whose status echoes the cookie. A
+ * client's ACKREQ (ping) carries the same count in window.
  */
 #ifndef RPCS_WIRE_H
 #define RPCS_WIRE_H
@@ -58,6 +64,12 @@ enum wire_reject {
     WIRE_REJ_TOO_BIG = 3,
     WIRE_REJ_BUSY = 4,
     WIRE_REJ_OLD_CALL = 5,
+};
+
+/* What is full, in the window field of a WIRE_REJ_BUSY reject. */
+enum wire_busy {
+    WIRE_BUSY_QUEUE = 1,      /* the calls waiting for an executor */
+    WIRE_BUSY_REASSEMBLY = 2, /* the reassembly slots (or bytes) for partial requests */
 };
 
 struct wire_hdr {

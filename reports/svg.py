@@ -231,6 +231,35 @@ def binned_histograms(series, title, xlabel="RTT (us)", shown=0.995, max_bars=16
 
 # ------------------------------------------------------------------ the RTP diagram (Figure 5)
 
+# Character widths in em of DejaVu Sans, the sans-serif that Linux browsers use (wider than most): the
+# lower-case letters one by one, then classes; anything else counts as a capital.
+_EM = {**dict(zip("abcdefghijklmnopqrstuvwxyz",
+                  (.613, .635, .55, .635, .615, .352, .635, .634, .278, .278, .579, .278, .974, .634, .612, .635,
+                   .635, .411, .521, .392, .634, .592, .818, .592, .592, .525))),
+       **{c: .636 for c in "0123456789µ+="}, **{c: .32 for c in " .,:;'|!"}, **{c: .39 for c in "()[]/-"},
+       "…": 1.0, "I": .295, "J": .295, "M": .863, "W": .989}
+
+
+def text_width(text, size):
+    """The width in px of text at a font size, in DejaVu Sans."""
+    return size * sum(_EM.get(c, .75) for c in text)
+
+
+def fit_label(label, suffix, width, size=10.0, smallest=8.0):
+    """(text, font size) of a box label that fits `width` px: label + suffix at the largest size from
+    `size` down to `smallest`; else the label cut with an ellipsis (its step id kept) + suffix at the
+    smallest size. The box's tooltip keeps the whole label."""
+    text = label + suffix
+    fs = size
+    while fs > smallest and text_width(text, fs) > width:
+        fs -= 0.5
+    if text_width(text, fs) <= width:
+        return text, fs
+    head, cut = label.split(" ", 1)[0], label
+    while len(cut) > len(head) and text_width(cut + "…" + suffix, fs) > width:
+        cut = cut[:-1].rstrip()
+    return (cut + "…" if len(cut) > len(head) else head) + suffix, fs
+
 LANES = ("client", "network", "server")
 
 
@@ -319,10 +348,7 @@ def rtp_diagram(boxes, title, subtitle="", w=700, px_per_us=None, min_h=16, max_
         step = f' data-step="{_e(b["step"])}"' if b.get("step") else ""
         o.append(f'<g class="{cls}"{step}><title>{_e(tip)}</title>'
                  f'<rect x="{x:.1f}" y="{y0:.1f}" width="{bw:.1f}" height="{max(y1 - y0, min_h - 2):.1f}" rx="2" {style}/>')
-        label = b["label"] + us
-        fs = 10 if len(label) < 26 or not b["rtp"] else 9
-        if not b["rtp"]:
-            label = b["label"]
+        label, fs = fit_label(b["label"], us if b["rtp"] else "", bw - 6)
         o.append(f'<text x="{x + bw / 2:.1f}" y="{y0 + min(max(y1 - y0, min_h - 2), 40) / 2 + 4:.1f}" '
                  f'text-anchor="middle" font-size="{fs}" fill="{"#000" if b["rtp"] else "#555"}">{_e(label)}</text></g>')
     ly = h - 22

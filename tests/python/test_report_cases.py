@@ -4,6 +4,7 @@ import contextlib
 import io
 import json
 import shutil
+import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -127,3 +128,29 @@ def test_its_sections_name_no_internal_path_and_state_the_sign_of_their_percenta
         for word in ("RPCSCOPE_", "session ", "/tmp/", "shared/", "/work/", str(run)):
             assert word not in sec, (sid, word)
     assert "(corrected − untraced) × 100 / untraced" in html
+
+
+MEASURE = """<script>
+window.onload = () => { const out = [];
+  document.querySelectorAll('g.step').forEach(g => { const r = g.querySelector('rect').getBBox();
+    const t = g.querySelector('text').getBBox();
+    if (t.x < r.x - 0.5 || t.x + t.width > r.x + r.width + 0.5 || t.y < r.y - 0.5 || t.y + t.height > r.y + r.height + 0.5)
+      out.push(g.querySelector('text').textContent + ': ' + Math.round(t.width) + ' px in ' + Math.round(r.width)); });
+  document.body.setAttribute('data-boxes', document.querySelectorAll('g.step').length);
+  document.body.setAttribute('data-outside', out.join(' | ')); };
+</script>"""
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="chromium not installed (scripts/bootstrap.sh)")
+def test_every_path_figures_labels_stay_in_their_boxes_in_chromium(run, tmp_path):
+    """Each box label of each path diagram, as headless Chromium lays it out (text and box bounds), lies
+    inside its box: long step names ("S15 build window acknowledgement") shrink, then are cut."""
+    for cid in _rtp(run):
+        page = tmp_path / f"{cid}.html"
+        page.write_text("<!DOCTYPE html><html><body>" + (run / "report" / f"fig-rtp-{cid}.svg").read_text()
+                        + MEASURE + "</body></html>")
+        dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=2000",
+                              "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+        assert 'data-boxes="' in dom, dom[-2000:]
+        assert int(dom.split('data-boxes="')[1].split('"')[0]) > 20
+        assert dom.split('data-outside="')[1].split('"')[0] == "", cid

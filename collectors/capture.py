@@ -41,7 +41,7 @@ from rpcscope import ROOT
 from rpcscope.interrupts import interruptible, uninterrupted
 from rpcscope.output import UserError
 
-from . import ftrace, idle, interleave, lttng, perf
+from . import ftrace, idle, interleave, leftovers, lttng, perf
 
 FORMAT = 1
 PROCS = ("null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway")
@@ -420,6 +420,8 @@ class Processes:
             if log_path:
                 err.close()
         self.procs.append(pr)
+        leftovers.note("processes", (pr.pid, os.path.basename(str(next((a for a in argv if "/rpc-" in str(a)),
+                                                                         argv[0])))))
         return pr
 
     @staticmethod
@@ -431,6 +433,7 @@ class Processes:
             except subprocess.TimeoutExpired:
                 pr.kill()
                 pr.wait(timeout=10)
+        leftovers.forget("processes", pr.pid)
         return pr.returncode
 
     def stop_all(self):
@@ -460,6 +463,7 @@ class Sessiond:
         pids = self.running()
         main = [pid for pid in pids if _ppid(pid) not in pids]
         self.started_pid = min(main or pids) if pids else None
+        leftovers.note_sessiond(self.started_pid)
 
     def restore(self):
         pid = self.started_pid
@@ -478,6 +482,7 @@ class Sessiond:
                 continue
             break
         self.started_pid = None
+        leftovers.note_sessiond(None)
 
 
 def _ppid(pid):
@@ -584,13 +589,32 @@ class Capture:
                 "--executors", str(self.p["executors"]), "--cpu", str(cpu), "--wait", wait,
                 "--duration", str(SERVER_SAFETY_S), "--ready-file", str(ready),
                 "--stats-json", str(log_dir / f"server-{tag}-stats.json")]
-        pr = self.procs.spawn(argv, log_dir / f"server-{tag}.log")
-        if not wait_ready(pr, ready):
+        for attempt in (1, 2):
+            pr = self.procs.spawn(argv, log_dir / f"server-{tag}.log")
+            if wait_ready(pr, ready):
+                break
             self.procs.stop(pr)
             log = _read(log_dir / f"server-{tag}.log", "")[-400:]
-            raise UserError(f"rpc-server did not start in {ns} on {bind}:{port}: {log}")
+            if "Address already in use" not in log:
+                raise UserError(f"rpc-server did not start in {ns} on {bind}:{port}: {log}")
+            # The port is held: by a leftover of a killed capture, which is removed, and the server tried again.
+            removed = leftovers.clean() if attempt == 1 else []
+            if not removed:
+                raise UserError(f"rpc-server could not bind {bind}:{port} in {ns}: Address already in use, by a "
+                                f"process that is no leftover of a capture (`ip netns exec {ns} ss -tulpn` names it); "
+                                f"stop it and capture again")
+            self.say_removed(f"rpc-server could not bind {bind}:{port} in {ns}: Address already in use, by a "
+                             f"leftover of a killed capture; it was removed and the server started again", removed)
         ready.unlink(missing_ok=True)
         return pr
+
+    def say_removed(self, why, removed):
+        """Tell (stderr, the manifest's leftovers_removed) what of a killed capture was removed."""
+        print(f"capture: removed the leftovers of a killed capture ({why}):", file=sys.stderr)
+        for line in removed:
+            print(f"  {line}", file=sys.stderr)
+        if self.manifest is not None:
+            self.manifest.setdefault("leftovers_removed", []).extend(removed)
 
     def client_argv(self, ns, server, port, transport, size, calls, warmup, cpu, traced, clock_out=None,
                     clock_ring=False, turns=None):
@@ -676,6 +700,7 @@ class Capture:
         name = f"rpcs-capture-{self.tag}-{len(self.sessions)}-{int(time.time() * 1000) % 100000}"
         sub, num = lttng.ust_buffer_size(calls, frags)
         self.sessions.append(name)
+        leftovers.note("lttng_sessions", name)
         self.ust_dirs[name] = out_dir
         for cmd in lttng.ust_session_commands(name, out_dir, sub, num, vpids=pids):
             lttng.run_lttng(cmd)
@@ -690,6 +715,7 @@ class Capture:
         # Not waiting is safe once the consumer daemon has closed the trace's files.
         lttng.run_lttng(["destroy", "--no-wait", name])
         self.sessions.remove(name)
+        leftovers.forget("lttng_sessions", name)
         lttng.wait_files_closed(self.ust_dirs.pop(name))
         return st
 
@@ -747,6 +773,7 @@ class Capture:
             evs = perf.event_set(self.p["executors"], False, detail=self.kernel_events)
             sysc = sorted({e.split("_", 2)[2] for e in evs if e.startswith("syscalls:")})
             self.sessions.append(name)
+            leftovers.note("lttng_sessions", name)
             for cmd in lttng.lttng_kernel_commands(name, out_dir / "kernel", [e for e in evs if not e.startswith("syscalls:")],
                                                    sysc, self.devices(), perf.PROCNAMES):
                 lttng.run_lttng(cmd)
@@ -784,6 +811,7 @@ class Capture:
             st = lttng.channel_stats(name).get(lttng.KERNEL_CHANNEL, {})
             lttng.run_lttng(["destroy", name])
             self.sessions.remove(name)
+            leftovers.forget("lttng_sessions", name)
             return {"lost": st.get("discarded_events", 0) + st.get("lost_packets", 0)}
         return {}
 
@@ -1416,8 +1444,16 @@ class Capture:
 
     def run(self):
         self.started = time.monotonic()          # --deadline-seconds counts from here (seconds_left)
+        # A killed capture's server, perf, sessions and tracefs instances would hold ports and cost the
+        # calls: removed first, and said (collectors/leftovers.py).
+        removed = leftovers.clean()
         self.out.mkdir(parents=True)
+        # What this capture starts, recorded before it starts it; removed at its clean end.
+        self.state = leftovers.CaptureState(self.out)
+        self.state.open()
         self.manifest = self.base_manifest()
+        if removed:
+            self.say_removed("found before it started", removed)
         self.write_manifest()
         # SIGTERM and Ctrl-C interrupt, and the capture cleans up (rpcscope/interrupts.py).
         with interruptible():
@@ -1453,6 +1489,7 @@ class Capture:
                 idle_policy.close()
                 self.manifest["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
                 self.write_manifest()
+                self.state.close()
         return self.manifest
 
     def cleanup(self):
@@ -1475,6 +1512,7 @@ class Capture:
         for name in list(self.sessions):
             lttng.run_lttng(["destroy", name], check=False)
             self.sessions.remove(name)
+            leftovers.forget("lttng_sessions", name)
         self.sessiond.restore()
         for f in self.out.rglob("perf-*.fifo"):
             f.unlink(missing_ok=True)

@@ -28,7 +28,7 @@ import uuid as uuidlib
 
 from rpcscope.output import UserError
 
-from . import perf
+from . import leftovers, perf
 
 TRACEFS = perf.TRACEFS
 # Ring buffer per CPU: 256 MiB holds a traced run of ~1 M events (about 40 bytes an event) without
@@ -72,6 +72,7 @@ class FtraceRecorder:
 
     def start(self):
         require()
+        leftovers.note("tracefs_instances", self.name)       # before it exists: a kill leaves it recorded
         try:
             self.path.mkdir()
         except OSError as e:
@@ -141,6 +142,7 @@ class FtraceRecorder:
     def stop(self):
         """Disable the events and remove the instance (also after a failed start); idempotent."""
         if not self.path.exists():
+            leftovers.forget("tracefs_instances", self.name)
             return
         try:
             _write(self.path / "tracing_on", "0")
@@ -154,6 +156,7 @@ class FtraceRecorder:
         for _ in range(50):                                   # busy while a reader still holds it
             try:
                 self.path.rmdir()
+                leftovers.forget("tracefs_instances", self.name)
                 return
             except OSError:
                 time.sleep(0.1)

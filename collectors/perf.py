@@ -15,6 +15,8 @@ import time
 
 from rpcscope.output import UserError
 
+from . import leftovers
+
 TRACEFS = pathlib.Path("/sys/kernel/tracing")
 PROCNAMES = ("rpc-client", "rpc-server")
 
@@ -152,6 +154,7 @@ class PerfRecorder:
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                          start_new_session=True)
+        leftovers.note("processes", (self.proc.pid, "perf record"))     # a killed capture's perf is found by it
         # Open the fifos without blocking forever if perf dies before opening its ends.
         deadline = time.monotonic() + timeout
         try:
@@ -265,6 +268,8 @@ class PerfRecorder:
         self._leftovers()
 
     def _leftovers(self):
+        if self.proc:
+            leftovers.forget("processes", self.proc.pid)
         if self._fds:
             self._close_fifos()
         if self.persistent:

@@ -33,6 +33,7 @@ import subprocess
 import time
 
 from . import ROOT
+from .collectors import leftovers
 from .output import UserError, emit_json, table
 
 STATE_DIR = pathlib.Path(os.environ.get("RPCSCOPE_TESTBED_DIR", "/run/rpcscope/testbed"))
@@ -870,7 +871,13 @@ def cmd_down(args):
 def _down(args):
     st = load_state()
     lines = []
-    removed = teardown(st, say=(lambda s: lines.append(s)) if args.json else print)
+    say = (lambda s: lines.append(s)) if args.json else print
+    # A killed capture's tracefs instances, LTTng sessions and perf outlive the namespaces: removed
+    # first, by what it recorded and what rpcscope recognises as its own (collectors/leftovers.py).
+    gone = leftovers.clean()
+    for line in gone:
+        say(f"  removed {line} (left by a killed capture)")
+    removed = gone + teardown(st, say=say)
     if args.json:
         emit_json({"removed": removed})
     elif removed:

@@ -1,0 +1,190 @@
+"""Recovery after a hard kill: a capture SIGKILLed mid-way leaves its rpc-server, its LTTng session and its
+tracefs instance behind; the next capture and `rpcscope testbed down` find them (the killed capture's
+RUN/capture-state.json and /run/rpcscope/captures/PID.json, and what rpcscope recognises as its own),
+remove them and say so (collectors/leftovers.py).
+
+Runs on the namespace testbed with the ftrace collector (a tracefs instance per traced run), holding
+/tmp/rpcscope-testbed.lock for the whole module so that no other agent's capture runs beside it.
+"""
+import fcntl
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rpcscope.collectors import leftovers as lo
+from rpcscope.collectors import lttng as clttng
+from rpcscope.collectors import perf as cperf
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
+STATE_DIR = pathlib.Path("/run/rpcscope/testbed")
+LOCK = "/tmp/rpcscope-testbed.lock"
+SERVER_NS = "rpcs-server"
+
+pytestmark = [
+    pytest.mark.testbed,
+    pytest.mark.tracing,
+    pytest.mark.skipif(os.geteuid() != 0, reason="capture needs root"),
+    pytest.mark.skipif(not all(shutil.which(t) for t in ("ip", "sshd", "lttng", "babeltrace2")),
+                       reason="needs iproute2, openssh-server, lttng-tools, babeltrace2 (make bootstrap)"),
+    pytest.mark.skipif(not (cperf.TRACEFS / "instances").is_dir(), reason="needs tracefs instances (make bootstrap)"),
+]
+
+
+def rpcscope(*args, timeout=300, check=True):
+    p = subprocess.run(RPCSCOPE + list(args), capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    if check:
+        assert p.returncode == 0, f"rpcscope {' '.join(args)} exited {p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    """The testbed under the agents' lock: the one up (left up), or one brought up here and down at the end."""
+    from rpcscope.testbed import held_by_tests
+    with open(LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with held_by_tests(wait=1200):
+            was_up = STATE_DIR.exists()
+            try:
+                if not was_up:
+                    rpcscope("testbed", "up", "--json", timeout=180)
+                yield was_up
+            finally:
+                if was_up and not STATE_DIR.exists():
+                    rpcscope("testbed", "up", "--json", timeout=180, check=False)
+                elif not was_up:
+                    rpcscope("testbed", "down", check=False, timeout=180)
+
+
+def _instances():
+    return sorted(p.name for p in (cperf.TRACEFS / "instances").glob("rpcscope-*"))
+
+
+def _our_processes(run_dir):
+    """rpc-server/rpc-client processes started for run_dir (their --ready-file or logs under it)."""
+    out = []
+    for x in os.listdir("/proc"):
+        if not x.isdigit():
+            continue
+        argv = lo._cmdline(int(x))
+        if argv and argv[0].split(b"/")[-1] in (b"rpc-server", b"rpc-client") and \
+                any(str(run_dir).encode() in a for a in argv) and lo.start_time(int(x)) is not None:
+            out.append(int(x))
+    return out
+
+
+def _untraced_running(run_dir):
+    return any(b"/notrace/" in lo._cmdline(p)[0] for p in _our_processes(run_dir))
+
+
+def _recording(run_dir):
+    return bool(_instances()) and any(n.startswith("rpcs-capture-") for n in clttng.session_names())
+
+
+def _start_long_capture(out):
+    # A long run (200000 calls) to be killed in the middle; the ftrace collector: a tracefs instance per
+    # traced run. --ready-file paths of its servers lie under out (run_dir/cases/...): absolute here.
+    return subprocess.Popen(RPCSCOPE + ["capture", "--sizes", "0", "--calls", "200000", "--warmup", "10", "--repeats",
+                                        "1", "--kernel", "ftrace", "--calibration", "none",
+                                        "--extra-sweep-seconds", "0", "--out", str(out)],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _kill_when(proc, ready, what, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"the capture ended before {what}: {proc.stderr.read()[-2000:]}")
+        if ready():
+            proc.send_signal(signal.SIGKILL)           # the capture alone: what it started stays behind
+            proc.wait(timeout=30)
+            proc.stderr.close()
+            return
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait(timeout=30)
+    pytest.fail(f"the capture never reached {what} in {timeout} s")
+
+
+def _short_capture(out):
+    return rpcscope("capture", "--sizes", "0", "--calls", "200", "--warmup", "10", "--repeats", "1",
+                    "--kernel", "ftrace", "--calibration", "none", "--extra-sweep-seconds", "0", "--out", str(out),
+                    timeout=240, check=False)
+
+
+@pytest.mark.parametrize("point", ["untraced run", "traced run recording"])
+def test_capture_after_a_killed_one_removes_its_leftovers_and_says_so(testbed, tmp_path, point):
+    killed = tmp_path / "killed"
+    proc = _start_long_capture(killed)
+    ready = (lambda: _untraced_running(killed)) if point == "untraced run" else (lambda: _recording(killed))
+    _kill_when(proc, ready, point)
+    state = json.loads((killed / "capture-state.json").read_text())
+    assert state["pid"] == proc.pid and state["processes"], state
+    left = _our_processes(killed)
+    assert left, "the killed capture's rpc-server should still run"
+    if point != "untraced run":
+        assert state["tracefs_instances"] and state["lttng_sessions"], state
+        assert set(state["tracefs_instances"]) <= set(_instances())
+
+    p = _short_capture(tmp_path / "next")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "removed the leftovers of a killed capture" in p.stderr, p.stderr
+    assert "rpc-server" in p.stderr and f"capture pid {proc.pid}" in p.stderr, p.stderr
+    if point != "untraced run":
+        assert f"tracefs instance {state['tracefs_instances'][0]}" in p.stderr, p.stderr
+        assert f"lttng session {state['lttng_sessions'][0]}" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+    # Nothing of the killed capture is left, and the new one ended cleanly (its record removed).
+    assert not [pid for pid in left if lo.start_time(pid) is not None]
+    assert not set(state["tracefs_instances"]) & set(_instances())
+    assert not set(state["lttng_sessions"]) & set(clttng.session_names())
+    assert not (killed / "capture-state.json").exists() and not (tmp_path / "next" / "capture-state.json").exists()
+    assert not (lo.REGISTRY / f"{proc.pid}.json").exists()
+    m = json.loads((killed / "manifest.json").read_text())
+    assert m["interrupted"] and not m["complete"] and m.get("killed"), m
+    nm = json.loads((tmp_path / "next" / "manifest.json").read_text())
+    assert nm["complete"] and nm.get("leftovers_removed"), nm
+
+
+def test_testbed_down_after_a_kill_removes_the_tracefs_instance(testbed, tmp_path):
+    killed = tmp_path / "killed"
+    proc = _start_long_capture(killed)
+    _kill_when(proc, lambda: _recording(killed), "a traced run recording")
+    state = json.loads((killed / "capture-state.json").read_text())
+    assert state["tracefs_instances"] and set(state["tracefs_instances"]) <= set(_instances())
+    p = rpcscope("testbed", "down", timeout=180)
+    for name in state["tracefs_instances"]:
+        assert f"removed tracefs instance {name} (left by a killed capture)" in p.stdout, p.stdout
+    assert not set(state["tracefs_instances"]) & set(_instances())
+    assert not set(state["lttng_sessions"]) & set(clttng.session_names())
+    assert not [pid for pid in _our_processes(killed)]
+    assert "Traceback" not in p.stdout + p.stderr
+    rpcscope("testbed", "up", "--json", timeout=180)
+
+
+def test_a_port_held_by_something_else_is_named_not_taken_for_a_leftover(testbed, tmp_path):
+    """A port the capture's first server needs, held by a process that is no capture's: the capture says
+    so in one line (exit 2) and removes nothing of it."""
+    from rpcscope.collectors.capture import BASE_PORT
+    holder = subprocess.Popen(["ip", "netns", "exec", SERVER_NS, sys.executable, "-c",
+                               "import socket, time; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                               f"s.bind(('198.18.0.3', {BASE_PORT + 1})); print('bound', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "bound"
+        p = _short_capture(tmp_path / "held")
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert "Address already in use" in p.stderr and "no leftover of a capture" in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr and holder.poll() is None
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)

@@ -17,6 +17,7 @@ with this module over many sizes and every boundary.
     tcp_segments(body, mtu)                 TCP segments of one message's record (mark, header, body)
     Message(total, max_pdu, mtu)            all of the above for one message, as lists and counts
     request_body_bytes(proc, size)          the marshalled request body of a procedure at a workload size
+    reply_body_bytes(proc, size)            the marshalled reply body of a procedure at a workload size
 
 Sizes and counts are plain ints; nothing here needs numpy.
 """
@@ -203,4 +204,22 @@ def request_body_bytes(proc, size):
         return 8
     if proc == "sum":
         return 4 + 4 * size
+    return None
+
+
+def reply_body_bytes(proc, size):
+    """Marshalled reply body of a procedure for a workload size (rpc/procs.c's result marshalling:
+    maxresult and concat return opaque data, echo the data and a 32-bit length, incr and sum one
+    64-bit integer, add and courier one 32-bit integer; null, maxarg and courier_oneway nothing).
+    None when unknown."""
+    if proc in ("null", "maxarg", "courier_oneway"):
+        return 0
+    if proc in ("add", "courier"):
+        return 4
+    if proc in ("incr", "sum"):
+        return 8
+    if proc == "maxresult":
+        return 4 + _pad4(size)
+    if proc == "echo":
+        return 4 + _pad4(size) + 4
     return None

@@ -1,44 +1,28 @@
-"""The probe effect where it is measured: the effective cost of one event of each class on the
-round-trip path, from the capture's in-situ calibration.
+"""The probe effect: what one recorded event of each kind costs the call, measured in place.
 
-Every case of the capture ran, in each of its rounds, untraced and with user and kernel events (and,
-with capture --user-only-runs, with user events only: collectors/capture.py sweeps), between the
-testbed's hosts with the run's placement, and kept the traces of its kept round's traced run. Here
-the round-trip path of every call of those traces is walked (analysis/rtp.py) and the events on it
-counted per class: user, kernel network device (one per packet per device), other kernel (syscalls,
-scheduler, softirq). Then, with a case's probe effect d = user+kernel - untraced p50 (medians of the
-rounds in the kept round's speed level: case_point),
+Every case of the capture ran, in each of its rounds, untraced and traced (user and kernel events,
+and with capture --user-only-runs user events only). The round-trip path of a sample of each case's
+traced calls is walked (analysis/rtp.py) and its events counted per kind: user, kernel network
+device (one per packet per device), other kernel (syscalls, scheduler, softirq). With a case's probe
+effect d = traced - untraced p50 (medians over its rounds: case_point),
 
     d = (n_user + n_kernel) x c                 (one cost for every event), or
       = n_user x c_user + n_kernel x c_kernel   (user and kernel events apart)
 
-least squares over the cases of a transport (solve). User-only runs do not enter: a user event costs
-more beside recorded kernel events than alone (~200 against ~140 ns over UDP; where the capture made
-them, probe.json keeps the cost alone as `ust_alone_event_ns`), and the correction removes what the
-traced run carries. Each point weighs 1 / noise^2, its noise the spread of the case's own rounds in
-the kept round's speed level (point_noise): a case whose rounds caught a burst of host noise must
-not set the costs the others are corrected with; nor may a held-out size (capture --holdout) set
-any. A case is corrected with the costs solved from the other cases of its transport (leave one
-out), so its corrected RTT is a prediction; the model those costs take is the one chosen over every
-case of the transport (solve_cases).
+is solved by weighted least squares over the cases of a transport (solve; each case weighs
+1 / its rounds' noise^2), and every case of that transport is corrected with those costs
+(solve_cases). The sizes the model predicts (capture --holdout) and the cases whose untraced run
+took another path than the traced one never set a cost. No case's costs are scaled to its own
+RTT: the correction of a size is what its events cost at the transport's per-event prices.
 
-Where the capture ran the clock build in every round (capture --clock-reads, session 30), a case's
-costs are then scaled so that its path's events add up to its probe effect anchored on those runs, its
-traced minus clock-build p50 plus the clock reads' small cost (_anchor_on_clock); and every case's
-costs are taken from its level to its kept round (_as_the_kept_round_carries_it).
-
-Those costs are what the analysis charges to the path (Case.calibration). An event off the path
-costs the RTT nothing; what an event costs beyond its own instructions where the call really runs
-(tracer daemons sharing the CPUs, cache effects) is folded into these costs, which the loopback
-calibration (each host alone, all events on the path) cannot see. Runs made before this had a
-separate calibration phase at a few sizes (calibration_in_situ.transports or its older one-transport
-form); those are still read. Cached in runs/NAME/analysis/probe.json.
+What an event costs beyond its own instructions where the call really runs (tracer daemons sharing
+the CPUs, cache effects) is folded into these costs. Cached in RUN/analysis/probe.json.
 """
 import json
 
 import numpy as np
 
-PROBE_FORMAT = "rpcscope-probe/18"
+PROBE_FORMAT = "rpcscope-probe/19"
 
 
 def in_situ(run):
@@ -96,12 +80,6 @@ def _has_costs(costs):
     return bool(costs) and costs.get("ust_event_ns") is not None and bool(costs.get("kernel_event_ns"))
 
 
-def _scale_costs(costs, f):
-    """Every event cost in costs times f (in place), to 0.1 ns."""
-    costs.update(ust_event_ns=round(costs["ust_event_ns"] * f, 1),
-                 kernel_event_ns={k: round(v * f, 1) for k, v in costs["kernel_event_ns"].items()})
-
-
 def _path_cost(ev, costs):
     """What events per class on a path ({"ust", "kernel_net", "kernel_other"}) cost at costs (a cost
     below zero counts nothing)."""
@@ -156,7 +134,7 @@ def _point(case, untraced, ust, both, rounds=None):
     split = ust is not None
     from .run import path_shape
     return {"transport": case.transport, "size": case.size, "rpcs_walked": n,
-            "untraced_path": path_shape(case.meta), "other_path_rows": _other_path_rows(case),
+            "untraced_path": path_shape(case.meta),
             "noise_ns": point_noise(untraced, rounds),
             "path_events_per_call": {"ust": ev[0], "kernel_net": ev[1], "kernel_other": ev[2]},
             "path_events_quartiles": {"ust": quart[:, 0].tolist(), "kernel_net": quart[:, 1].tolist(),
@@ -164,20 +142,6 @@ def _point(case, untraced, ust, both, rounds=None):
             "d_total_ns": both - untraced, "d_user_ns": ust - untraced if split else None,
             "d_kernel_ns": both - ust if split else None,
             "p50_ns": {"untraced": untraced, "ust": ust, "both": both}}
-
-
-def _other_path_rows(case):
-    """{"ns", "wakeups"}: what the model's other-path rows add at this case (model.other_path_cost: the
-    wake-ups the median untraced call pays beyond the traced run, at the capture's calibrated costs), or
-    None where they add nothing or cannot be costed."""
-    from .model import other_path_cost
-    from .run import other_path_counts
-    from .wakeup import run_wake_costs
-    run = getattr(case, "run", None)
-    got = other_path_cost(other_path_counts(case.meta), run_wake_costs(run.manifest if run else None))
-    if not got or not got[1]:
-        return None
-    return {"ns": round(got[0] * 1000.0, 1), "wakeups": got[1]}
 
 
 # The least noise a point is credited with, as a fraction of its untraced p50: the spread of a few
@@ -261,7 +225,7 @@ def _per_case_cases(run):
 
 def _per_case_key(run):
     key = {c.id: [c.meta["untraced"]["p50"], (c.meta.get("ust_only") or {}).get("p50"), c.meta["traced"]["p50"],
-                  c.meta.get("pids"), c.meta.get("sleeps_per_call"), _kept_clock_p50(c.meta)]
+                  c.meta.get("pids"), c.meta.get("sleeps_per_call")]
            for c in _per_case_cases(run)}
     held = _holdout_ids(run)
     if key and held:
@@ -292,45 +256,13 @@ def case_point(case):
     p50 = {"untraced": case.meta["untraced"]["p50"], "traced": case.meta["traced"]["p50"]}
     if case.meta.get("ust_only"):
         p50["ust"] = case.meta["ust_only"]["p50"]
-    clock = _kept_clock_p50(case.meta)
-    if clock is not None:
-        p50["clock"] = clock
     level = {k: level_p50_ns(case.meta, k) for k in p50}
     if all(v is not None for v in level.values()):
         p50 = level
     point = _point(case, p50["untraced"], p50.get("ust"), p50["traced"], _rounds(case.meta))
     if point is not None:
         point["traced_kept_p50_ns"] = case.meta["traced"]["p50"]
-        if clock is not None:
-            point["clock"] = _clock_point(case.meta, p50)
     return point
-
-
-def _kept_clock_p50(meta):
-    """The kept round's clock-build p50 (capture --clock-reads since session 30: a clock-build run in
-    every round), or None where the capture made none in the rounds (before session 30, one run after
-    them, in whichever level held then)."""
-    rep = meta.get("repeats") or {}
-    p50s, kept = rep.get("clock_p50_ns") or [], rep.get("kept_round")
-    return p50s[kept] if kept is not None and kept < len(p50s) and p50s[kept] else None
-
-
-def _clock_point(meta, p50):
-    """A point's clock-build figures: its p50 (in the level where every kind has three rounds, as the
-    point's others), the noise of its clock minus untraced difference (the
-    half-ranges of the two kinds' level rounds in quadrature, at least NOISE_FLOOR of the RTT: it weighs
-    the point where the cost of a mark is solved), and whether it blocked and was woken as the traced
-    run (path_as_traced) and as the untraced one (path_as_untraced)."""
-    from .run import same_path
-    rounds = _rounds(meta, ("untraced", "clock"))
-    half = [_half_range(x) for x in rounds.values()]
-    sp = meta.get("sleeps_per_call") or {}
-    counted = all(sp.get(k) for k in ("untraced", "clock", "traced"))
-    return {"p50_ns": p50["clock"],
-            "noise_ns": {"clock_minus_untraced": None if None in half else
-                         max(NOISE_FLOOR * p50["untraced"], float(np.hypot(*half)))},
-            "path_as_traced": same_path(sp["clock"], sp["traced"]) if counted else None,
-            "path_as_untraced": same_path(sp["clock"], sp["untraced"]) if counted else None}
 
 
 def per_case_solve(run, key, points):
@@ -339,161 +271,33 @@ def per_case_solve(run, key, points):
 
 
 def solve_cases(points, holdout=()):
-    """{"transports": {transport: costs from every case}, "cases": {case id: costs from the other cases of
-    its transport}} for points {case id: point or None}; the cases in holdout (the sizes the model
-    predicts: capture --holdout) are corrected like the others but never solve another's costs nor
-    choose the model, so that nothing measured at a held-out size goes into its prediction. The model
-    (one cost for every event, or user and kernel events apart: solve) is the one chosen over every case
-    of the transport, each predicting every case from the others; a case's costs are then solved in that
-    model from the other cases alone.
-    Nor does a case whose untraced run blocked in other waits than its traced run, or was woken by
-    interrupts where it was not (took_another_path): its traced minus untraced difference is then not
-    the probes' cost but that and the other path's difference (session 24: over UDP at 8032 bytes and
-    more, in the host's faster level, the untraced server slept once more per call and took 10-15 us
-    longer, so the costs solved with those cases were off for every size), unless the model's
-    other-path rows count that difference: it then solves with their cost added back (_as_solver;
-    transports.*.other_path_cases_with_rows)."""
+    """{"transports": {transport: costs}, "cases": {case id: costs}} for points {case id: point or None}.
+    Per transport, one cost per event kind is solved by least squares over its cases' traced minus
+    untraced p50s against the events on their paths (solve), and every case of the transport is
+    corrected with those same costs: no case is scaled to its own RTT. The cases in holdout (the sizes
+    the model predicts: capture --holdout) never solve a cost, so that nothing measured at a predicted
+    size enters the correction; nor does a case whose untraced run blocked in other waits or was woken
+    by other interrupts than its traced run (took_another_path): its difference is then not the
+    probes' cost alone."""
     points = {cid: pt for cid, pt in points.items() if pt}
     out = {"transports": {}, "cases": {}}
     for transport in sorted({p["transport"] for p in points.values()}):
         pts = {cid: p for cid, p in points.items() if p["transport"] == transport}
-        solvers = {cid: _as_solver(p) for cid, p in pts.items() if cid not in holdout}
-        other_path = sorted(cid for cid, p in solvers.items() if p is None)
-        with_rows = sorted(cid for cid, p in solvers.items() if p is not None and p is not pts[cid])
-        solvers = {cid: p for cid, p in solvers.items() if p is not None}
+        fitted = {cid: p for cid, p in pts.items() if cid not in holdout}
+        other_path = sorted(cid for cid, p in fitted.items() if took_another_path(p))
+        solvers = {cid: p for cid, p in fitted.items() if cid not in other_path}
         if len(solvers) < 2:      # too few on the traced path to solve anything: use them all, and say so
-            other_path, solvers = [], {cid: p for cid, p in pts.items() if cid not in holdout}
-        form = None
-        if len(solvers) >= 2:
-            but = [w for w, there in (("the held-out ones", any(cid in holdout for cid in pts)),
-                                      ("those whose untraced run took another path", other_path)) if there]
-            every = out["transports"][transport] = _costs(solvers, "in-situ, every case" + (
-                " but " + " and ".join(but) if but else "") + (
-                f"; {len(with_rows)} on another path with its other-path rows added" if with_rows else ""), transport)
-            every["other_path_cases"] = other_path
-            every["other_path_cases_with_rows"] = with_rows
-            form = every["form"]
+            other_path, solvers = [], fitted
+        if len(solvers) < 2:
+            continue
+        but = [w for w, there in (("the held-out ones", any(cid in holdout for cid in pts)),
+                                  ("those whose untraced run took another path", other_path)) if there]
+        every = out["transports"][transport] = _costs(
+            solvers, "in-situ, every case" + (" but " + " and ".join(but) if but else ""), transport)
+        every["other_path_cases"] = other_path
         for cid in pts:
-            others = {k: v for k, v in solvers.items() if k != cid}
-            if len(others) >= 2:
-                out["cases"][cid] = dict(_costs(others, "in-situ, the other cases", transport, form=form),
-                                         points=None, solved_from=sorted(others))
-        if CLOCK_ANCHOR:
-            _anchor_on_clock(out, pts, holdout)
-        if KEPT_ROUND_FACTOR:
-            _as_the_kept_round_carries_it(out, pts)
+            out["cases"][cid] = dict(every, points=None, solved_from=sorted(solvers))
     return out
-
-
-def _as_the_kept_round_carries_it(out, pts):
-    """Each case's costs times its kept traced run's p50 over its level's (kept_round_factor). The costs
-    are a level's (solved from, or anchored on, the medians of the level's rounds), but they are charged
-    on the kept round's traces, whose calls ran uniformly faster or slower than the level's median,
-    probes and all, and which the model scales back to the level by the inverse (model.level_figures,
-    session 19). Charged as they are, the probe effect comes out of the level's RTT that factor over or
-    short: TCP 0 of runs/run-20261127-125526, a kept round 1.8 % faster than its level, 0.19 us of a
-    15.1 us RTT (analysis/MODEL.md, session 30)."""
-    for cid, p in pts.items():
-        costs = out["cases"].get(cid)
-        kept, level = p.get("traced_kept_p50_ns"), (p.get("p50_ns") or {}).get("both")
-        if not _has_costs(costs) or not kept or not level:
-            continue
-        _scale_costs(costs, kept / level)
-        costs["kept_round_factor"] = round(kept / level, 4)
-
-
-# Whether each case's costs are charged as its kept round carries them (_as_the_kept_round_carries_it);
-# off, as the level's, as before session 30 (for comparisons).
-KEPT_ROUND_FACTOR = True
-
-
-# Whether a case's probe effect is anchored on its clock-build runs where it can be (_anchor_on_clock);
-# off, every case takes the other cases' per-event costs as before session 30 (for comparisons).
-CLOCK_ANCHOR = True
-
-
-def _anchor_on_clock(out, pts, holdout):
-    """Where a case's clock-build runs (capture --clock-reads) took its traced run's path, its probe
-    effect is anchored on them: the traced minus the clock build's p50, measured at that case, plus what
-    the clock reads cost the call, m marks on its path (its user events) at a cost per mark solved from
-    the OTHER cases' clock minus untraced p50s (leave one out, held-out sizes never solving). The case's
-    per-event costs (out["cases"][cid]) are scaled so that its path's events add up to that probe effect
-    (the level's: _as_the_kept_round_carries_it then takes it to the kept round's traces);
-    their split between user and kernel events, and so each step's share, is the solve's. Recorded in
-    out["cases"][cid]["clock_anchor"] (the scale and every figure it came from).
-
-    Why (analysis/MODEL.md, session 30): the per-event costs of the other sizes predict a size's probe
-    effect only as well as that effect is one cost per event, and over TCP in the host's faster level it
-    grows with the payload (~0.4 us from 0 to 24096 bytes, of a 15-16 us RTT) though every size has the
-    same events: the kernel tracer's doing (the user events alone and the clock build pay for the bytes
-    as the untraced run does). The clock build pays ~25 ns a mark, and pays it alike at every size, so
-    anchored the probe effect is measured where it is removed, and only that small cost is predicted.
-    A case whose clock runs took another path than its traced run (woken by interrupts where it was
-    not, say) keeps the other cases' costs: its traced minus clock difference would hold that path's
-    cost too; nor does a case whose clock runs took another path than its untraced runs solve the cost
-    per mark."""
-    by = {cid: p for cid, p in pts.items() if p.get("clock")}
-    solvers = {cid: p for cid, p in by.items() if cid not in holdout and p["clock"]["path_as_untraced"] is True
-               and (p["untraced_path"] or {}).get("same") is not False}
-    for cid, p in by.items():
-        costs = out["cases"].get(cid)
-        if not _has_costs(costs):
-            continue
-        ev = p["path_events_per_call"]
-        base = _path_cost(ev, costs)
-        others = {k: q for k, q in solvers.items() if k != cid}
-        why = None
-        if p["clock"]["path_as_traced"] is None:
-            why = "the capture did not count its clock-build runs' sleeps, so their path is not known"
-        elif not p["clock"]["path_as_traced"]:
-            why = "its clock-build runs took another path than its traced run"
-        elif len(others) < 2:
-            why = "fewer than two other cases whose clock-build and untraced runs took one path"
-        elif base <= 0:
-            why = "no probe cost on its path to scale"
-        if why:
-            costs["clock_anchor"] = {"anchored": False, "why": why}
-            continue
-        marks = np.array([q["path_events_per_call"]["ust"] for q in others.values()], float)
-        d = np.array([q["clock"]["p50_ns"] - q["p50_ns"]["untraced"] for q in others.values()], float)
-        w = _inverse_variance([q["clock"]["noise_ns"]["clock_minus_untraced"] for q in others.values()])
-        per_mark = _per_event(marks, d, w)
-        traced_minus_clock = p["p50_ns"]["both"] - p["clock"]["p50_ns"]
-        effect = traced_minus_clock + ev["ust"] * max(0.0, per_mark)
-        scale = effect / base
-        _scale_costs(costs, scale)
-        costs["source"] += ", anchored on its clock build"
-        costs["clock_anchor"] = {"anchored": True, "scale": round(scale, 4), "probe_effect_ns": round(effect, 1),
-                                 "unanchored_ns": round(base, 1), "traced_minus_clock_ns": round(traced_minus_clock, 1),
-                                 "clock_read_ns_per_mark": round(per_mark, 2), "marks_on_path": float(ev["ust"]),
-                                 "per_mark_solved_from": sorted(others)}
-
-
-# The noise an other-path case's point takes on per wake-up its rows add (_as_solver): a sleep in the
-# RPC costs ~1 us more than the calibration says (analysis/MODEL.md, session 26).
-ROWS_NOISE_NS = 1000.0
-
-
-def _as_solver(point):
-    """The point as it solves the costs: itself on the traced path; where its untraced run took another
-    path whose wake-ups the model's rows count (other_path_rows), its difference with those rows' cost
-    added back (the untraced p50 holds them beside the probes' cost) and its noise raised by
-    ROWS_NOISE_NS per wake-up; None where the rows count nothing (the untraced p50 lies between the
-    modes, or only the traced run took the interrupts) or cannot cost it.
-    Why not leave every such case out, as from session 24: in the faster level UDP 8032-24096 take
-    another path, and the costs solved from UDP 0-4016 alone, extrapolated to paths with 55-75 user
-    events from paths with 33-49, left their corrected RTTs up to 2.5 % low; over the seven
-    faster-level captures of sessions 25-26 the model met 87 of 112 sizes with them in, 75 without
-    (MODEL.md, session 26)."""
-    if not took_another_path(point):
-        return point
-    rows = point.get("other_path_rows")
-    if not rows or not rows.get("wakeups"):
-        return None
-    noise = dict(point["noise_ns"])
-    if noise["d_total"] is not None:      # unknown stays unknown: it weighs as the others' median
-        noise["d_total"] = float(np.hypot(noise["d_total"], rows["wakeups"] * ROWS_NOISE_NS))
-    return dict(point, d_total_ns=point["d_total_ns"] + rows["ns"], noise_ns=noise)
 
 
 def took_another_path(point):

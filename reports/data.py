@@ -5,9 +5,8 @@
     d.summary          [{"item", "value", "source"}]
     d.steps            analysis/steps.json rows (or [] and d.missing says how to make them)
     d.rtt              analysis/steps.json "rtt" rows
-    d.model            analysis/model.json (dict) or None
-    d.models           {transport: (file name, model dict)} of analysis/model.json and model-*.json
-                       (`rpcscope run` writes one per transport: model.json for the first)
+    d.models           {transport: (file name, model dict)} of analysis/model-TRANSPORT.json
+                       (`rpcscope model RUN --transport T` writes one per transport)
     d.rtp              analysis/rtp.json (dict) or None
     d.latency(case)    per-case latency samples / percentiles for the distribution figures
 
@@ -249,33 +248,31 @@ def load(run, per_rpc=False):
         raise ReportError(f"{path} is not a run directory: no manifest.json (make one with `rpcscope capture`)")
     a = path / "analysis"
     sj = _read_json(a / "steps.json")
-    model = _read_json(a / "model.json")
+    models = _models(a)
     rtp = _read_json(a / "rtp.json")
     missing = []
     if sj is None:
         missing.append(f"analysis/steps.json: run `rpcscope analyze {path}` for the per-step tables")
-    if model is None:
-        missing.append(f"analysis/model.json: run `rpcscope model {path}` (after analyze) for the Table-2-style table")
+    if not models:
+        missing.append(f"analysis/model-udp.json: run `rpcscope model {path} --transport udp` (after analyze and rtp) "
+                       f"for the model's table")
     if rtp is None:
         missing.append("analysis/rtp.json: the measured round trip path is not there; the RTP diagrams use the "
                        "catalog's rtp flags")
-    d = RunData(path, manifest, sj, model, rtp, missing, models=_models(a))
+    d = RunData(path, manifest, sj, None, rtp, missing, models=models)
     if per_rpc:
         d.per_rpc, d.per_rpc_source = per_rpc_rtts(path)
     return d
 
 
 def _models(a):
-    """{transport: (file name, model)} of analysis/model.json and analysis/model-*.json, model.json first;
-    a model names its transport in params.transport (else the file name's suffix does)."""
+    """{transport: (file name, model)} of analysis/model-TRANSPORT.json (rpcscope-model/2 files only)."""
     out = {}
-    for f in [a / "model.json"] + sorted(a.glob("model-*.json")):
+    for f in sorted(a.glob("model-*.json")):
         m = _read_json(f)
-        if m is not None:
-            t = (m.get("params") or {}).get("transport") or f.stem.partition("-")[2] or "model"
-            out.setdefault(t, (f.name, m))
+        if isinstance(m, dict) and m.get("format") == "rpcscope-model/2" and m.get("transport"):
+            out.setdefault(m["transport"], (f.name, m))
     return out
-
 
 def per_rpc_rtts(path):
     """Per-RPC traced RTT (c1_begin..c21_end, us) per case, rebuilt from the traces by rpcscope.analysis."""

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from . import svg
 from .data import PCTS, RunData
+from .model_section import items as model_section_items
+from .model_section import percent_errors
 
 # ------------------------------------------------------------------ report objects
 
@@ -85,97 +87,9 @@ def summary_section(d: RunData):
 
 
 def model_section(d: RunData):
-    s = Section("Round-trip time model (Table-2 style)")
-    models = d.models or ({"": ("model.json", d.model)} if d.model else {})
-    if not models:
-        s.items.append(f"No analysis/model.json: run `rpcscope analyze {d.path}` then `rpcscope model {d.path}` to "
-                       "fit unit costs and get calculated vs measured RTT per size.")
-    verdicts = {}
-    for transport, (fname, m) in models.items():
-        verdicts[transport] = _model_items(s, d, transport, fname, m)
-    if len(verdicts) > 1:
-        from rpcscope.analysis.cpuspeed import cpu_losses, worst_loss
-        from rpcscope.analysis.model import goal_verdict
-        from rpcscope.collectors.capture import unsettled_transports
-        every = goal_verdict({t: {"errors": e} for t, e in verdicts.items()}, unsettled_transports(d.manifest, verdicts),
-                             worst_loss(cpu_losses(d.manifest)))
-        if every:
-            s.items.append(f"Verdict, every transport: {every['text']}")
-    try:
-        from rpcscope.analysis.model import paper_dce_summary, shared_dir
-        rows = paper_dce_summary()
-        s.items.append(Table(
-            "Beside it: the DCE study's Table 2 (bottom rows, as printed; µs on IBM RS/6000s (AIX 3.2.4, OSF DCE 1.0.2) over 10 Mbit/s Ethernet)",
-            ["request_bytes", "calculated_us", "measured_us", "percent_error"], rows,
-            f"{shared_dir() / 'seeds' / 'tables' / 'dce_table2_summary.csv'} (all columns)"))
-    except (ImportError, OSError, ValueError, KeyError):
-        s.items.append("The DCE study's Table 2 (shared/seeds/tables/dce_table2_summary.csv) is not available here "
-                       "(set RPCSCOPE_SHARED).")
+    s = Section("Round-trip time model")
+    s.items.extend(model_section_items(d.models, Table, str))
     return s
-
-
-def _model_items(s, d, transport, fname, m):
-    """One transport's model (analysis/FNAME) into section s: the Table-2-style table, its verdict and
-    notes. Returns its error rows (with their measured noise) for the verdict over every transport."""
-    sizes = [int(x) for x in m["sizes"]]
-    cols = ["device", "step", "unit_us"] + [c for z in sizes for c in (f"n@{z}", f"us@{z}")]
-    rows = []
-    from rpcscope.analysis.model import Term
-    for t in m["terms"]:
-        term = Term.from_json(t)
-        r = {"device": t["device"], "step": term.label, "unit_us": term.formula()}
-        for z in sizes:
-            n = term.count(z)
-            r[f"n@{z}"] = n
-            r[f"us@{z}"] = f"{term.contribution(z):.2f}" if n else ""
-        rows.append(r)
-    calc, meas = m.get("calculated_us", {}), m.get("measured_us", {})
-    err = _percent_errors(m)
-    for label, vals in (("sum (calculated)", calc), ("measured (untraced p50)", meas)):
-        rows.append({"device": label, **{f"us@{z}": _f(vals.get(str(z))) for z in sizes}})
-    rows.append({"device": "% error", **{f"us@{z}": _f(err.get(str(z))) for z in sizes}})
-    from rpcscope.analysis.run import error_row_paths, untraced_noise_pct, untraced_path_same
-    params = m.get("params") or {}
-    cases = {int(c.get("size", -1)): c for c in d.cases
-             if c.get("transport") == params.get("transport") and c.get("proc") == params.get("proc")}
-    rows.append({"device": "measured noise (± %)",
-                 **{f"us@{z}": _f(untraced_noise_pct(cases.get(z, {})), 1) for z in sizes}})
-    same = {z: untraced_path_same(cases.get(z, {})) for z in sizes}
-    if any(v is not None for v in same.values()):
-        rows.append({"device": "untraced path (sleeps, ipis)",
-                     **{f"us@{z}": {True: "same", False: "OTHER"}.get(same[z], "") for z in sizes}})
-    s.items.append(Table(
-        f"Calculated vs measured RTT per size{', ' + transport.upper() if transport else ''} (model: "
-        f"{m.get('source', '')})", cols, rows,
-        f"analysis/{fname} terms[].a_us, b_us_per_byte, c_us_per_extra_ip_packet, d_us_per_piggybacked_ack, "
-        "e_us_per_fragmented_datagram, f_us_per_followed_fragment, per_size.{count,bytes,extra_ip_packets,"
-        "piggybacked_acks,fragmented_datagrams,followed_fragments} "
-        "(us = count × (a + b × bytes) + extra IP packets × c + piggybacked ACKs × d (S1: the ACK sent before "
-        "the wake-up) + fragmented datagrams × e + followed fragments × f (C8'': a send that goes on past the "
-        "server's wake-up to the window's next fragment)); "
-        "calculated_us, measured_us (the untraced p50: the median of the rounds in the kept round's speed level "
-        "where three or more ran there, params.level); % error = (measured − calculated) × 100 / measured; measured noise: half "
-        "the spread of the case's untraced rounds' p50s in the kept round's speed level (manifest.json "
-        "cases[].repeats: agreeing_rounds) where three or more ran there, else of every round (measured is "
-        "then one round's), as % of its p50: how far the measured figure itself moves between identical runs; "
-        "where the runs took turns (capture --turns, cases[].repeats.turns), every round is in the level and "
-        "each round's p50 is taken over the case's factor in that round (analysis/run.py case_round_factors) "
-        "at the kept round's",
-        "held out (predicted, not fitted): " + ", ".join(map(str, m.get("holdout", []))) if m.get("holdout") else ""))
-    from rpcscope.analysis.model import Model, goal_verdict
-    errors = Model.from_json(m).error_rows()
-    for e in errors:
-        e["measured_noise_pct"] = untraced_noise_pct(cases.get(e["size"], {}))
-        e.update(error_row_paths(d.path, cases.get(e["size"]), e.get("calculated_us")))
-    from rpcscope.analysis.cpuspeed import cpu_losses, worst_loss
-    from rpcscope.collectors.capture import unsettled_transports
-    verdict = goal_verdict({"model": {"errors": errors}}, unsettled_transports(d.manifest, [params.get("transport")]),
-                           worst_loss(cpu_losses(d.manifest)))
-    if verdict:
-        s.items.append(f"Verdict: {verdict['text']}")
-    for n in m.get("notes", []):
-        s.items.append(f"Model note: {n}")
-    return errors
 
 
 STEP_COLS = ["step", "name", "rtp", "status", "n", "median_us", "p10_us", "p90_us", "corrected_median_us",
@@ -657,27 +571,18 @@ def latency_section(d: RunData):
     return s
 
 
-def _percent_errors(m):
-    """{size: % error} of a model file's calculated_us and measured_us."""
-    from rpcscope.analysis.model import percent_error
-    meas = m.get("measured_us", {})
-    return {z: percent_error(meas.get(z), c) for z, c in m.get("calculated_us", {}).items()}
-
-
 def build(d: RunData, calls=None, call_errors=None) -> Report:
     """The report of one run. calls: {case id: export.Exported} of the example calls exported beside
     it (reports/export.py export_examples), linked under the round-trip-path diagrams."""
     sections = [summary_section(d), model_section(d), steps_section(d), rtp_section(d, calls, call_errors),
                 rtt_section(d), latency_section(d)]
     head = {"run": str(d.path), "cases": len(d.cases), "analysis": d.steps_json is not None,
-            "model": d.model is not None, "rtp_measured": d.rtp is not None, "missing": d.missing, "rtt": []}
+            "model": bool(d.models), "rtp_measured": d.rtp is not None, "missing": d.missing, "rtt": []}
     for r in d.rtt:
         head["rtt"].append({"case": r["case"], "traced_p50_us": r["traced_rtt_median_us"],
                             "untraced_p50_us": r["untraced_p50_us"]})
-    if d.model:
-        head["model_percent_error"] = _percent_errors(d.model)
     if d.models:
-        head["models_percent_error"] = {t: _percent_errors(m) for t, (_, m) in d.models.items()}
+        head["models_percent_error"] = {t: percent_errors(m) for t, (_, m) in d.models.items()}
     return Report(str(d.path), sections, head)
 
 

@@ -3,7 +3,7 @@
     from rpcscope.tracepoints import STEPS, EVENTS, step
 """
 try:
-    from .catalog_gen import CLASSES, EVENTS, PROVIDER, STEPS
+    from .catalog_gen import CLASSES, EVENTS, PROVIDER, SEGMENT_UNITS, SPLIT_UNITS, STEPS
 except ImportError as e:  # pragma: no cover - only before the first `make`
     raise ImportError("rpcscope.tracepoints.catalog_gen is missing: run `make` to generate it "
                       "from tracepoints/steps.toml") from e
@@ -19,9 +19,23 @@ def step(step_id):
         raise KeyError(f"no step {step_id!r} in the catalog (steps are C1-C22 and S1-S16)") from None
 
 
+def unit_of(label):
+    """The RTT model's unit a round-trip-path segment is charged to (a step, a part of a split step,
+    or a segment that is no step), "network" for the wire's time, or None for a label the catalog
+    does not know."""
+    if label in _BY_ID:
+        return _BY_ID[label]["unit"]
+    if label in SPLIT_UNITS:
+        return SPLIT_UNITS[label]
+    if label in SEGMENT_UNITS:
+        return SEGMENT_UNITS[label]
+    pre = [k for k in SEGMENT_UNITS if k.endswith("*") and label.startswith(k[:-1])]
+    return SEGMENT_UNITS[max(pre, key=len)] if pre else None
+
+
 def applicable(step_id, conditions):
     """Whether a step happens given a set of run conditions (e.g. {"tcp", "inline"})."""
     return not (set(step(step_id)["not_applicable"]) & set(conditions))
 
 
-__all__ = ["CLASSES", "EVENTS", "PROVIDER", "STEPS", "step", "applicable"]
+__all__ = ["CLASSES", "EVENTS", "PROVIDER", "SEGMENT_UNITS", "SPLIT_UNITS", "STEPS", "step", "unit_of", "applicable"]

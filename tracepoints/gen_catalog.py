@@ -16,6 +16,8 @@ import tomllib
 C_TYPES = {"u64": "uint64_t", "u32": "uint32_t", "u16": "uint16_t"}
 SIDES = {"client": "C", "server": "S"}
 NA_CONDITIONS = {"tcp", "single_window", "virtual_link", "inline", "busy_poll", "oneway", "no_nb_select", "recv_wait"}
+# The RTT model's unit classes (analysis/pathsim.py UNITS, all but the per-byte cost).
+MODEL_UNITS = ("call", "send", "packet", "receive", "wakeup", "ack")
 
 
 class CatalogError(Exception):
@@ -68,6 +70,16 @@ def check(cat, path):
         for m in s.get("user", []):
             if not re.fullmatch(r"[a-z]+", m):
                 raise CatalogError(f"{where}: mark {m!r} must be lowercase letters")
+        if s.get("unit") not in MODEL_UNITS:
+            raise CatalogError(f"{where}: unit must be one of {', '.join(MODEL_UNITS)}, got {s.get('unit')!r}")
+    for table in ("split", "segments"):
+        for name, unit in cat.get(table, {}).items():
+            if unit not in MODEL_UNITS + ("network",):
+                raise CatalogError(f"{path}: [{table}] {name!r}: unit must be one of "
+                                   f"{', '.join(MODEL_UNITS + ('network',))}, got {unit!r}")
+    for name in cat.get("split", {}):
+        if name.rstrip("'") not in ids:
+            raise CatalogError(f"{path}: [split] {name!r} is no part of a step")
 
 
 def events(cat):
@@ -133,7 +145,7 @@ def python_module(cat):
             "kernel_end": s.get("kernel_end", "").split("|") if s.get("kernel_end") else [],
             "rtp": s["rtp"], "not_applicable": s.get("not_applicable", []),
             "absent_marks": {c: [f"{s['id'].lower()}_{m}" for m in ms] for c, ms in s.get("absent_marks", {}).items()},
-            "next": s.get("next", []), "per": s["per"],
+            "next": s.get("next", []), "per": s["per"], "unit": s["unit"],
         })
     evs = [{"name": f"{cat['provider']}:{n}", "event_class": c, "step": sid, "mark": m}
            for n, c, sid, m in events(cat)]
@@ -144,6 +156,8 @@ def python_module(cat):
         f"CLASSES = {pprint.pformat(classes, sort_dicts=False)}",
         f"STEPS = {pprint.pformat(steps, sort_dicts=False, width=100)}",
         f"EVENTS = {pprint.pformat(evs, sort_dicts=False, width=100)}",
+        f"SPLIT_UNITS = {pprint.pformat(cat.get('split', {}), sort_dicts=False, width=100)}",
+        f"SEGMENT_UNITS = {pprint.pformat(cat.get('segments', {}), sort_dicts=False, width=100)}",
         "",
     ]
     return "\n".join(body)

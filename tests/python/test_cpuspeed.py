@@ -7,7 +7,6 @@ import subprocess
 import pytest
 
 from rpcscope.analysis.cpuspeed import cpu_losses, describe, describe_pace, pace_response, worst_loss
-from rpcscope.analysis.model import goal_verdict
 from rpcscope.collectors.capture import cpu_speed_summary, run_pace_ns
 
 
@@ -93,23 +92,6 @@ def test_a_capture_without_checks_has_no_losses():
     only_failed = cpu_losses({"cpu_speed": {"checks": [{"when": "start", "error": "not built"}]}})
     assert only_failed["cpus"] == {} and worst_loss(only_failed) is None
     assert describe(only_failed).startswith("no check ran")
-
-
-def _err(size, met, noise):
-    return {"size": size, "goal_met": met, "measured_noise_pct": noise, "goal_pct": 2.0}
-
-
-def test_the_verdict_names_the_lost_time_only_where_the_run_cannot_judge():
-    noisy = {"udp": {"errors": [_err(0, False, 9.0), _err(1392, True, 7.5)]}}
-    v = goal_verdict(noisy, (), (50.0, 15.0))
-    assert "too noisy" in v["text"] and "lost up to 50 % (median 15 %) of a fixed loop's time" in v["text"]
-    assert v["cpu_lost_pct"] == {"max": 50.0, "median": 15.0}
-    unsettled = goal_verdict({"udp": {"errors": [_err(0, True, 0.4)]}}, ("udp",), (12.0, 3.0))
-    assert "never settled" in unsettled["text"] and "lost up to 12 %" in unsettled["text"]
-    quiet = goal_verdict({"udp": {"errors": [_err(0, True, 0.4), _err(1392, True, 0.9)]}}, (), (12.0, 3.0))
-    assert "lost up to" not in quiet["text"] and quiet["cpu_lost_pct"] == {"max": 12.0, "median": 3.0}
-    assert goal_verdict(noisy)["cpu_lost_pct"] is None
-
 
 def test_a_runs_pace_is_the_mean_of_its_fastest_slices():
     assert run_pace_ns({"pace": {"before": {"slices": 8, "min_ns": 700}, "after": {"slices": 8, "min_ns": 711}}}) == 706

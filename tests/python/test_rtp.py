@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from rpcscope.analysis import rtp
+from rpcscope.analysis.model_input import observations
 from rpcscope.analysis.graph import Graph
 from rpcscope.analysis.traceread import KIND
 
@@ -678,47 +679,6 @@ def test_registered_in_the_cli():
     src = (pathlib.Path(__file__).parents[2] / "rpcscope" / "cli.py").read_text()
     assert '"rpcscope.analysis.rtp_cli"' in src
 
-
-def test_model_sums_only_the_measured_path(real, capsys):
-    from rpcscope.analysis import model as M
-    from rpcscope.analysis import model_cli
-    from rpcscope.analysis.steps import analyze
-    _, d = real
-    analyze(d)
-    costs = M.load_costs(d)
-    path = rtp.rtp_steps(d, transport="udp", proc="maxarg")
-    # The typical call: every path segment is a term, the gaps between marks included.
-    c2, steps = M.with_rtp(costs, path)
-    assert "C14" not in steps and "S10" not in steps and "C8'" in steps and "S1" in steps
-    assert "client (no step)" in steps and c2.params["term_rules"]["client (no step)"] == M.GAP_RULE
-    m = M.fit(c2, steps=steps)
-    gap = next(t for t in m.terms if t.step == "client (no step)")
-    assert gap.device == "client" and gap.rule == M.GAP_RULE and gap.count(0) == 1
-    for s in (0, 8032):
-        # Two sizes, a + b*bytes per term: the fit reproduces the typical call's RTT (only the
-        # terms whose bytes do not vary with the size are fitted to a constant), its segments taken
-        # from the band's mean to the median RTT (band_to_median).
-        to_median = next(iter(path[s].values()))["band_to_median"]["typical_ns"]
-        assert 0.9 < to_median < 1.1
-        typical = sum(v["typical_ns"] for v in path[s].values()) * to_median
-        assert m.calculated(s) * 1000 == pytest.approx(typical, rel=0.05)
-    # Without the typical call (an older rtp.json): the steps on the path and their on-path medians.
-    old = {s: {k: dict(v, typical_ns=None) for k, v in p.items()} for s, p in path.items()}
-    c3, steps3 = M.with_rtp(costs, old)
-    assert "client (no step)" not in steps3 and "C14" not in steps3 and "S1" in steps3
-    assert "C22" in steps3 and c3.sizes[0]["C22"]["count"] == 0 and c3.sizes[8032]["C22"]["count"] == 1
-    m3 = M.fit(c3, steps=steps3)
-    for s in (0, 8032):
-        on_steps = sum(v["median_ns"] for k, v in old[s].items() if k in steps3 and v["frac"] >= 0.5)
-        assert m3.calculated(s) * 1000 == pytest.approx(on_steps, rel=0.3)
-    import argparse
-    ap = argparse.ArgumentParser()
-    model_cli.register(ap.add_subparsers())
-    args = ap.parse_args(["model", str(d), "--out", str(d / "m.json")])
-    assert args.func(args) == 0
-    assert "typical call's round-trip path" in capsys.readouterr().out
-
-
 class _EventCosts:
     """The probe costs of rpcs._Costs for a hand-built kernel: {cpu: [(ts, ns)]}, charged per interval."""
 
@@ -786,3 +746,14 @@ def test_retime_of_a_call_without_overlap_is_the_path_probe_cost():
                for s in segs if s[4] is not None)
     assert path > 0
     assert rtp.retime(sim.graph(), costs, ROLES, CLIENT, 0, sim.clock[CLIENT]) == pytest.approx(path)
+
+
+def test_every_path_segment_has_a_model_unit(real):
+    """The model charges each segment of the measured path to a unit through the catalog: none is left
+    unknown, and the class times with the network add up to the path."""
+    _, d = real
+    obs = observations(d, "udp")
+    assert "unclassified_segments" not in obs.inputs
+    for z, o in obs.sizes.items():
+        assert o.path_us and sum(o.class_us.values()) + o.network_us == pytest.approx(o.path_us)
+        assert o.class_us["send"] > 0 and o.class_us["wakeup"] > 0 and o.class_us["call"] > 0

@@ -1,14 +1,11 @@
-"""The other path's terms (session 25): the wake-up calibration (rpc-wakecal, rpc/wakecal.h) run for real
-on loopback, its unit costs (analysis/wakeup.py) on hand-made points with known answers, the untraced
-runs' extra sleeps and interrupts (analysis/run.py other_path_counts), and the model's terms built from
-both (analysis/model.py other_path_terms) with what-if's busy wait."""
+"""The wake-up calibration (rpc-wakecal, rpc/wakecal.h) run for real on loopback, its unit costs
+(analysis/wakeup.py) on hand-made points with known answers, and the untraced runs' extra sleeps and
+interrupts (analysis/run.py other_path_counts)."""
 import json
 import subprocess
 
 import pytest
 
-from rpcscope.analysis import model as M
-from rpcscope.analysis import whatif as W
 from rpcscope.analysis.run import other_path_counts
 from rpcscope.analysis.wakeup import after_interrupt_us, run_wake_costs, wake_costs
 
@@ -164,105 +161,3 @@ def test_other_path_counts_from_the_level_rounds():
     got = other_path_counts(_case(rounds, traced, agreeing=(2, 0), kept=2))
     assert got == {"client_sleeps": 0.0, "server_sleeps": 0.0, "client_ipis": 0.0, "server_ipis": 0.0}
     assert other_path_counts({}) is None
-
-
-def _model(other=None, wake=None):
-    costs = M.Costs(sizes={0: {"C1": {"median_ns": 1000.0, "n": 10}}, 8032: {"C1": {"median_ns": 1000.0, "n": 10}}},
-                    measured_ns={0: 1000.0, 8032: 1000.0}, params={"reply": 0})
-    if other is not None:
-        costs.params.update(other_path=other, wake_costs=wake)
-    return M.fit(costs, steps=["C1"])
-
-
-def test_other_path_terms_add_count_times_the_calibrated_cost():
-    base = _model()
-    wake = {"server": {"sleep_us": 2.75, "ipi_us": 11.8}, "client": {"sleep_us": 2.8, "ipi_us": 12.0}}
-    m = _model({0: {"server_sleeps": 0.0, "server_ipis": 0.0},
-                8032: {"server_sleeps": 0.97, "server_ipis": 0.88, "client_sleeps": 0.0}}, wake)
-    assert [(t.device, t.step) for t in m.terms if t.rule == M.OTHER_PATH_RULE] == \
-        [("server", "other path: sleeps"), ("server", "other path: interrupts")]
-    assert m.calculated(0) == pytest.approx(base.calculated(0))
-    # the median call pays one of each (counts 1 and 1, the means kept beside them)
-    assert m.calculated(8032) - base.calculated(8032) == pytest.approx(2.75 + 11.8)
-    sleeps = next(t for t in m.terms if t.step == "other path: sleeps")
-    assert sleeps.per_size[8032]["count"] == 1 and sleeps.per_size[8032]["mean_per_call"] == 0.97
-    # a predicted size has no untraced run: the traced path
-    m.extend([16064])
-    assert m.calculated(16064) == pytest.approx(base.copy().extend([16064]).calculated(16064))
-    # the model file keeps them, and a spinning reader has none
-    again = M.Model.from_json(json.loads(json.dumps(m.to_json())))
-    assert again.calculated(8032) == pytest.approx(m.calculated(8032))
-    changes = []
-    for label in ("other path: sleeps", "other path: interrupts"):
-        changes += W.apply(again, label, "set", 0.0, "")
-    assert again.calculated(8032) == pytest.approx(base.calculated(8032)) and len(changes) == 2
-
-
-def test_the_median_call_count():
-    # a wake-up a fifth of the calls take does not move the median call; one most calls take, whole
-    # (UDP 8032's rounds with 0.53-0.56 interrupts a call measured in the slow mode: not a Poisson median)
-    assert [M.median_call_count(x) for x in (0.0, 0.2, 0.48, 0.53, 0.69, 0.97, 1.2, 1.7, 2.9)] == \
-        [0, 0, 0, 1, 1, 1, 1, 2, 3]
-    assert M.median_call_count(-0.97) == -1 and M.median_call_count(-0.3) == 0
-    m = _model({8032: {"server_ipis": 0.23}}, {"server": {"sleep_us": 2.7, "ipi_us": 12.0}})
-    assert not [t for t in m.terms if t.rule == M.OTHER_PATH_RULE]
-
-
-def test_the_median_call_counts_together():
-    # one kind alone: median_call_count's answer
-    for x in (0.0, 0.2, 0.48, 0.53, 0.97, 1.2, 1.7, -0.3, -0.97):
-        assert M.median_call_counts({"k": (x, 12.0)}) == {"k": M.median_call_count(x)}
-    follows = {"after": ("ipis",)}
-    # TCP 4016 in the faster level: an interrupt in 35 % of the calls, the wake-up after one in the next
-    # 35 %: the middle call pays the cheaper, the after one (each alone rounds to none)
-    assert M.median_call_counts({"ipis": (0.35, 11.0), "after": (0.35, 1.8)}, follows) == {"ipis": 0, "after": 1}
-    # 29 %: 58 % of the calls pay one of them when they come apart; independent, 50.4 % pay neither
-    assert M.median_call_counts({"ipis": (0.29, 11.0), "after": (0.29, 1.8)}, follows) == {"ipis": 0, "after": 1}
-    assert M.median_call_counts({"ipis": (0.29, 11.0), "after": (0.29, 1.8)}) == {"ipis": 0, "after": 0}
-    # a fifth: the middle call pays neither
-    assert M.median_call_counts({"ipis": (0.2, 11.0), "after": (0.2, 1.8)}, follows) == {"ipis": 0, "after": 0}
-    # UDP 8032: 0.82 a call, most calls pay both
-    assert M.median_call_counts({"ipis": (0.82, 11.0), "after": (0.82, 1.8)}, follows) == {"ipis": 1, "after": 1}
-    # whole parts are paid by every call
-    assert M.median_call_counts({"sleeps": (1.1, 2.7), "ipis": (0.9, 11.0)}) == {"sleeps": 1, "ipis": 1}
-
-
-def test_the_wake_up_after_an_interrupt_rows():
-    wake = {"client": {"sleep_us": 2.8, "ipi_us": 11.0, "after_ipi_us": 0.9},
-            "server": {"sleep_us": 2.7, "ipi_us": 12.0, "after_ipi_us": 1.0}}
-    base = _model()
-    # TCP 4016 in the faster level: the client's interrupts in 38 % of the calls beyond the traced run
-    m = _model({0: {"client_ipis": 0.0}, 8032: {"client_ipis": 0.38, "server_ipis": 0.0}}, wake)
-    rows = {(t.device, t.step): t for t in m.terms if t.rule == M.OTHER_PATH_RULE}
-    # the middle call takes no interrupt (the row's count is 0 at every size, so there is none)
-    assert set(rows) == {("client", "other path: after an interrupt"), ("server", "other path: after an interrupt")}
-    assert rows[("client", "other path: after an interrupt")].per_size[8032]["mean_per_call"] == 0.38
-    assert m.calculated(8032) - base.calculated(8032) == pytest.approx(0.9 + 1.0)
-    assert m.calculated(0) == pytest.approx(base.calculated(0))
-    # the traced run's extra interrupts (its tracers') have no after rows
-    m = _model({8032: {"client_ipis": -0.6}}, wake)
-    assert {t.step for t in m.terms if t.rule == M.OTHER_PATH_RULE} == {"other path: interrupts"}
-    # an older capture without the after calibration: the rows it can cost, and a note
-    old = {r: {k: v for k, v in c.items() if k != "after_ipi_us"} for r, c in wake.items()}
-    m = _model({8032: {"client_ipis": 0.9}}, old)
-    assert {t.step for t in m.terms if t.rule == M.OTHER_PATH_RULE} == {"other path: interrupts"}
-    assert any("after an interrupt" in n and "not counted" in n for n in m.notes), m.notes
-    assert M.other_path_cost({"client_ipis": 0.9}, old) == (pytest.approx(11.0), 1)
-
-
-def test_busy_wait_drops_the_other_path_too():
-    costs = M.Costs(sizes={8032: {"C1": {"median_ns": 1000.0, "n": 10}, "S2": {"median_ns": 4000.0, "n": 10}}},
-                    measured_ns={8032: 10000.0},
-                    params={"reply": 0, "other_path": {8032: {"server_sleeps": 1.0}},
-                            "wake_costs": {"server": {"sleep_us": 3.0, "ipi_us": None}}})
-    m = M.fit(costs, steps=["C1", "S2"])
-    before = m.calculated(8032)
-    changes = W.busy_wait(m)
-    assert {c["step"] for c in changes} == {"S2", "other path: sleeps"}
-    assert m.calculated(8032) == pytest.approx(before - 4.0 - 3.0)
-
-
-def test_other_path_without_a_calibration_is_named_not_counted():
-    m = _model({8032: {"server_ipis": 0.9}}, {"server": {"sleep_us": 2.7, "ipi_us": None}})
-    assert not [t for t in m.terms if t.rule == M.OTHER_PATH_RULE]
-    assert any("server other path: interrupts" in n and "8032: +0.90" in n for n in m.notes), m.notes

@@ -7,7 +7,6 @@
 #include <sys/resource.h>
 
 #include "procs.h"
-#include "stubcall.h"
 #include "util.h"
 #include "wire.h"
 
@@ -45,7 +44,7 @@ struct workload {
     int32_t *ints;
     char *s1, *s2;
     int64_t int_sum;
-    void *value;           /* stub study: the argument record */
+    void *value;           /* a plugged-in procedure's argument value */
     uint32_t value_sum, value_len;
 };
 
@@ -68,21 +67,12 @@ static int workload_init(struct workload *w, int proc, uint32_t size)
         w->s1[i] = (char)('a' + i % 26);
     for (uint32_t i = 0; i < size - size / 2; i++)
         w->s2[i] = (char)('A' + i % 26);
-    if (stubcall_is(proc)) {
-        size_t cap = stubcall_wire_max(proc), len = 0;
-        uint8_t *tmp = malloc(cap);
-        w->value = calloc(1, stubcall_args_size(proc));
-        if (!tmp || !w->value) {
-            free(tmp);
-            return util_fail(UTIL_ENOMEM, "malloc(%s value)", stubcall_name(proc));
-        }
-        stubcall_fill(proc, w->value, 0x5eed + (uint64_t)proc);
-        int rc = stubcall_checksum(proc, w->value, tmp, cap, &w->value_sum);
-        if (!rc)
-            rc = stubcall_marshal(proc, 1, w->value, tmp, cap, &len, WIRE_DREP_BIG);
-        w->value_len = (uint32_t)len;
-        free(tmp);
-        return rc;
+    if (proc_is_plugin(proc)) {
+        const struct procs_table *t = procs_plugin();
+        w->value = calloc(1, t->value_size(proc));
+        if (!w->value)
+            return util_fail(UTIL_ENOMEM, "malloc(%s value)", t->name(proc));
+        return t->sample(proc, w->value, 0x5eed + (uint64_t)proc, &w->value_sum, &w->value_len);
     }
     return UTIL_OK;
 }
@@ -149,9 +139,9 @@ static int check_result(const struct workload *w, int proc, const struct proc_ar
     case PROC_COURIER:
         return (uint32_t)r->i == a->len ? UTIL_OK : util_fail(UTIL_EMISMATCH, "courier returned %d", r->i);
     default:
-        if (stubcall_is(proc) && (r->checksum != w->value_sum || r->len != w->value_len))
+        if (proc_is_plugin(proc) && (r->checksum != w->value_sum || r->len != w->value_len))
             return util_fail(UTIL_EMISMATCH, "%s: the server unmarshalled another value (checksum %08x of %u "
-                                             "bytes, expected %08x of %u)", stubcall_name(proc), r->checksum,
+                                             "bytes, expected %08x of %u)", proc_name(proc), r->checksum,
                              r->len, w->value_sum, w->value_len);
         return UTIL_OK;
     }

@@ -32,7 +32,7 @@ struct client_config {
     uint32_t max_msg;       /* largest request or reply body */
     uint8_t drep;           /* wire byte order */
     int wait;               /* CLIENT_WAIT_*: how the client waits for a reply */
-    int stub_variant;       /* stubcall variant for the stub study's procedures */
+    int stub_variant;       /* the variant plugged-in procedures marshal with (procs.h) */
     int nb_select;          /* DCE's zero-timeout select before the blocking wait (C11) */
     uint32_t rexmit_ms;     /* wait this long before asking the server what it has */
     uint32_t deadline_ms;   /* give a call up after this long */

@@ -6,7 +6,7 @@
 
 #include "bench.h"
 #include "procs.h"
-#include "stubcall.h"
+#include "stubcall.h" /* the stub study plugs its procedures in */
 #include "turns.h"
 #include "util.h"
 #include "wire.h"
@@ -73,6 +73,10 @@ int main(int argc, char **argv)
     int json = 0, opt, rc = UTIL_OK, longindex = -1;
     uint64_t v;
 
+    if (procs_register(&stubcall_procs)) {
+        fprintf(stderr, "rpc-client: %s\n", util_error());
+        return 1;
+    }
     memset(&cfg, 0, sizeof cfg);
     client_config_defaults(&cfg.client);
     cfg.proc = PROC_NULL;
@@ -122,7 +126,7 @@ int main(int argc, char **argv)
         case 'A': rc = util_parse_u64(optarg, 0, CPUSPEED_PACE_MAX_SLICES, &v); cfg.pace_slices = (uint32_t)v; break;
         case 'k': cfg.check = 0; break;
         case 'N': cfg.client.nb_select = 0; break;
-        case 'V': rc = stubcall_parse_variant(optarg, &cfg.client.stub_variant); break;
+        case 'V': rc = proc_parse_variant(optarg, &cfg.client.stub_variant); break;
         case 'j': json = 1; break;
         case 'F': rc = turns_parse_fds(optarg, &cfg.turn_in_fd, &cfg.turn_out_fd); break;
         case 'U': rc = util_parse_u64(optarg, TURNS_MIN_US, TURNS_MAX_US, &v); cfg.turn_ns = v * 1000; break;
@@ -142,10 +146,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "rpc-client: unexpected argument '%s' (see --help)\n", argv[optind]);
         return 2;
     }
-    if (stubcall_is(cfg.proc) && stubcall_is_block(cfg.client.stub_variant) &&
-        cfg.client.drep != wire_native_drep()) {
-        fprintf(stderr, "rpc-client: --stub %s cannot swap bytes: use --wire native with block copy\n",
-                stubcall_variant_name(cfg.client.stub_variant));
+    if (proc_is_plugin(cfg.proc) && procs_plugin()->check_variant(cfg.client.stub_variant, cfg.client.drep)) {
+        fprintf(stderr, "rpc-client: %s\n", util_error());
         return 2;
     }
     if (cfg.turn_in_fd >= 0 && cfg.threads != 1) {

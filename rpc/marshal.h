@@ -49,7 +49,7 @@ void marshal_put_opaque(struct marshal_enc *e, const void *data, uint32_t len, i
 void marshal_put_string(struct marshal_enc *e, const char *s, uint32_t len);
 /* Counted int32 array: referenced when no swap is needed, swapped into scratch otherwise. */
 void marshal_put_i32_array(struct marshal_enc *e, const int32_t *v, uint32_t n);
-/* Room for up to cap bytes encoded by someone else (a stub of the study),
+/* Room for up to cap bytes encoded by someone else (a plugged-in procedure's variant),
  * at the end of the scratch buffer; marshal_commit adds the len bytes used. */
 uint8_t *marshal_reserve(struct marshal_enc *e, size_t cap);
 void marshal_commit(struct marshal_enc *e, size_t len);

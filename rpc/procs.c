@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "client.h"
-#include "stubcall.h"
 #include "trace.h"
 #include "util.h"
 #include "wire.h"
@@ -12,23 +11,51 @@ static const char *const proc_names[PROC_COUNT] = {
     "null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway",
 };
 
+static const struct procs_table *plugin;
+static int plugin_count;
+
+int procs_register(const struct procs_table *t)
+{
+    int n;
+    if (plugin)
+        return util_fail(UTIL_EINVAL, "procs_register: a table is plugged in already");
+    n = t ? t->count() : -1;
+    if (n < 0 || n > PROCS_PLUGIN_MAX)
+        return util_fail(UTIL_EINVAL, "procs_register: a table of %d procedures (0 to %d)", n, PROCS_PLUGIN_MAX);
+    plugin = t;
+    plugin_count = n;
+    return UTIL_OK;
+}
+
+const struct procs_table *procs_plugin(void) { return plugin; }
+
+int proc_is_plugin(int proc)
+{
+    return plugin && proc >= PROCS_PLUGIN_BASE && proc < PROCS_PLUGIN_BASE + plugin_count;
+}
+
+int proc_parse_variant(const char *s, int *variant)
+{
+    if (!plugin)
+        return util_fail(UTIL_EINVAL, "'%s': no plugged-in procedures take a variant in this program", s);
+    return plugin->parse_variant(s, variant);
+}
+
 const char *proc_name(int proc)
 {
-    if (stubcall_is(proc))
-        return stubcall_name(proc);
+    if (proc_is_plugin(proc))
+        return plugin->name(proc);
     return proc >= 0 && proc < PROC_COUNT ? proc_names[proc] : "unknown";
 }
 
-int proc_valid(int proc) { return (proc >= 0 && proc < PROC_COUNT) || stubcall_is(proc); }
-
-size_t proc_value_cap(void) { return stubcall_max_args_size(); }
+int proc_valid(int proc) { return (proc >= 0 && proc < PROC_COUNT) || proc_is_plugin(proc); }
 
 int proc_by_name(const char *name)
 {
     for (int i = 0; i < PROC_COUNT; i++)
         if (!strcmp(name, proc_names[i]))
             return i;
-    return stubcall_by_name(name);
+    return plugin ? plugin->by_name(name) : -1;
 }
 
 int proc_is_oneway(int proc) { return proc == PROC_COURIER_ONEWAY; }
@@ -39,7 +66,7 @@ uint32_t proc_max_size(int proc, uint32_t max_msg)
     case PROC_NULL: case PROC_INCR: case PROC_ADD: return 0;
     case PROC_SUM: case PROC_CONCAT: case PROC_MAXARG: case PROC_MAXRESULT: case PROC_ECHO: case PROC_COURIER:
     case PROC_COURIER_ONEWAY: break;
-    default: return 0; /* the stub study's signatures have fixed sizes */
+    default: return 0; /* a plugged-in procedure's argument is its value */
     }
     switch (proc) {
     case PROC_SUM: return (max_msg - 4) / 4;
@@ -54,12 +81,12 @@ uint8_t proc_pattern_byte(uint32_t i) { return (uint8_t)(i * 131u + 7u); }
 
 static void marshal_args(struct client *c, struct marshal_enc *e, int proc, const struct proc_args *a)
 {
-    if (stubcall_is(proc)) {
-        size_t len = 0, cap = stubcall_wire_max(proc);
+    if (proc >= PROC_COUNT) { /* plugged in (the caller checked proc_valid) */
+        size_t len = 0, cap = plugin->wire_max(proc);
         uint8_t *dst = marshal_reserve(e, cap);
         if (!dst)
             return;
-        e->status = stubcall_marshal(proc, c->cfg.stub_variant, a->value, dst, cap, &len, e->drep);
+        e->status = plugin->marshal(proc, c->cfg.stub_variant, a->value, dst, cap, &len, e->drep);
         if (!e->status)
             marshal_commit(e, len);
         return;
@@ -77,7 +104,7 @@ static void marshal_args(struct client *c, struct marshal_enc *e, int proc, cons
 static int unmarshal_result(struct marshal_dec *d, int proc, struct proc_result *r, uint32_t max)
 {
     memset(r, 0, sizeof *r);
-    if (stubcall_is(proc)) {
+    if (proc >= PROC_COUNT) { /* plugged in (the caller checked proc_valid) */
         marshal_get_u32(d, &r->checksum);
         marshal_get_u32(d, &r->len);
         return marshal_dec_end(d);
@@ -100,7 +127,7 @@ static uint32_t arg_bytes(int proc, const struct proc_args *a)
     case PROC_SUM: return a->nints * 4;
     case PROC_CONCAT: return a->len1 + a->len2;
     case PROC_MAXARG: case PROC_ECHO: case PROC_COURIER: case PROC_COURIER_ONEWAY: return a->len;
-    default: return stubcall_is(proc) ? (uint32_t)stubcall_wire_max(proc) : 0;
+    default: return proc_is_plugin(proc) ? (uint32_t)plugin->wire_max(proc) : 0;
     }
 }
 
@@ -151,20 +178,20 @@ int proc_serve(struct proc_server *srv, int proc, uint64_t call_id, struct marsh
     int rc = UTIL_OK;
 
     RPCS_TRACE(s5_unmarshal, call_id, (uint16_t)proc, (uint32_t)d->len);
-    if (stubcall_is(proc)) {
-        /* The study's stubs unmarshal into the value record (byte_scratch), S6
-         * checksums it, S7 returns the checksum and the wire length. */
+    if (proc_is_plugin(proc)) {
+        /* A plugged-in procedure: its variant unmarshals the value into byte_scratch,
+         * S6 checksums it, S7 returns the checksum and the wire length. */
         uint32_t sum = 0;
-        if (byte_cap < stubcall_args_size(proc))
-            rc = util_fail(UTIL_ENOMEM, "%s needs %zu bytes for its value", stubcall_name(proc),
-                           stubcall_args_size(proc));
+        if (byte_cap < plugin->value_size(proc))
+            rc = util_fail(UTIL_ENOMEM, "%s needs %zu bytes for its value", plugin->name(proc),
+                           plugin->value_size(proc));
         else
-            rc = stubcall_unmarshal(proc, srv->stub_variant, bytes, d->p, d->len, d->drep);
+            rc = plugin->unmarshal(proc, srv->stub_variant, bytes, d->p, d->len, d->drep);
         RPCS_TRACE(s5_end, call_id, (uint16_t)proc, (uint32_t)d->len);
         if (rc)
             return rc;
         RPCS_TRACE(s6_begin, call_id, (uint16_t)proc, (uint32_t)d->len);
-        rc = stubcall_checksum(proc, bytes, (uint8_t *)ints, (size_t)int_cap * 4, &sum);
+        rc = plugin->checksum(proc, bytes, (uint8_t *)ints, (size_t)int_cap * 4, &sum);
         RPCS_TRACE(s6_end, call_id, (uint16_t)proc, 8);
         if (rc)
             return rc;

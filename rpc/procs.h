@@ -12,6 +12,12 @@
  *   echo(opaque n) -> (opaque n, i32 n)    Netwise "opaque 4000/8000/16000"
  *   courier(opaque n) -> i32  Courier with a result
  *   courier_oneway(opaque n)  Courier without a result: the client does not wait
+ *
+ * Other procedures plug in through procs_register (the stub study does, from
+ * stubs/rpc/stubcall.c): ids from PROCS_PLUGIN_BASE on. Their argument is a value
+ * the table marshals in one of its variants; the server's procedure returns a
+ * checksum of the value it unmarshalled and the value's wire length, which the
+ * client checks.
  */
 #ifndef RPCS_PROCS_H
 #define RPCS_PROCS_H
@@ -43,7 +49,7 @@ struct proc_args {
     uint32_t len1, len2;
     const uint8_t *data;  /* maxarg, echo, courier */
     uint32_t len;
-    const void *value;    /* a stub-study procedure's argument record (see stubcall.h) */
+    const void *value;    /* a plugged-in procedure's argument value */
 };
 
 struct proc_result {
@@ -52,13 +58,41 @@ struct proc_result {
     int64_t sum;          /* sum */
     const uint8_t *data;  /* maxresult, echo, concat: points into the reply buffer */
     uint32_t len;
-    uint32_t checksum;    /* stub-study procedures: of the value the server unmarshalled */
+    uint32_t checksum;    /* plugged-in procedures: of the value the server unmarshalled */
 };
 
 struct client;
 
-/* Buffers a server thread needs to run any procedure. */
-size_t proc_value_cap(void);
+#define PROCS_PLUGIN_BASE 16
+#define PROCS_PLUGIN_MAX 64
+
+/* A set of procedures plugged in beside the RPC's own. Every function fails with a
+ * UTIL_* code and a message (util_error). */
+struct procs_table {
+    int (*count)(void); /* ids PROCS_PLUGIN_BASE .. PROCS_PLUGIN_BASE + count() - 1 */
+    const char *(*name)(int proc);
+    int (*by_name)(const char *name); /* -1: none of the table's */
+    size_t (*value_size)(int proc);   /* bytes of the argument value in memory */
+    size_t (*wire_max)(int proc);     /* the most bytes the marshalled value takes */
+    int (*parse_variant)(const char *s, int *variant);
+    /* Whether `variant` can marshal in the byte order drep names. */
+    int (*check_variant)(int variant, uint8_t drep);
+    int (*marshal)(int proc, int variant, const void *value, uint8_t *buf, size_t cap, size_t *len, uint8_t drep);
+    int (*unmarshal)(int proc, int variant, void *value, const uint8_t *buf, size_t len, uint8_t drep);
+    /* The server's procedure: FNV-1a of the value's canonical encoding, built in scratch. */
+    int (*checksum)(int proc, const void *value, uint8_t *scratch, size_t cap, uint32_t *sum);
+    /* A call's argument: fill value (value_size bytes) from seed; *sum and *wire_len are
+     * what the server returns for it. */
+    int (*sample)(int proc, void *value, uint64_t seed, uint32_t *sum, uint32_t *wire_len);
+};
+
+/* Plug a table in (once per process, before any call or server). */
+int procs_register(const struct procs_table *t);
+/* The plugged-in table, or NULL. */
+const struct procs_table *procs_plugin(void);
+int proc_is_plugin(int proc);
+/* A variant of the plugged-in procedures; fails if none are plugged in. */
+int proc_parse_variant(const char *s, int *variant);
 
 const char *proc_name(int proc);
 int proc_by_name(const char *name);
@@ -74,9 +108,9 @@ int proc_call(struct client *c, int proc, const struct proc_args *a, struct proc
  * result (S7). Fails with UTIL_EPROTO on bad arguments (the caller rejects). */
 struct proc_server {
     uint64_t counter; /* incr's state, updated atomically */
-    int stub_variant; /* how the server unmarshals stub-study procedures */
+    int stub_variant; /* the variant that unmarshals plugged-in procedures */
 };
-/* A procedure id the RPC serves: its own ones, or the stub study's. */
+/* A procedure id the RPC serves: its own ones, or a plugged-in one. */
 int proc_valid(int proc);
 int proc_serve(struct proc_server *srv, int proc, uint64_t call_id, struct marshal_dec *args,
                struct marshal_enc *res, int32_t *int_scratch, uint32_t int_cap, uint8_t *byte_scratch,

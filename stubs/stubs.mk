@@ -1,5 +1,6 @@
-# Stub design alternatives (stubs/, issue 7): the interface compiler's C,
-# the runtime, the bench driver, the round-trip tests and the fuzz target.
+# Stub design alternatives (stubs/): the interface compiler's C, the runtime,
+# the bench driver, the round-trip tests, the fuzz target, and the procedures
+# plugged into the reference RPC (stubs/rpc/stubcall.c).
 #
 #   make stubs         generate build/stubs/*.c from stubs/idl/*.idl and build the programs
 #   make test-stubs    round trips (plain and ASan+UBSan), ~15 s of fuzzing, pytest
@@ -14,6 +15,31 @@ STUBS_HDRS := stubs/runtime/interp.h stubs/runtime/stubrt.h $(STUBS_GEN_H)
 STUBS_CFLAGS := -O2 -Wall -Wextra -Werror -std=gnu11 -Istubs/runtime -I$(STUBS_OUT)
 STUBS_SAN := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 STUBS_FUZZ_SECONDS ?= 15
+
+# The study's procedures plugged into the reference RPC: stubs/rpc/stubcall.c gives
+# rpc/procs.h a procs_table; rpc-server and rpc-client link this library and register it.
+# Built like the RPC ($(BUILD), $(ALL_CFLAGS): with or without tracepoints).
+RPC_PLUGIN_SRCS := stubs/rpc/stubcall.c $(STUBS_RT) $(STUBS_GEN_C)
+RPC_PLUGIN_HDRS := stubs/rpc/stubcall.h $(STUBS_HDRS)
+RPC_PLUGIN_CFLAGS := -Istubs/rpc -Istubs/runtime -I$(STUBS_OUT)
+RPC_PLUGIN_OBJS := $(patsubst %.c,$(BUILD)/obj/stubs/%.o,$(notdir $(RPC_PLUGIN_SRCS)))
+RPC_PLUGIN_LIB := $(BUILD)/libstubcall.a
+
+$(BUILD)/obj/stubs/%.o: stubs/rpc/%.c $(RPC_PLUGIN_HDRS) $(RPC_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(RPC_PLUGIN_CFLAGS) -c -o $@ $<
+
+$(BUILD)/obj/stubs/%.o: stubs/runtime/%.c $(RPC_PLUGIN_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(RPC_PLUGIN_CFLAGS) -c -o $@ $<
+
+$(BUILD)/obj/stubs/%.o: $(STUBS_OUT)/%.c $(RPC_PLUGIN_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(RPC_PLUGIN_CFLAGS) -c -o $@ $<
+
+$(RPC_PLUGIN_LIB): $(RPC_PLUGIN_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
 
 .PHONY: stubs test-stubs stubs-bench
 all: stubs

@@ -15,6 +15,7 @@
 #include "marshal.h"
 #include "procs.h"
 #include "reasm.h"
+#include "stubcall.h"
 #include "util.h"
 #include "wire.h"
 
@@ -26,7 +27,7 @@ static void serve(const struct wire_hdr *h, const uint8_t *body, uint32_t len)
     static int32_t ints[FUZZ_MAX_MSG / 4];
     /* Aligned: the stub study's procedures unmarshal records into bytes. */
     static uint8_t bytes[FUZZ_MAX_MSG] __attribute__((aligned(16))), scratch[FUZZ_MAX_MSG + 64], reply[FUZZ_MAX_MSG + 64];
-    struct proc_server srv = { .stub_variant = (int)(h->seq % 5) | (h->seq & 8 ? 0x100 : 0) };
+    struct proc_server srv = { .stub_variant = (int)(h->seq % 5) | (h->seq & 8 ? STUBCALL_INTERP : 0) };
     struct marshal_dec d;
     struct marshal_enc e;
     if (!proc_valid(h->proc))
@@ -36,6 +37,16 @@ static void serve(const struct wire_hdr *h, const uint8_t *body, uint32_t len)
     if (proc_serve(&srv, h->proc, 0, &d, &e, ints, FUZZ_MAX_MSG / 4, bytes, FUZZ_MAX_MSG - 16) == UTIL_OK &&
         e.total <= sizeof reply)
         marshal_gather(&e, 0, reply, e.total);
+}
+
+/* The stub study's procedures are served too: their unmarshalling reads untrusted bytes. */
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    if (procs_register(&stubcall_procs))
+        abort();
+    return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

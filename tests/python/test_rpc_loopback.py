@@ -33,8 +33,8 @@ from rpcscope.collectors.capture import proc_max_size
 REPO = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
 
-# Ids 0-9 are the RPC's own procedures, 16-79 the stub study's (rpc/stubcall.h:
-# STUBCALL_PROC_BASE, at most 64 of them); from here on nothing is served.
+# Ids 0-9 are the RPC's own procedures, 16-79 plugged-in ones (rpc/procs.h: PROCS_PLUGIN_BASE,
+# at most PROCS_PLUGIN_MAX; rpc-server plugs in the stub study's); from here on nothing is served.
 UNKNOWN_PROC_MIN = 80
 PROCS = ["null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway"]
 

@@ -1,8 +1,9 @@
 """The stub study's procedures served and called through the reference RPC
-(rpc/stubcall.c): every compiled and interpreted variant, both byte orders,
-both transports, with client and server using different variants (all write
-the same bytes). The server returns a checksum of the value it unmarshalled
-and its wire length; rpc-client checks both against what it sent."""
+(stubs/rpc/stubcall.c, plugged in with procs_register): every compiled and
+interpreted variant, both byte orders, both transports, with client and server
+using different variants (all write the same bytes). The server returns a
+checksum of the value it unmarshalled and its wire length; rpc-client checks
+both against what it sent."""
 import subprocess
 
 import pytest

@@ -2,15 +2,19 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "interp.h"
+#include "procs.h"
 #include "stubreg.h"
 #include "stubrt.h"
 #include "util.h"
 #include "wire.h"
 
-static struct interp_desc *stubcall_desc[64];
+#define STUBCALL_PROC_BASE PROCS_PLUGIN_BASE
+
+static struct interp_desc *stubcall_desc[PROCS_PLUGIN_MAX];
 static pthread_once_t stubcall_once = PTHREAD_ONCE_INIT;
 static int stubcall_init_status;
 
@@ -19,22 +23,25 @@ static int stubcall_init_status;
 static void stubcall_init(void)
 {
     char err[256];
-    for (size_t i = 0; i < stubreg_nprocs && i < 64; i++)
+    for (size_t i = 0; i < stubreg_nprocs && i < PROCS_PLUGIN_MAX; i++)
         if (interp_parse(stubreg_procs[i]->desc, &stubcall_desc[i], err, sizeof err) != STUBRT_OK)
             stubcall_init_status = util_fail(UTIL_EINVAL, "interp_parse(%s.%s): %s", stubreg_procs[i]->iface,
                                              stubreg_procs[i]->name, err);
 }
 
-static const struct stubrt_proc *entry(int proc)
+static int stubcall_count(void)
 {
-    return stubcall_is(proc) ? stubreg_procs[proc - STUBCALL_PROC_BASE] : NULL;
+    return (int)(stubreg_nprocs < PROCS_PLUGIN_MAX ? stubreg_nprocs : PROCS_PLUGIN_MAX);
 }
 
-int stubcall_count(void) { return (int)(stubreg_nprocs < 64 ? stubreg_nprocs : 64); }
+static const struct stubrt_proc *entry(int proc)
+{
+    return proc >= STUBCALL_PROC_BASE && proc < STUBCALL_PROC_BASE + stubcall_count()
+               ? stubreg_procs[proc - STUBCALL_PROC_BASE]
+               : NULL;
+}
 
-int stubcall_is(int proc) { return proc >= STUBCALL_PROC_BASE && proc < STUBCALL_PROC_BASE + stubcall_count(); }
-
-int stubcall_by_name(const char *name)
+static int stubcall_by_name(const char *name)
 {
     for (int i = 0; i < stubcall_count(); i++) {
         char full[128];
@@ -45,7 +52,7 @@ int stubcall_by_name(const char *name)
     return -1;
 }
 
-const char *stubcall_name(int proc)
+static const char *stubcall_name(int proc)
 {
     static __thread char name[128];
     const struct stubrt_proc *p = entry(proc);
@@ -55,26 +62,10 @@ const char *stubcall_name(int proc)
     return name;
 }
 
-size_t stubcall_args_size(int proc) { return entry(proc) ? entry(proc)->args_size : 0; }
-size_t stubcall_wire_max(int proc) { return entry(proc) ? entry(proc)->wire_max : 0; }
+static size_t stubcall_args_size(int proc) { return entry(proc) ? entry(proc)->args_size : 0; }
+static size_t stubcall_wire_max(int proc) { return entry(proc) ? entry(proc)->wire_max : 0; }
 
-size_t stubcall_max_args_size(void)
-{
-    size_t m = 0;
-    for (int i = 0; i < stubcall_count(); i++)
-        m = stubreg_procs[i]->args_size > m ? stubreg_procs[i]->args_size : m;
-    return m;
-}
-
-size_t stubcall_max_wire(void)
-{
-    size_t m = 0;
-    for (int i = 0; i < stubcall_count(); i++)
-        m = stubreg_procs[i]->wire_max > m ? stubreg_procs[i]->wire_max : m;
-    return m;
-}
-
-int stubcall_parse_variant(const char *s, int *variant)
+static int stubcall_parse_variant(const char *s, int *variant)
 {
     int interp = !strncmp(s, "interp-", 7);
     int v = stubrt_variant_parse(interp ? s + 7 : s);
@@ -85,9 +76,7 @@ int stubcall_parse_variant(const char *s, int *variant)
     return UTIL_OK;
 }
 
-int stubcall_is_block(int variant) { return (variant & ~STUBCALL_INTERP) == STUBRT_BLOCK; }
-
-const char *stubcall_variant_name(int variant)
+static const char *stubcall_variant_name(int variant)
 {
     static __thread char name[64];
     snprintf(name, sizeof name, "%s%s", variant & STUBCALL_INTERP ? "interp-" : "",
@@ -116,7 +105,7 @@ static int resolve(int proc, int variant, const struct stubrt_proc **p)
     return stubcall_init_status;
 }
 
-int stubcall_marshal(int proc, int variant, const void *value, uint8_t *buf, size_t cap, size_t *len, uint8_t drep)
+static int stubcall_marshal(int proc, int variant, const void *value, uint8_t *buf, size_t cap, size_t *len, uint8_t drep)
 {
     const struct stubrt_proc *p = NULL;
     int v = variant & ~STUBCALL_INTERP, st = resolve(proc, variant, &p);
@@ -129,7 +118,7 @@ int stubcall_marshal(int proc, int variant, const void *value, uint8_t *buf, siz
     return check(proc, variant, st, "marshal");
 }
 
-int stubcall_unmarshal(int proc, int variant, void *value, const uint8_t *buf, size_t len, uint8_t drep)
+static int stubcall_unmarshal(int proc, int variant, void *value, const uint8_t *buf, size_t len, uint8_t drep)
 {
     const struct stubrt_proc *p = NULL;
     int v = variant & ~STUBCALL_INTERP, st = resolve(proc, variant, &p);
@@ -143,16 +132,7 @@ int stubcall_unmarshal(int proc, int variant, void *value, const uint8_t *buf, s
     return check(proc, variant, st, "unmarshal");
 }
 
-void stubcall_fill(int proc, void *value, uint64_t seed)
-{
-    pthread_once(&stubcall_once, stubcall_init);
-    if (!entry(proc) || stubcall_init_status)
-        return;
-    memset(value, 0, entry(proc)->args_size);
-    interp_fill_random(stubcall_desc[proc - STUBCALL_PROC_BASE], value, &seed, 1);
-}
-
-int stubcall_checksum(int proc, const void *value, uint8_t *scratch, size_t cap, uint32_t *sum)
+static int stubcall_checksum(int proc, const void *value, uint8_t *scratch, size_t cap, uint32_t *sum)
 {
     size_t len = 0;
     uint32_t h = 2166136261u;
@@ -164,3 +144,50 @@ int stubcall_checksum(int proc, const void *value, uint8_t *scratch, size_t cap,
     *sum = h;
     return UTIL_OK;
 }
+
+static int stubcall_check_variant(int variant, uint8_t drep)
+{
+    if ((variant & ~STUBCALL_INTERP) == STUBRT_BLOCK && drep != wire_native_drep())
+        return util_fail(UTIL_EINVAL, "--stub %s cannot swap bytes: use --wire native with block copy",
+                         stubcall_variant_name(variant));
+    return UTIL_OK;
+}
+
+/* A random value (full-length strings, the paper's workload), its checksum and its wire length. */
+static int stubcall_sample(int proc, void *value, uint64_t seed, uint32_t *sum, uint32_t *wire_len)
+{
+    size_t cap = stubcall_wire_max(proc), len = 0;
+    uint8_t *tmp;
+    int rc;
+
+    pthread_once(&stubcall_once, stubcall_init);
+    if (!entry(proc))
+        return util_fail(UTIL_EINVAL, "no stub procedure %d", proc);
+    if (stubcall_init_status)
+        return stubcall_init_status;
+    tmp = malloc(cap);
+    if (!tmp)
+        return util_fail(UTIL_ENOMEM, "malloc(%zu bytes for %s)", cap, stubcall_name(proc));
+    memset(value, 0, entry(proc)->args_size);
+    interp_fill_random(stubcall_desc[proc - STUBCALL_PROC_BASE], value, &seed, 1);
+    rc = stubcall_checksum(proc, value, tmp, cap, sum);
+    if (!rc)
+        rc = stubcall_marshal(proc, STUBRT_INLINE_ITEM, value, tmp, cap, &len, WIRE_DREP_BIG);
+    *wire_len = (uint32_t)len;
+    free(tmp);
+    return rc;
+}
+
+const struct procs_table stubcall_procs = {
+    .count = stubcall_count,
+    .name = stubcall_name,
+    .by_name = stubcall_by_name,
+    .value_size = stubcall_args_size,
+    .wire_max = stubcall_wire_max,
+    .parse_variant = stubcall_parse_variant,
+    .check_variant = stubcall_check_variant,
+    .marshal = stubcall_marshal,
+    .unmarshal = stubcall_unmarshal,
+    .checksum = stubcall_checksum,
+    .sample = stubcall_sample,
+};

@@ -46,13 +46,28 @@ static void usage(FILE *f)
             "  --reasm-slots N        requests reassembled at once (default 64)\n"
             "  --reasm-bytes N        bytes held for reassembly (default 8388608)\n"
             "  --reasm-timeout-ms N   drop a partial request idle this long (default 2000)\n"
+            "  --reasm-per-source N   reassembly slots one source address holds at most (default 16)\n"
+            "  --reasm-evict-ms N     a new call takes the slot of a partial request idle this long when\n"
+            "                         its source's share or the table is full; else it gets a busy\n"
+            "                         reject (default 1)\n"
             "  --queue N              calls waiting for an executor (default 256)\n"
             "  --max-conns N          TCP connections (default 64)\n"
+            "  --conns-per-source N   TCP connections one source address holds at most (default 16)\n"
+            "  --tcp-idle-ms N        close a connection that sends nothing for this long (default 60000;\n"
+            "                         0: never)\n"
+            "  --tcp-progress-ms N    close a connection whose partial record (or record mark) gets no\n"
+            "                         byte for this long (default 5000; 0: never)\n"
+            "  --tcp-evict-ms N       a new connection over a bound takes the place of the connection with\n"
+            "                         no complete record for longest, if that is this long (default 1000)\n"
             "  --duration S           exit after S seconds (default: run until signalled)\n"
             "  --ready-file PATH      write \"PID PORT\" here once listening\n"
             "  --stats-json PATH      write the statistics as JSON here on exit\n"
             "  --drop-rate P          TEST ONLY: drop this fraction of datagrams sent (0..0.5)\n"
             "  --drop-seed N          TEST ONLY: seed for --drop-rate\n\n"
+            "A UDP reply goes only to the address and port its call came from. One more than 8 times\n"
+            "the size of its request waits until the client acknowledges (it echoes a cookie), unless\n"
+            "the client's activity has acknowledged a reply before; a duplicate request or a ping\n"
+            "re-sends at most one window of a cached reply, and only to a source that acknowledged.\n\n"
             "example: rpc-server --executors 0 --cpu 0 --duration 60\n");
 }
 
@@ -65,7 +80,10 @@ int main(int argc, char **argv)
         { "reasm-slots", 1, 0, 'a' },   { "reasm-bytes", 1, 0, 'A' },   { "reasm-timeout-ms", 1, 0, 'o' },
         { "queue", 1, 0, 'q' },         { "max-conns", 1, 0, 'c' },     { "duration", 1, 0, 'd' },
         { "ready-file", 1, 0, 'y' },    { "stats-json", 1, 0, 'J' },    { "drop-rate", 1, 0, 'D' },
-        { "drop-seed", 1, 0, 'E' },     { "help", 0, 0, 'h' },          { "no-nb-select", 0, 0, 'N' },          { "wait", 1, 0, 'w' },          { "stub", 1, 0, 'V' },          { 0, 0, 0, 0 },
+        { "drop-seed", 1, 0, 'E' },     { "help", 0, 0, 'h' },          { "no-nb-select", 0, 0, 'N' },          { "wait", 1, 0, 'w' },          { "stub", 1, 0, 'V' },
+        { "reasm-per-source", 1, 0, 'S' }, { "reasm-evict-ms", 1, 0, 'v' }, { "conns-per-source", 1, 0, 'P' },
+        { "tcp-idle-ms", 1, 0, 'i' },   { "tcp-progress-ms", 1, 0, 'g' }, { "tcp-evict-ms", 1, 0, 'x' },
+        { 0, 0, 0, 0 },
     };
     struct server_config cfg;
     struct server_stats st;
@@ -105,6 +123,12 @@ int main(int argc, char **argv)
         case 'o': rc = util_parse_u64(optarg, 1, 3600000, &v); cfg.reasm_timeout_ms = (uint32_t)v; break;
         case 'q': rc = util_parse_u64(optarg, 1, 1u << 20, &v); cfg.queue = (uint32_t)v; break;
         case 'c': rc = util_parse_u64(optarg, 0, 4096, &v); cfg.max_conns = (uint32_t)v; break;
+        case 'S': rc = util_parse_u64(optarg, 1, 1u << 16, &v); cfg.reasm_per_source = (uint32_t)v; break;
+        case 'v': rc = util_parse_u64(optarg, 0, 3600000, &v); cfg.reasm_evict_ms = (uint32_t)v; break;
+        case 'P': rc = util_parse_u64(optarg, 1, 4096, &v); cfg.conns_per_source = (uint32_t)v; break;
+        case 'i': rc = util_parse_u64(optarg, 0, 86400000, &v); cfg.tcp_idle_ms = (uint32_t)v; break;
+        case 'g': rc = util_parse_u64(optarg, 0, 86400000, &v); cfg.tcp_progress_ms = (uint32_t)v; break;
+        case 'x': rc = util_parse_u64(optarg, 0, 86400000, &v); cfg.tcp_evict_ms = (uint32_t)v; break;
         case 'd': rc = util_parse_double(optarg, 0, 86400 * 7, &cfg.duration); break;
         case 'y': cfg.ready_file = optarg; break;
         case 'N': cfg.nb_select = 0; break;
@@ -150,11 +174,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "rpc-server: %s\n", util_error());
     server_get_stats(the_server, &st);
     fprintf(stderr, "rpc-server statistics:\n");
-    server_print_stats(&st, stderr, 0);
+    server_print_stats(&st, &cfg, stderr, 0);
     if (cfg.stats_json) {
         FILE *f = fopen(cfg.stats_json, "w");
         if (f) {
-            server_print_stats(&st, f, 1);
+            server_print_stats(&st, &cfg, f, 1);
             fclose(f);
         } else {
             perror("rpc-server: fopen(--stats-json)");

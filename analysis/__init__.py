@@ -1,1 +1,1 @@
-"""rpcscope.analysis: see analysis/README.md (filled in by its issue)."""
+"""rpcscope.analysis: see analysis/README.md."""

@@ -1,4 +1,4 @@
-# The analysis's native trace extractor (analysis/, issue 5): rpcscope's own CTF reader (ctfread),
+# The analysis's native trace extractor (analysis/): rpcscope's own CTF reader (ctfread),
 # libbabeltrace2 for what it refuses.
 #
 #   make analysis      build/analysis/ctfcols (rpcscope.analysis.traceread uses it when present)

@@ -1,4 +1,4 @@
-"""`rpcscope analyze-bench runs/NAME`: the analysis's throughput and memory (issue 5's benchmark).
+"""`rpcscope analyze-bench runs/NAME`: the analysis's throughput and memory.
 
 Each measurement runs in a fresh Python process, so its peak RSS is its own; the native
 extractor's own peak RSS (VmHWM, as it reports it) is shown beside it wherever it decoded. The
@@ -24,8 +24,8 @@ write their tables there.
                 CPU at a time as `decode` runs its extractors. On this VM the host's speed drifts
                 by up to half between minutes (a fixed C loop took 10.4 to 15.5 ms per chunk over
                 18 s), so the ratio of a measurement to the anchor is the figure that carries from
-                one run of the benchmark to the next; the issue's goal of 1 M events/s was set where
-                the anchor passed ~2.5 M (0.4 of it).
+                one run of the benchmark to the next; the goal of 1 M events/s is 0.4 of the anchor
+                where it passes ~2.5 M.
 
 Events/s = the run's events, each counted once / wall time (`reads` also counts re-reads).
 For analyze, the per-RPC tables' own size and the peak beyond them and the interpreter are shown:
@@ -52,13 +52,13 @@ EPILOG = """examples:
   rpcscope analyze-bench runs/s2-run --no-analyze    decoding only (quicker)
   rpcscope analyze-bench runs/s2-run --json
 
-Goal (issue 5): >= 1 M events/s end to end on the first run, and peak memory that does not
+Goal: >= 1 M events/s end to end on the first run, and peak memory that does not
 grow with the trace's length beyond the tables. Reference points on the project's 2-vCPU VM:
 babeltrace2's native reader ~2.5 M events/s; Python bt2 with field access 50-130 k events/s.
 """
 
 
-# The issue's goal (1 M events/s) over the anchor it was set beside (babeltrace2's reader, ~2.5 M).
+# The goal (1 M events/s) over the anchor it is set beside (babeltrace2's reader, ~2.5 M).
 GOAL_OF_ANCHOR = 0.4
 
 
@@ -250,7 +250,7 @@ def cmd_bench(args):
           "ctfcols where ctfread refused a trace; bt2-python: the Python salvage of a damaged trace; cache: none)")
     print("tables: the per-RPC tables analyze keeps; beyond_tables: peak RSS minus the interpreter with its "
           "modules and minus the tables (the analysis's working set: one window of calls at a time, "
-          f"about {rpcs.WINDOW_EVENTS:,} events; 'one window' rebuilds each case whole, for comparison)")
+          f"about {rpcs.WINDOW_EVENTS:,} events; 'one window' rebuilds each case whole, beside it)")
     print("analyze spreads the cases over one forked worker per CPU, which send their tables back (the peak "
           "RSS is this process's; largest_child: the largest worker or native extractor, whose RSS counts "
           "the pages it shares with this process); 'in one process': the same without workers")
@@ -258,8 +258,8 @@ def cmd_bench(args):
           "figure that carries between runs on a host whose speed drifts)")
     first = next(r for r in res["measurements"] if r["measurement"] == "analyze (first)") \
         if any(r["measurement"] == "analyze (first)" for r in res["measurements"]) else None
-    print(f"goal: >= {res['goal_events_per_s']:,} events/s end to end on the first run (set where "
-          f"babeltrace2 passed ~2.5 M: {res['goal_of_anchor']} of the anchor)"
+    print(f"goal: >= {res['goal_events_per_s']:,} events/s end to end on the first run (where "
+          f"babeltrace2 passes ~2.5 M: {res['goal_of_anchor']} of the anchor)"
           + (f"; this run: {first['events_per_s']:,} events/s, {first['of_anchor']} of the anchor"
              if first and first["of_anchor"] else ""))
     return 0

@@ -1,13 +1,12 @@
 """The clock build's step times: an independent figure beside each probe-corrected step.
 
 A tracepoint costs the call ~200 ns on this VM, most of a short step, so what a step costs without
-the probes rests on how their cost is charged (analysis/MODEL.md, "Per-step probe charges"). The
+the probes rests on how their cost is charged (analysis/probe.py). The
 clock build of the RPC (make TRACE=clock, rpc/clockmark.h) keeps each step mark as one clock read
 (~25 ns) in memory, and `rpcscope capture --clock-reads` runs it in every round of every case, keeping a
 ring of the latest marks there, then once more per case after the rounds keeping every mark
-(cases/ID/clock-client.txt.gz, clock-server.txt.gz; in session 30 the kept round's marks, before that
-one run per case after the rounds). Its RTT per round anchors the case's probe effect (analysis/probe.py
-_anchor_on_clock); these figures are a check of each step's share. Here each step with a user begin and end mark
+(cases/ID/clock-client.txt.gz, clock-server.txt.gz). These figures are an independent check of each
+probe-corrected step. Here each step with a user begin and end mark
 (and the user-mark spans C7-C9, S8-S10, C14-C17 and the RTT, as analysis/rpcs.py builds them) is
 timed from one to the other on the same thread, summed per call as the step tables are, over the
 measured calls (the first call and the warm-up calls left out, as rpcs.py does), its median per row.

@@ -7,13 +7,13 @@ whole capture is what the work costs at its full pace; a check's lost share is t
 above that, 100 x (sum of its slices - slices x fastest) / sum of its slices. The guest sees the causes
 nowhere else (this VM reports no steal time): the host running the core at a lower clock, the
 hypervisor running something else on it (pauses of milliseconds, single slices up to 23 times the
-fastest), a busy sibling thread; the guest's own interrupts take microseconds of a ~0.7 ms slice. In
-session 33's captures both CPUs' fastest slices moved together between checks, in steps (714, 667 and
-625 us), and the checks lost a median 12.5 % (at most 28.5 %) while the testbed's round trips moved by
+fastest), a busy sibling thread; the guest's own interrupts take microseconds of a ~0.7 ms slice. On
+the project's VM both CPUs' fastest slices move together between checks, in steps (714, 667 and
+625 us), and checks lose a median of about 12 % (up to ~30 %) while the testbed's round trips move by
 10-25 % from one run to the next. Over loopback, pinned, a run's p50 followed the checks around it
 only in part (correlation 0.59 over 30 runs) and moved ~2.5 times as far in relative terms (UDP 4016
 32-50 us against slices of 670-780 us), so the share is a sign of the host's state, not a correction
-for it (analysis/MODEL.md, session 33).
+for it.
 """
 import math
 import statistics
@@ -77,7 +77,7 @@ def pace_response(manifest):
     case's median of that kind (logarithms), so that sizes pool. corr: their correlation; elasticity:
     the least-squares slope, % of the p50 per % of the pace (1: the round trip slows exactly as the
     loop does); the ranges: the middle 80 % of the relative figures, in %. {} where no run carries a
-    pace (captures before session 33)."""
+    pace (its client timed none)."""
     import numpy as np
     out = {}
     for case in (manifest or {}).get("cases", []):

@@ -1,5 +1,6 @@
 """The unit costs of a wake-up, from the capture's wake-up calibration (rpc-wakecal, rpc/wakecal.h;
-manifest.json "wake_calibration"), for the model's other-path terms (model.py OTHER_PATH_RULE).
+manifest.json "wake_calibration"), written to analysis/steps.json "wake_costs" beside each case's
+other-path counts (analysis/run.py other_path_counts).
 
 rpc-wakecal times a datagram from its send to the return of a reader on another CPU, per offset of
 the send against the reader's heading for its wait: a reader that never sleeps (the busy row), one
@@ -11,7 +12,7 @@ the busy reader's time: what a wait that blocks adds over one that finds its dat
 
     wake_costs(points, after) -> {"busy_us", "wake_us", "sleep_us", "ipi_us", "after_ipi_us", ...} or None
 
-after_ipi_us (session 28) is what the wake-up right after an interrupt-borne one costs beyond another:
+after_ipi_us is what the wake-up right after an interrupt-borne one costs beyond another:
 rpc-wakecal's "after_interrupt" run alternates a race offset with a calm one, and the calm iterations
 behind a race iteration that took the interrupt are set against the sweep's point at that offset, where
 every wake-up came behind another calm one (after_interrupt_us). On this VM 0.7-1.0 us,
@@ -46,11 +47,10 @@ def after_interrupt_us(after):
     not run, has too few iterations, or came out at no cost.
 
     Why the sweep's point and not the pairs behind a race iteration that did not race (the run's own
-    control, kept in the text): a race iteration that does not race is not a calm one. In
-    runs/run-20261127-092142 the server CPU's race offset raced 371 of 500 pairs; the 128 calm wake-ups
-    behind the others had a p50 of 8.45 us against 4.67 in the sweep (some of those race iterations had
-    slept and been woken late, some had not slept), which put the cost at -2.95 us, and TCP 4016's rows,
-    ranked by it, at none: +11.6 %."""
+    control, kept in the text): a race iteration that does not race is not a calm one. In one capture
+    the server CPU's race offset raced 371 of 500 pairs; the 128 calm wake-ups behind the others had a
+    p50 of 8.45 us against 4.67 in the sweep (some of those race iterations had slept and been woken
+    late, some had not slept), which would put the cost at -2.95 us."""
     if not after:
         return None, "not measured (an older capture, or no offset of the sweep raced the sleeper)"
     try:

@@ -1,1 +1,1 @@
-"""rpcscope.reports: see reports/README.md (filled in by its issue)."""
+"""rpcscope.reports: the run's report (report.md, index.html), its figures and Perfetto exports."""

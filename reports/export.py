@@ -113,10 +113,13 @@ def _rebuild(case, plan, first, end):
     if first < 0 or end > n or first >= end:
         raise ExportError(f"case {case.id} has calls 0 to {n - 1}; asked for "
                           + (f"call {first}" if end == first + 1 else f"calls {first}:{end - 1}"))
-    wins = plan.windows(1)[first:end]
-    los, his = [w[2] for w in wins], [w[3] for w in wins]
-    lo = None if any(v is None for v in los) else min(los)
-    hi = None if any(v is None for v in his) else max(his)
+    lo = hi = None
+    # Real hosts (a trace per host, two clocks): the whole capture, as the analysis rebuilds them.
+    if len(case.stored("ust")) == 1 and not (case.has_kernel() and len(case.stored("kernel")) > 1):
+        wins = plan.windows(1)[first:end]
+        los, his = [w[2] for w in wins], [w[3] for w in wins]
+        lo = None if any(v is None for v in los) else min(los)
+        hi = None if any(v is None for v in his) else max(his)
     ust = case.span("ust", lo, hi, R.USER_COLUMNS)
     kev = case.span("kernel", lo, hi, R.KERNEL_COLUMNS) if case.has_kernel() else None
     cond = {"client": case.conditions("client"), "server": case.conditions("server")}

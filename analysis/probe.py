@@ -127,7 +127,7 @@ def _point(case, untraced, ust, both, rounds=None):
     """One calibration point: the case's events per class on its path and its p50 differences (untraced,
     user events only, user and kernel events), with how far each difference moves (noise_ns, from the
     rounds' p50s); None when fewer than half the sample could be walked. ust is None for a capture
-    without user-only runs (the default since session 21): the point then has only d_total_ns."""
+    without user-only runs (the default): the point then has only d_total_ns."""
     n, ev, quart = _path_events(case)
     if n < PATH_SAMPLE_RPCS // 2:
         return None
@@ -155,8 +155,8 @@ def point_noise(untraced, rounds):
     p50s (rounds: {"untraced", "ust", "traced": [p50 ns]}), the two kinds of a difference added in
     quadrature, at least NOISE_FLOOR of the untraced p50. A host's burst of noise over some rounds of
     one case makes that case's differences unreliable; the solver weighs each point by 1 / noise^2, so
-    such a point does not set the costs the other cases are corrected with (session 10: one case with
-    rounds 12-33 % apart had pulled every UDP case's correction 3-5 % low).
+    such a point does not set the costs the other cases are corrected with (one case whose rounds lie
+    12-33 % apart can pull every other case's correction of its transport 3-5 % low).
     A difference one of whose kinds ran a single round in the level has no spread to tell: its noise is
     None, unknown, and the point weighs as the median of the others (_weights)."""
     floor = NOISE_FLOOR * untraced
@@ -171,10 +171,10 @@ def point_noise(untraced, rounds):
 
 
 def _half_range(p50s):
-    """Half the spread of a kind's round p50s in the level: 0 where the capture made no rounds (before
-    session 14: every point alike at the floor), None where one round ran in the level (unknown: a
-    spread of nought is no evidence of quiet, and such a point weighed as the least noisy there could
-    be set every other case's cost per clock mark in runs/run-20261127-152809, MODEL.md session 31)."""
+    """Half the spread of a kind's round p50s in the level: 0 where the capture made no rounds (every
+    point alike at the floor), None where one round ran in the level (unknown: a spread of nought is no
+    evidence of quiet, and such a point weighed as the least noisy there could be would set every other
+    case's costs)."""
     if not p50s:
         return 0.0
     return (max(p50s) - min(p50s)) / 2 if len(p50s) > 1 else None
@@ -248,10 +248,7 @@ def case_point(case):
     """A case's calibration point (_point), or None; walked before any calibration exists. Its p50s are
     the medians of each kind's rounds in the kept round's speed level (run.level_p50_ns), where every kind
     has them: the events on the path come from the kept traced run, but how much they cost is a property
-    of the level, and one round's differences move by 1-3 % of the RTT (ust - untraced is 4-8 us). Over
-    six captures of session 14, re-analysed: the model met its goals at 70 sizes of 96 against 66 with
-    the kept round's differences, and the corrected traced p50 was within 5 % of the untraced one in 95
-    cases against 94."""
+    of the level, and one round's differences move by 1-3 % of the RTT (ust - untraced is 4-8 us)."""
     from .run import level_p50_ns
     p50 = {"untraced": case.meta["untraced"]["p50"], "traced": case.meta["traced"]["p50"]}
     if case.meta.get("ust_only"):
@@ -383,21 +380,19 @@ def _arrays(per):
 # Where every path has user and kernel events in nearly one ratio (TCP: 33 user events at every size,
 # 26 kernel events at all but 1392's 28 with the full event set, 17 and 18 with the lean one), the two
 # costs are not determined, and the total's noise moves them along the line that gives the same totals:
-# in runs/run-20261126-150551 (full set; TCP 2.8 % rms apart against 2.9 % pooled, a quiet 4016 weighing
-# most) the user event cost 43-224 ns and the kernel event 177-406 ns as one point or another was left
-# out. Each case is corrected with the costs solved without it (solve_cases), so its user steps were
-# charged up to four times what the next size's were, the per-step lines through the sizes bent apart, and
-# the model missed TCP 24096 by -19 % while every corrected path summed within 5 % of Measured. Where the
-# split is determined (UDP: a fragment adds kernel events and no user event) it moved by 5-14 % in that
-# session's captures.
+# over one TCP capture with the full event set (2.8 % rms apart against 2.9 % pooled, a quiet 4016
+# weighing most) the user event costs 43-224 ns and the kernel event 177-406 ns as one point or another
+# is left out. Each case is corrected with the costs solved without it (solve_cases), so such a split
+# charges one size's user steps up to four times what the next size's are. Where the split is determined
+# (UDP: a fragment adds kernel events and no user event) it moves by 5-14 %.
 SPLIT_MOVE_LIMIT = 0.25
 # With three points every left-out fit solves the two costs from two points exactly, so how far it moves
 # says how close those two lie, not whether the split follows noise: UDP's 0, 1392 and 4016 (the cases
-# left to solve where the larger sizes took another path) differ by four kernel events between the first
-# two, and their left-out splits moved by 31-35 % in runs/run-20261127-001500 and -003854, where the split
-# over them had predicted a left-out point within 3.0-3.3 % rms against pooled's 4.5-6.2 %, and pooled
-# then missed UDP 0-6000 by 3-12 %. There the split is kept where the points' user-to-kernel event ratios
-# span at least this factor (UDP 0, 1392, 4016: 1.75; TCP's paths, one ratio: 1.06).
+# left to solve where the larger sizes take another path) differ by four kernel events between the first
+# two, and their left-out splits move by 31-35 % while the split over them predicts a left-out point
+# within 3.0-3.3 % rms against pooled's 4.5-6.2 %. There the split is kept where the points'
+# user-to-kernel event ratios span at least this factor (UDP 0, 1392, 4016: 1.75; TCP's paths, one
+# ratio: 1.06).
 SPLIT_RATIO_SPREAD = 1.25
 
 
@@ -416,13 +411,12 @@ def solve(per, form=None):
     form: solve that model where the points can (solve_cases passes the one chosen over the transport).
 
     Why the total and not each share from its own runs (user-only minus untraced for the user events,
-    traced minus user-only for the kernel's), as until session 20: a user event costs more where kernel
-    events are recorded too. Over the ten 5000-call captures of session 19, UDP's user event came out at
-    190-217 ns from the total and 128-147 ns from the user-only runs, kernel events at 271-290 ns
-    against 297-330 plus a cost per call; the user-only run measured a cost the traced run does not
-    have, and its own noise entered both shares with opposite signs. A left-out size's probe effect was
-    predicted within 1.86 % of its RTT (rms) against 2.44 %, and the model met its goals at 153 of
-    those 160 sizes against 144 (analysis/MODEL.md, session 20)."""
+    traced minus user-only for the kernel's): a user event costs more where kernel events are recorded
+    too. Over ten 5000-call UDP captures, a user event comes out at 190-217 ns from the total and
+    128-147 ns from the user-only runs, kernel events at 271-290 ns against 297-330 plus a cost per
+    call; the user-only run measures a cost the traced run does not have, and its own noise enters both
+    shares with opposite signs. From the total, a left-out size's probe effect is predicted within
+    1.86 % of its RTT (rms) against 2.44 % from the shares."""
     nu, nk, d = _arrays(per)
     w = _weights(per, "d_total")
     n = len(d)
@@ -451,8 +445,8 @@ def solve(per, form=None):
     spread = float(ratio.max() / ratio.min()) if len(ratio) >= 2 else 1.0
     # The move limit guards against the one-ratio geometry (TCP's); where the ratios span the spread the
     # split is determined, and a point that moves it is a noisy point, which one cost for every event
-    # predicts no better (session 28: runs/run-20261127-084613's UDP, 6.6 % rms apart against 17.9 %
-    # pooled, a cost moved by 28 %; pooled missed UDP 0 by +11.7 % and 6000-24096 by -3 to -9 %).
+    # predicts no better (one UDP capture: 6.6 % rms apart against 17.9 % pooled, with a cost moved by
+    # 28 % when one point is left out).
     undetermined = (moved > SPLIT_MOVE_LIMIT and spread < SPLIT_RATIO_SPREAD) if n >= 4 else spread < SPLIT_RATIO_SPREAD
     if fragile:
         why += "; apart: rests on a single point"

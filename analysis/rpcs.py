@@ -66,7 +66,7 @@ Rules (the catalog is tracepoints/steps.toml):
   that are null (too rare to measure) count 0, negative ones (noise) count 0.
   Each row also counts its user events (user_events): the step tables split an
   event's cost between its own step and the rest of the call (steps.py
-  probe_split_rows; analysis/MODEL.md, "Per-step probe charges").
+  probe_split_rows, by the round-trip path's rule: rtp.py probe_split).
 """
 import collections
 import ctypes

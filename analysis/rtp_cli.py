@@ -14,7 +14,8 @@ EPILOG = """examples:
   rpcscope rtp runs/maxarg-udp --case udp-maxarg-0 --rpc 0
                                                one RPC's path, segment by segment
   rpcscope rtp runs/maxarg-udp --json          everything as JSON (also runs/NAME/analysis/rtp.json)
-  rpcscope model runs/maxarg-udp               the RTT model then sums only the steps on this path
+  rpcscope model runs/maxarg-udp               the RTT model then fits its unit costs to this path's
+                                               class times (analysis/MODEL.md)
 
 The walk (analysis/rtp.py) goes back from the client's call end to its call begin
 over the kernel's execution graph (analysis/graph.py): running time belongs to
@@ -129,7 +130,7 @@ def cmd_rtp(args):
     splits = [(c["case"], c.get("probe_split")) for c in cases if c.get("probe_split")]
     if splits:
         print("\nper-step probe charges (an event's direct cost in its own step, the rest spread over the path "
-              "in proportion to time; analysis/MODEL.md):")
+              "in proportion to time; analysis/rtp.py probe_split):")
         for cid, sp in splits:
             print(f"  {cid}: " + "; ".join(
                 f"{k} event {v['event_ns']:.0f} ns, {v['direct_ns']:.0f} in place ({v['direct_from']})" if v else
@@ -137,7 +138,7 @@ def cmd_rtp(args):
     anchors = [(c["case"], c.get("probe_anchor")) for c in cases if c.get("probe_anchor")]
     if anchors:
         print("\nprobe effect anchored on the clock build (traced minus clock-build p50, plus the clock reads' "
-              "cost per mark from the other cases; analysis/MODEL.md):")
+              "cost per mark from the other cases; probe.json cases.*.clock_anchor):")
         for cid, a in anchors:
             print(f"  {cid}: " + (f"{a['probe_effect_ns'] / 1000:.2f} us = {a['traced_minus_clock_ns'] / 1000:.2f} + "
                                   f"{a['marks_on_path']:.0f} marks x {a['clock_read_ns_per_mark']:.1f} ns; the other "

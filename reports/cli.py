@@ -53,7 +53,8 @@ def cmd_report(args):
           f"model {'yes' if h['model'] else 'no'}, round trip path {'measured' if h['rtp_measured'] else 'catalog flags'}")
     for r in h["rtt"]:
         t, u = r["traced_p50_us"], r["untraced_p50_us"]
-        print(f"  {r['case']}: traced p50 {t:.1f} us, untraced p50 {u:.1f} us" if t and u else f"  {r['case']}")
+        print(f"  {r['case']}: traced p50 {t:.2f} us, untraced p50 {u:.2f} us" if t and u
+              else f"  {r['case']}")
     errors = h.get("models_percent_error") or {"": h.get("model_percent_error") or {}}
     if any(e is not None for errs in errors.values() for e in errs.values()):
         print(f"  ({PERCENT_ERROR})")

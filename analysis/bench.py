@@ -48,9 +48,9 @@ from . import rpcs, traceread
 from .run import RunError, load_run
 
 EPILOG = """examples:
-  rpcscope analyze-bench runs/s2-run             throughput and peak memory of reading and analysing a run
-  rpcscope analyze-bench runs/s2-run --no-analyze    decoding only (quicker)
-  rpcscope analyze-bench runs/s2-run --json
+  rpcscope analyze-bench runs/maxarg-udp                 throughput and peak memory of reading and analysing a run
+  rpcscope analyze-bench runs/maxarg-udp --no-analyze    decoding only (quicker)
+  rpcscope analyze-bench runs/maxarg-udp --json
 
 Goal: >= 1 M events/s end to end on the first run, and peak memory that does not
 grow with the trace's length beyond the tables. Reference points on the project's 2-vCPU VM:

@@ -13,10 +13,10 @@
  *
  * With RPCS_CLOCKMARK_RING=1 too, the marks go round a ring of CLOCKMARK_RING_SLOTS
  * (8 KiB) and only the latest are written: what the clock reads cost a call, without
- * the stream of stores into 32 MiB that keeping every mark takes. That stream cost
- * TCP 24096 ~0.35 us more than TCP 0 on session 31's host (the payload's copies
- * share the caches with it), and the probe effect's anchor needs a clock build
- * that pays for the bytes as the untraced one does (analysis/MODEL.md, session 31). */
+ * the stream of stores into 32 MiB that keeping every mark takes. That stream costs
+ * TCP 24096 ~0.35 us more than TCP 0 (the payload's copies share the caches with
+ * it), and the probe effect's anchor needs a clock build that pays for the bytes as
+ * the untraced one does (analysis/MODEL.md). */
 #ifndef RPCS_CLOCKMARK_H
 #define RPCS_CLOCKMARK_H
 

@@ -2,9 +2,9 @@
  * CPUs at once.
  *
  * Why: a VM's CPUs run only while the hypervisor gives them a physical core, at whatever clock the
- * host runs it, and a guest cannot see either (this VM reports no steal time). On session 33's host
- * the same loop of 2e8 multiply-adds took 80-100 ms on either vCPU, then 380-490 ms for seconds at a
- * time, and the testbed's round trips moved by 10-25 % from one run to the next. No model of the steps
+ * host runs it, and a guest cannot see either (this VM reports no steal time). On a busy host the
+ * same loop of 2e8 multiply-adds takes 80-100 ms on either vCPU, then 380-490 ms for seconds at a
+ * time, while the testbed's round trips move by 10-25 % from one run to the next. No model of the steps
  * can be judged against round trips like those, and a report that only says "noisy" does not show
  * why; this measures the CPUs themselves between the capture's sweeps (collectors/capture.py
  * cpu_speed_check), so the run summary can say how far their speed moved.

@@ -281,9 +281,9 @@ static int run_pairs(struct wakecal_shared *sh, const struct wakecal_point *race
 
 /* The wake-up after an interrupt-borne one (wakecal.h): the latest swept point that slept without
  * interrupts as the calm offset; as the race, the swept points whose wake-ups took interrupts at least
- * AFTER_RACED of the time (runs/run-20261127-091735's server CPU: 0.50 at most), the most first, until
- * one races at least half its pairs, AFTER_TRIES at most (behind a calm iteration a race offset can miss
- * the window it hit in the sweep: runs/run-20261127-084613's server CPU raced 28 of 500). The run with
+ * AFTER_RACED of the time (a server CPU's best offset can race only half its wake-ups), the most first,
+ * until one races at least half its pairs, AFTER_TRIES at most (behind a calm iteration a race offset
+ * can miss the window it hit in the sweep, racing as few as 28 of 500). The run with
  * the most after iterations behind a raced one is kept; each of them is told by its race iteration's own
  * time, so a race offset that raced some of its pairs serves. Not run (after->ran 0) where the sweep has
  * no such points. */

@@ -4,7 +4,7 @@
  * Why: an untraced run can sleep where the traced one did not (a fragment that its reader, no longer
  * slowed by probes, now waits for), and a wake-up that lands while the sleeper is still leaving its CPU
  * goes by the scheduler's queued wake-up and an inter-processor interrupt (ttwu_queue_wakelist), which
- * on a nested VM costs ~10 us more than a wake-up that finds the CPU polling idle (session 24). Neither
+ * on a nested VM costs ~10 us more than a wake-up that finds the CPU polling idle. Neither
  * cost shows in a traced run that took neither path; this measures both on the capture's own CPUs.
  *
  * Two threads on a loopback UDP socket: the sender on one CPU, the receiver on another. Per iteration
@@ -14,7 +14,7 @@
  * and the interrupts its CPU got (/proc/interrupts RES + CAL), are kept per offset. A busy receiver
  * (epoll_wait with a zero timeout in a loop) gives the same time for a reader that never sleeps.
  *
- * Then the wake-up after an interrupt (session 28): iterations alternate between the offset whose
+ * Then the wake-up after an interrupt: iterations alternate between the offset whose
  * wake-ups raced the sleeper most often and the latest offset whose reader slept without interrupt.
  * On this VM the wake-up that follows an interrupt-borne one costs ~0.9 us more than another, and only
  * that one: in the RPC, the call after a call whose reply came by interrupt is ~2 us slower (TCP 4016's

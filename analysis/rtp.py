@@ -1,4 +1,4 @@
-"""The measured round-trip path (issue 6): for each RPC, which steps the client
+"""The measured round-trip path: for each RPC, which steps the client
 really waited for, and how much slack the others had.
 
     from rpcscope.analysis.rtp import analyze_rtp
@@ -55,11 +55,10 @@ from .run import call_edges_ns, load_run
 RTP_FORMAT = "rpcscope-rtp/1"
 MAX_SEGMENTS = 100_000
 # "The typical call": the RPCs whose corrected RTT lies nearest the median, this share of them. Nearest
-# in value, not the 40th-60th percentiles (until session 26): where a traced run is bimodal (UDP 0 in
-# runs/run-20261127-034628, ~45 % of its calls on a path with interrupt-borne wake-ups ~13 us longer),
-# the percentile band straddled both modes, its mean lay 2.7 us above the median, and the typical
-# server wake-up (S2) took 4.1 us against 2.8 at the median call; the model's S2 line through it then
-# put UDP 0-6000 5.8-9.8 % above Measured.
+# in value, not the 40th-60th percentiles: where a traced run is bimodal (UDP 0 can have ~45 % of its
+# calls on a path with interrupt-borne wake-ups ~13 us longer), a percentile band straddles both modes,
+# its mean lies ~2.7 us above the median, and its server wake-up (S2) ~4.1 us against ~2.8 at the
+# median call.
 TYPICAL_SHARE = 0.2
 
 # Label priority: the innermost step wins where occurrences nest.
@@ -79,10 +78,9 @@ SENT_BEFORE_WAKEUP = "sends before the wake-up"
 # The part of the round trip the client's own clock measures (rpc/bench.c: a clock read each side of
 # the call) outside the traced span C1 .. C21: the call into the stub up to C1's timestamp, C21's
 # tracepoint after its timestamp, the return. Its time per call is the traced run's client-measured p50
-# less the p50 of its walked RTTs (run.call_edges_ns): 130-200 ns in every case of the sessions 14-15
-# runs. The untraced RTT it is compared with is clock to clock, and the probe calibration charges the
-# whole measured probe effect to the events on the path, so the path without it came out ~150 ns short
-# at every size.
+# less the p50 of its walked RTTs (run.call_edges_ns): 130-200 ns on the project's VM. The untraced RTT
+# it is compared with is clock to clock, and the probe calibration charges the whole measured probe
+# effect to the events on the path, so the path without it comes out ~150 ns short at every size.
 CALL_EDGES = "client call edges"
 
 DCE_NOTES = [
@@ -512,10 +510,10 @@ def _pct(a, q):
 # ~200 ns on this VM) is more than the time it takes inside its own step: the steps that hold one user
 # tracepoint and no code of their own (C4 "packet setup", C20 "free", ...) take 85-90 ns traced, and
 # over UDP, whose kernel events cost ~370 ns, the steps of one kernel event (C8'', S3, C17) 250-400 ns.
-# Charged whole to the step it lies in, every such step came out at -0.1 to -0.26 us, and the steps
-# that do work kept the rest of the events' cost (the tracer's cache and TLB traffic, its daemons'
-# time on the CPUs) as their own (C5's copy of 24 KB over TCP in runs/run-20261127-105226: 69 ns, where
-# the clock build's reads, one ~30 ns read included, give 210; with the split, 169).
+# Charged whole to the step it lies in, every such step comes out at -0.1 to -0.26 us, and the steps
+# that do work keep the rest of the events' cost (the tracer's cache and TLB traffic, its daemons'
+# time on the CPUs) as their own (C5's copy of 24 KB over TCP: 69 ns, where the clock build's reads,
+# one ~30 ns read included, give 210; with the split, 169).
 # So each class of event (user, kernel) is charged in place only what the emptiest step holding one
 # event of that class and nothing else takes (its direct cost: that step's mean over the RPCs where it
 # holds just that, in SPLIT_MIN_SHARE of them or more), and the rest of every event's cost on the path

@@ -118,11 +118,11 @@ int reasm_add_from(struct reasm *r, const struct wire_hdr *h, const uint8_t *bod
             return util_fail(UTIL_ENOMEM, "reassembly of %zu bytes exceeds the %zu-byte bound", need, r->max_bytes);
         }
         /* A source at its bound competes with itself: its least recently touched call makes room. */
-        if (held >= r->per_source) {
-            if (!evict(r, lru_src, now)) {
-                r->stats.full++;
+        int hit = held >= r->per_source; /* counted once per call that finds a bound reached */
+        if (hit) {
+            r->stats.full++;
+            if (!evict(r, lru_src, now))
                 return util_fail(UTIL_ENOMEM, "reassembly busy: this source holds %u slots, all active", held);
-            }
             if (!free_slot)
                 free_slot = lru_src;
             if (lru_all == lru_src)
@@ -131,6 +131,10 @@ int reasm_add_from(struct reasm *r, const struct wire_hdr *h, const uint8_t *bod
         /* The table is full: the least recently touched call of any source makes room, if idle enough.
          * Each pass frees one slot, so this ends. */
         while (!free_slot || r->bytes + need > r->max_bytes) {
+            if (!hit) {
+                hit = 1;
+                r->stats.full++;
+            }
             if (!lru_all) {
                 lru_all = NULL;
                 for (uint32_t i = 0; i < r->nslots; i++) {
@@ -139,11 +143,9 @@ int reasm_add_from(struct reasm *r, const struct wire_hdr *h, const uint8_t *bod
                         lru_all = t;
                 }
             }
-            if (!evict(r, lru_all, now)) {
-                r->stats.full++;
+            if (!evict(r, lru_all, now))
                 return util_fail(UTIL_ENOMEM, "reassembly full (%u slots, %zu of %zu bytes)", r->nslots, r->bytes,
                                  r->max_bytes);
-            }
             if (!free_slot)
                 free_slot = lru_all;
             lru_all = NULL;

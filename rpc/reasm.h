@@ -36,6 +36,8 @@ struct reasm_slot {
     uint64_t touched_ns;
 };
 
+/* full: new calls that found a bound (their source's share, the slots or the bytes) reached; of
+ * them, evicted took an idle call's place and the rest got no slot. */
 struct reasm_stats { uint64_t stored, completed, duplicates, conflicts, full, expired, evicted, wrong_source; };
 
 struct reasm {

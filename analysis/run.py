@@ -56,8 +56,8 @@ class RunError(Exception):
 def level_rounds_p50s(case_meta, kind):
     """A case's rounds' p50s of one kind (manifest cases[].repeats), of the rounds that agree with the
     kept one where the capture says which (its sweeps: the host's speed level the case's figures come
-    from; collectors/capture.py choose_sweep), else of every round (captures before session 14).
-    Where the runs took turns (capture --turns, session 35), every round agrees, and each p50 is taken
+    from; collectors/capture.py choose_sweep), else of every round (a capture that does not say).
+    Where the runs took turns (capture --turns), every round agrees, and each p50 is taken
     over the case's round factor (case_round_factors) times the kept round's."""
     rep = case_meta.get("repeats") or {}
     p50s = rep.get(f"{kind}_p50_ns") or []
@@ -73,11 +73,11 @@ def case_round_factors(case_meta):
     host ran the case in each round: exp of the mean over its kinds (untraced, clock, traced) of
     ln(p50 / the kind's median over the rounds); 1.05 a round whose runs of the case all took 5 %
     longer. Else None. Why per case, not one factor a round (capture.py round_speeds, kept in the
-    manifest): a round's moments move the sizes unlike each other (runs/run-turns-2, UDP: in the three
-    fastest rounds 24096 ran 4-8 % faster still and UDP 0 3-5 % slower than the round's factor), so
-    one factor left 3-6 % of noise at those sizes, and the model's fit, weighing each size by it,
-    leaned away from UDP 0 (+3.7 % in two runs). The kinds of a case took turns side by side, so what
-    moves them all is the host's; what moves one against the others is what the figures are about."""
+    manifest): a round's moments move the sizes unlike each other (over UDP, in the three fastest
+    rounds of one capture, 24096 ran 4-8 % faster still and 0 3-5 % slower than the round's factor),
+    so one factor a round leaves 3-6 % of noise at those sizes. The kinds of a case take turns side by
+    side, so what moves them all is the host's; what moves one against the others is what the figures
+    are about."""
     from rpcscope.collectors.capture import case_factors      # the capture chose its kept round by them
     rep = case_meta.get("repeats") or {}
     if not rep.get("turns") or rep.get("kept_round") is None:
@@ -96,10 +96,10 @@ LEVEL_MEDIAN_ROUNDS = 3
 def level_p50_ns(case_meta, kind):
     """The median of a case's rounds' p50s of one kind in the kept round's speed level
     (level_rounds_p50s), or None where fewer than LEVEL_MEDIAN_ROUNDS ran there or the capture did
-    not say which rounds agree (captures before session 14). Why: one round's p50 moves by 0.5-1.6 %
-    (rms, per size) from the median of its level's rounds, and its traced minus untraced p50 by 0.8-1.5 %
-    (the 71 settled transports of sessions 14-18 in runs/ with three rounds agreeing): as much as the model's goal, and noise
-    the model cannot tell from a step cost."""
+    not say which rounds agree. Why: one round's p50 moves by 0.5-1.6 % (rms, per size) from the median
+    of its level's rounds, and its traced minus untraced p50 by 0.8-1.5 % (over 71 settled transports
+    with three rounds agreeing): as much as the model's goal, and noise the model cannot tell from a
+    unit cost."""
     if not (case_meta.get("repeats") or {}).get("agreeing_rounds"):
         return None
     p50s = level_rounds_p50s(case_meta, kind)
@@ -116,7 +116,7 @@ def traced_noise_pct(case_meta):
     """How far one traced run of a case moves from the next identical one: half the spread of its
     rounds' traced p50s in the kept round's speed level (level_rounds_p50s), as % of its untraced p50.
     Where the runs took turns (capture --turns), the rounds' p50s over the case's round factors.
-    The model weighs each size's point by it (model.py size_noise_pct)."""
+    The report and `rpcscope run` show it beside each case."""
     return _half_spread_pct(case_meta, level_rounds_p50s(case_meta, "traced"))
 
 
@@ -125,9 +125,9 @@ def untraced_noise_pct(case_meta):
     the rounds it stands on, as % of its p50. Those are the rounds in the kept round's speed level where
     LEVEL_MEDIAN_ROUNDS or more ran there (Measured is their median, level_p50_ns); else every round of
     the case, for Measured is then the kept round's own p50, and how far one run moves is shown only by
-    all of them. Why (session 34): a capture that never settled keeps one or two rounds that agree within
-    3 % a size, and their spread said "Measured moved by a median 1.1 %" while the case's rounds spread
-    by a standard deviation of 9-11 % (runs/run-20261127-235429). Where the runs took turns (capture
+    all of them. Why: a capture that never settles keeps one or two rounds that agree within 3 % a size,
+    and their spread can say "Measured moves by a median 1.1 %" while the case's rounds spread by a
+    standard deviation of 9-11 %. Where the runs took turns (capture
     --turns), every round is in the level, each p50 over the case's round factor (level_rounds_p50s)."""
     p50s = level_rounds_p50s(case_meta, "untraced")
     if len(p50s) < LEVEL_MEDIAN_ROUNDS:
@@ -136,7 +136,7 @@ def untraced_noise_pct(case_meta):
 
 
 SLEEPS_SAME_PATH = 0.5   # sleeps per call: closer than this, the median call of both runs blocked alike
-# IPIs per call: an interrupt-borne wake-up costs this VM ~12 us (session 24), so a fifth of the calls
+# IPIs per call: an interrupt-borne wake-up costs this VM ~12 us, so a fifth of the calls
 # taking one moves the p50 (TCP 4016: 0.32 a call and +2 us; traced runs get up to 0.11 from the tracers)
 IPI_SAME_PATH = 0.2
 
@@ -166,10 +166,10 @@ def path_shape(case_meta):
     took another path (a fragment or reply that came before, or after, its reader waited), which the
     traced run's step costs do not describe: its Measured is not the traced path's RTT without probes.
     Sleeps closer than SLEEPS_SAME_PATH per call, IPIs closer than IPI_SAME_PATH: the same path.
-    Either way: interrupts that the traced run alone took land on its path too (runs/run-20261127-034628,
-    UDP 0: 0.23 and 0.20 IPIs a call traced, none untraced, the sleeps alike; ~45 % of its traced calls
-    took a path 13 us longer, with interrupt-borne wake-ups), so its traces describe another path than
-    the untraced run took."""
+    Either way: interrupts that the traced run alone took land on its path too (a UDP 0 case with 0.23
+    and 0.20 IPIs a call traced, none untraced and the sleeps alike has ~45 % of its traced calls on a
+    path 13 us longer, with interrupt-borne wake-ups), so its traces describe another path than the
+    untraced run took."""
     sp = case_meta.get("sleeps_per_call") or {}
     u, t = sp.get("untraced"), sp.get("traced")
     if not u or not t:
@@ -189,8 +189,8 @@ OTHER_PATH_KEYS = {"client_sleeps": "client", "server_sleeps": "server", "client
 
 def other_path_counts(case_meta):
     """What the untraced runs blocked and were interrupted beyond the traced run, per call:
-    {"client_sleeps", "server_sleeps", "client_ipis", "server_ipis"} (the model's other-path counts,
-    analysis/model.py OTHER_PATH_RULE), or None where the capture did not count them. Untraced: the
+    {"client_sleeps", "server_sleeps", "client_ipis", "server_ipis"} (steps.json rtt[].other_path), or
+    None where the capture did not count them. Untraced: the
     median of the rounds in the kept round's speed level where LEVEL_MEDIAN_ROUNDS or more ran there
     (as Measured, level_p50_ns), else the kept round's; traced: the kept round's, whose traces give the
     step costs. A difference closer than SLEEPS_SAME_PATH or IPI_SAME_PATH counts 0, the same path:
@@ -245,7 +245,7 @@ def histogram_modes(hist, p50_ns=None):
     above): {"modes": [{"from_us", "to_us", "peak_us", "share"}] fastest first, "p50_mode": the index
     of the mode holding p50_ns (None where it lies between them, or without p50_ns)}, or None without
     a histogram. Why: an untraced run can take several paths in turn (in the faster level TCP 4016's
-    calls fall in three modes, +2 us and +10.5 us over the first, session 27), and its p50, the model's
+    calls fall in three modes, +2 us and +10.5 us over the first), and its p50, the model's
     Measured, then lies in whichever mode holds the middle call, which a count of sleeps and
     interrupts per call does not say."""
     if not hist or not valid_histogram(hist) or not hist["counts"]:
@@ -282,7 +282,7 @@ def _mode_holding(modes, us):
 
 def untraced_modes(run_path, case_meta):
     """histogram_modes of a case's kept untraced run (its client-untraced.json), with "source"; None
-    where the client predates its histogram (before session 27) or the file is missing."""
+    where the client wrote no histogram or the file is missing."""
     f = pathlib.Path(run_path) / case_meta.get("dir", f"cases/{case_meta.get('id')}") / "client-untraced.json"
     try:
         res = json.loads(f.read_text())

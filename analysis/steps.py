@@ -12,8 +12,8 @@ Per-fragment and per-window steps report the per-call sum of their occurrences
 fell inside the step (manifest calibration; absent: corrected = raw); where an
 event costs the call more than the emptiest step holding one of its class takes,
 only that much is charged to its step and the rest is taken off every step in
-proportion to its time (probe_split_rows; analysis/MODEL.md, "Per-step probe
-charges").
+proportion to its time (probe_split_rows, by the round-trip path's rule:
+rtp.py probe_split).
 """
 import csv
 import json
@@ -205,20 +205,19 @@ def rtt_summary(rpcs, split):
             "traced_rtt_median_us": traced, "corrected_rtt_median_us": corrected, "corrected_by": corrected_by,
             "traced_rtt_p50_client_us": ((case.meta.get("traced") or {}).get("p50") or 0) / 1000 or None,
             # How far one traced run moves from the next (half the spread of the rounds in the kept round's
-            # speed level, % of the untraced p50): the model weighs each size's step costs by it (analysis/model.py fit).
+            # speed level, % of the untraced p50; analysis/run.py traced_noise_pct).
             "traced_noise_pct": traced_noise_pct(case.meta),
-            # The capture's runs took turns (capture --turns): the model lets a step's cost fall with
-            # the bytes (analysis/model.py slope_floor).
+            # The capture's runs took turns (capture --turns): its rounds' p50s are taken over the
+            # case's round factors (analysis/run.py case_round_factors).
             "took_turns": bool((case.meta.get("repeats") or {}).get("turns")),
             "untraced_p50_us": untraced, "traced_vs_untraced_pct": pct(traced),
             # The medians of the untraced and traced rounds in the kept round's speed level (None with fewer
-            # than three there): the model's Measured, and the level its traced step costs are scaled to
-            # (analysis/model.py level_figures).
+            # than three there; analysis/run.py level_p50_ns).
             "untraced_level_p50_us": _us(level_p50_ns(case.meta, "untraced")),
             "traced_level_p50_us": _us(level_p50_ns(case.meta, "traced")),
             "level_rounds": len(level_rounds_p50s(case.meta, "untraced")),
             # The sleeps and interrupts per call its untraced runs had beyond the traced run (0 where
-            # the same): the model's other-path counts (analysis/run.py other_path_counts).
+            # the same; analysis/run.py other_path_counts).
             "other_path": other_path_counts(case.meta),
             # The modes of the kept untraced run's calls, and which holds its p50 (analysis/run.py
             # untraced_modes): where there are several, the p50 follows the share of each.
@@ -329,8 +328,8 @@ def analyze(run_path, progress=None, write=True, kernel=True, workers=None):
               "server_executors": run.manifest.get("server_executors"),
               "skipped_cases": [c.id for c in run.cases if not c.complete],
               "clock_sync": clock_sync_summary(rtts, run),
-              # A wake-up's unit costs per role's CPU, from the capture's rpc-wakecal (the model's
-              # other-path terms; analysis/wakeup.py).
+              # A wake-up's unit costs per role's CPU, from the capture's rpc-wakecal
+              # (analysis/wakeup.py).
               "wake_costs": run_wake_costs(run.manifest),
               "steps": steps, "rtt": rtts}
     # What is wrong with the traces, one note per problem naming the file and what to do (tracenotes.py);

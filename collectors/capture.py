@@ -48,9 +48,8 @@ PROCS = ("null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", 
 ASLR_SETTINGS = ("off", "on")   # --aslr: address-space layout randomization of the RPC processes
 MAX_MSG = 256 << 10           # rpc-client/rpc-server --max-msg default
 # Rounds per case: the median of more rounds moves less (see Capture.sweeps); a round of a case (its
-# untraced and traced runs) costs ~1.2-1.8 s. 9 (session 21): in six pairs of `make run`s alternated on
-# one host, 7 rounds met the model's goals at 87 of 96 sizes in 260-357 s, 9 at 90 in 296-440 s: no
-# clear gain, but Measured and the probe points are medians of more rounds, for about a minute more.
+# untraced and traced runs) costs ~1.2-1.8 s. Nine rather than seven: Measured and the probe points
+# are medians of more rounds, for about a minute more a `make run` (the model's goals barely differ).
 DEFAULT_REPEATS = 9
 BASE_PORT = 7300
 SERVER_SAFETY_S = 900         # a server left behind exits on its own after this long
@@ -62,27 +61,25 @@ WAKECAL_SECONDS = 20           # rpc-wakecal's own bound (it takes ~0.5 s a role
 CPUSPEED_SECONDS = 5           # rpc-cpuspeed's own bound (it takes ~0.07 s at full speed)
 # Every client times this many slices of rpc-cpuspeed's loop before its warm-up and after its calls
 # (rpc-client --pace-slices; ~5 ms each): the pace its CPU ran at, run by run (rounds.json "pace",
-# repeats.<kind>_pace_ns). Both CPUs changed pace together in every check of session 33.
+# repeats.<kind>_pace_ns). On a busy host both CPUs change pace together.
 PACE_SLICES = 8
 # --turns: every size and kind of a transport's round runs at once, taking turns of this many calls
 # (collectors/interleave.py take_cooperative_turns). Calls, not a time: every run then makes its calls
 # at one pace, so all of them span the whole round (with turns of 5 ms, UDP 0's runs were done in ~40
 # turns, the first quarter of a round whose 24096 runs took ~200). 20 calls make a cycle through the
 # 24 runs of a UDP round of ~50 ms, within which this host's speed holds (lag-1 correlation 0.4-0.65
-# over 0.09 s, session 34).
+# over 0.09 s).
 TURN_CALLS = 20
 TURN_CALLS_RANGE = (1, 10000)
 # `rpcscope run`'s rounds taking turns. Seven, not nine: every round counts (a median of the rounds'
-# figures, each over its case's factor), and their noise was 0.4-0.8 % a size with nine; on a slow
-# day nine took a fresh clone's `make run` to 10 min 11 s (runs/run-20261128-030526: UDP rounds of 27
-# s, TCP's of 16), over the 10 minutes it must keep to.
+# figures, each over its case's factor), and their noise is 0.4-0.8 % a size with nine; on a slow
+# day nine take a `make run` past the 10 minutes it must keep to (UDP rounds of 27 s, TCP's of 16).
 TURNS_REPEATS = 7
 # With --turns a transport makes fewer rounds than asked where the capture's --deadline-seconds could
 # not hold another one beside what must follow: this transport's finish, and this many rounds of every
 # later transport (each as long as this one's median round) and its finish. Never fewer than this many
-# rounds either: Measured is their median, and its noise half their spread. Seven rounds on a slow day
-# took the capture to 348 s against a deadline of 327 (runs/run-20261128-055812: UDP rounds of 29 s,
-# TCP's of 15) and the fresh clone's `make run` to 9 min 6 s.
+# rounds either: Measured is their median, and its noise half their spread. On a slow day seven rounds
+# take the capture past a deadline of ~330 s (UDP rounds of 29 s, TCP's of 15).
 MIN_TURNS_ROUNDS = 4
 
 
@@ -192,8 +189,8 @@ def aslr_prefix(setting):
     sets the process's personality ADDR_NO_RANDOMIZE, which exec keeps, so every run of a build has
     the same code, stack and heap addresses; a case's untraced, user-only and traced runs are separate
     processes, so a layout's effect on the round trip would otherwise land, run by run, in Measured and
-    in the probe correction (session 17, `rpcscope bench-layout`: less spread between runs in two
-    tries of three, none while the host itself was bursty; collectors/README.md "Address layout").
+    in the probe correction (`rpcscope bench-layout`: less spread between runs with the host steady,
+    none while the host itself is bursty; collectors/README.md, step 3).
     on: the kernel's own policy (randomize_va_space)."""
     return ["setarch", "-R"] if setting == "off" else []
 
@@ -858,12 +855,12 @@ class Capture:
         uniformly slower or faster), so a single run cannot stand for the configuration. Why each round
         runs every kind once (untraced and traced; user-only too with --user-only-runs): this VM's speed
         switches between levels ~20-30 % apart that hold for seconds to minutes (a TCP case's untraced
-        rounds 25.4, 25.2, 25.3, 18.0, 18.1 us, session 13); a level touches the round trip, not a CPU-bound loop (session 14:
-        a fixed Python loop took 0.19 s in either level while the null call went from 22.0 to 26.5 us).
+        rounds 25.4, 25.2, 25.3, 18.0, 18.1 us); a level touches the round trip, not a CPU-bound loop (a
+        fixed Python loop takes 0.19 s in either level while the null call goes from 22.0 to 26.5 us).
         Why sweeps: the model fits each step's unit cost over the sizes of a transport, so every size
-        must be measured in the same level. When each case ran its rounds before the next case, a
-        switch between cases put sizes in different levels and no unit costs fitted both (UDP 1392 at
-        -25 % while its neighbours were within 1.4 %, runs/run-20261125-133149). A sweep of a
+        must be measured in the same level. Were each case to run its rounds before the next case, a
+        switch between cases would put sizes in different levels that no unit costs fit (one size off by
+        25 % while its neighbours lie within 1.4 %). A sweep of a
         transport's sizes takes ~10-15 s, so most sweeps lie in one level; the kept round is the one
         most other rounds agree with (choose_sweep), and up to MAX_EXTRA_ROUNDS more sweeps are made
         while fewer than SWEEP_SETTLE_ROUNDS agree (if none settles, each size keeps a whole round in
@@ -1297,9 +1294,9 @@ class Capture:
         """One run of the clock build that keeps every mark, after the case's rounds, whose marks
         keep_clock_marks keeps: the step tables' clock-read column. The rounds' clock runs keep a ring of
         the latest marks only (clock_env), for the probe effect's anchor: keeping every mark streams ~0.5
-        KB of stores a call into 32 MiB on each side, which cost TCP 24096 ~0.35 us more than TCP 0 on
-        session 31's host, and the anchor needs a clock build that pays for the bytes as the untraced
-        run does (analysis/MODEL.md, session 31). A run that fails is the case's clock_reads error, and
+        KB of stores a call into 32 MiB on each side, which costs TCP 24096 ~0.35 us more than TCP 0,
+        and the anchor needs a clock build that pays for the bytes as the untraced run does
+        (analysis/MODEL.md). A run that fails is the case's clock_reads error, and
         the capture goes on."""
         rdir = self.out / case["dir"] / "clock-marks"
         rdir.mkdir(parents=True, exist_ok=True)
@@ -1376,7 +1373,7 @@ class Capture:
         case["sleeps_per_call"] = {k: v[kept].get("sleeps") for k, v in runs.items()}
         # Every round's client summary, its histogram included: the rounds a case did not keep still
         # show which modes their calls fell in, which a level's p50s alone cannot tell from a switch
-        # of the host's speed level (analysis/MODEL.md, session 27).
+        # of the host's speed level (analysis/MODEL.md).
         (cdir / "rounds.json").write_text(json.dumps(
             {"format": ROUNDS_FORMAT, "kept_round": kept,
              "kinds": {k: [{"round": r, "rtt_ns": x["res"].get("rtt_ns"), "rtt_hist": x["res"].get("rtt_hist"),
@@ -1530,13 +1527,13 @@ def in_situ(p, kernel):
 def case_kinds(p, kernel):
     """The runs of each round of a case: untraced, the clock build (capture --clock-reads), user events
     only (capture --user-only-runs, with an in-situ calibration), traced. Why user-only runs are not made
-    by default (session 21): since session 20 the probe correction is solved from traced minus untraced
-    alone, and a user-only run only records what a user event costs with no kernel event recorded; it
-    took a third of every round, time that now goes to more rounds, so that more sizes have three or
-    more rounds in one speed level of the host. Why the clock build runs in every round (session 30),
-    not once after the rounds: its RTT then has a median in the kept round's speed level like the other
-    kinds, which anchors the probe effect. Those runs keep a ring of marks (session 31); the step tables'
-    marks come from one more run after the rounds (clock_marks_run)."""
+    by default: the probe correction is solved from traced minus untraced alone, and a user-only run
+    only records what a user event costs with no kernel event recorded; it would take a third of every
+    round, time that goes to more rounds instead, so that more sizes have three or more rounds in one
+    speed level of the host. Why the clock build runs in every round, not once after the rounds: its
+    RTT then has a median in the kept round's speed level like the other kinds, which anchors the
+    probe effect. Those runs keep a ring of marks; the step tables' marks come from one more run after
+    the rounds (clock_marks_run)."""
     ust = in_situ(p, kernel) and p.get("user_only_runs")
     return ("untraced", *(("clock",) if p.get("clock_reads") else ()), *(("ust",) if ust else ()), "traced")
 
@@ -1550,17 +1547,15 @@ SWEEP_AGREE_PCT = 3.0
 SWEEP_SETTLE_ROUNDS = 3
 MAX_EXTRA_ROUNDS = 6
 # ... and no more of one transport's extra sweeps than fit in this many seconds (each estimated as the
-# median sweep so far): where the rounds never settle, six extra sweeps of both transports took a fresh
-# clone's `make run` to 9 min 44 s of the 10 it must finish in (runs/run-20261127-183746: UDP's sweeps
-# 14-20 s, TCP's 9-11 s), and a slower host would pass it. 90 s (five extra UDP sweeps there, six TCP)
-# still took one to 9 min 51 s in session 33 (runs/run-20261127-222620: capture 410 s, the round-trip
-# path 76 s on a host that ran its CPUs up to 28 % slower); 60 s is four UDP sweeps, five TCP, and no
-# capture of sessions 32-33 that needed extra sweeps settled in them.
+# median sweep so far): where the rounds never settle, six extra sweeps of both transports take a
+# `make run` close to the 10 minutes it must finish in (UDP's sweeps 14-20 s, TCP's 9-11 s), and a
+# slower host passes it; 60 s is four UDP sweeps, five TCP, and a capture that needs more rarely
+# settles in them.
 EXTRA_SWEEP_SECONDS = 60.0
 # What one case's finish (finish_case: its kept traces moved, converted and counted, its clock-marks run)
 # is taken to cost when a --deadline-seconds sets aside time for the finishes still to come
-# (Capture.seconds_left): UDP's eight took 28 s and TCP's 14 s in runs/run-20261128-002129 (session 34,
-# a slow host); the larger figure, so that the estimate errs towards ending the extra sweeps early.
+# (Capture.seconds_left): UDP's eight take 28 s and TCP's 14 s on a slow host; the larger figure, so
+# that the estimate errs towards ending the extra sweeps early.
 FINISH_SECONDS_PER_CASE = 3.5
 
 
@@ -1621,8 +1616,8 @@ def straddle_pct(p50s, among=None):
     untraced; with user-only runs, user-only minus untraced and traced minus user-only: the probe
     effect, CPU work that a level of the host's speed barely moves) stray from their medians over the
     rounds, the largest, as % of the median untraced p50. A round whose kinds ran in different levels
-    strays by the jump between levels (session 17, runs/run-20261125-220603, UDP 1392, round 0: untraced 21.0 us in the faster level,
-    user-only and traced in the slower one; its user share 8.8 us against a median 5.0: 14 %).
+    strays by the jump between levels (an untraced run in the faster level, user-only and traced in the
+    slower one: a user share of 8.8 us against a median 5.0, 14 % of the RTT).
     p50s: {(case, kind): [p50 per round]} of one case; among: the rounds whose medians count (default
     every round)."""
     rounds = min(len(v) for v in p50s.values())
@@ -1642,11 +1637,11 @@ def fastest_round(p50s):
     kinds ran in one level of the host's speed (straddle_pct within SWEEP_AGREE_PCT; else the one that
     strays least), the one whose runs are together the fastest (least sum of ln p50 over the kinds),
     i.e. every kind in the host's faster level at once. Why: with the level changing inside every
-    sweep (session 14: every few seconds, runs/run-20261125-150026), the kept sweep's sizes straddled
-    levels and the model missed by 5-17 %; a level is the host's, so each size's fastest whole round
-    puts every size in the same one (the slower level's rounds spread more: sizes disagree about
-    which of them is "the" slow level). The least sum alone can come from one kind's fast run beside
-    slow ones (session 17: 14 % of the RTT off the others' probe effect), which no correction mends.
+    sweep (every few seconds), the kept sweep's sizes straddle levels and the model misses by 5-17 %;
+    a level is the host's, so each size's fastest whole round puts every size in the same one (the
+    slower level's rounds spread more: sizes disagree about which of them is "the" slow level). The
+    least sum alone can come from one kind's fast run beside slow ones (14 % of the RTT off the
+    others' probe effect), which no correction mends.
     p50s: {(case, kind): [p50 per round]} of one case."""
     rounds = min(len(v) for v in p50s.values())
     stray = straddle_pct(p50s)
@@ -1661,7 +1656,7 @@ def fastest_round(p50s):
 LEVEL_GAP = 0.10
 # A round whose probe effect strays from the others' by more than this (% of the RTT, straddle_pct) had
 # a kind in another level: a switch moves one kind's p50 by 20-30 %, while the probe effect of the two
-# levels differs by 3-5 % (UDP 8032, runs/run-20261126-012637).
+# levels differs by 3-5 % (UDP 8032).
 STRADDLE_LEVEL_PCT = 100 * LEVEL_GAP / 2
 
 
@@ -1675,12 +1670,11 @@ def run_levels(p50s, order=None):
     case by case in `order`, kind by kind; the faster level on a tie, and when no case and kind saw
     both levels).
 
-    Why (session 19): the host was fast for round 0 only in runs/run-20261126-030449 (UDP): 8032's
-    user-only runs and 24096's user-only and traced runs were slow in every round, so each was called
-    fast by its own fastest round, neither size had a whole round in the slower level, the faster level
-    won on a tie of five sizes each, and 8032 and 24096 fell back to slow rounds beside five fast sizes:
-    the model missed them by +19 and +14 %. p50s: {(case, kind): [p50 per round]}; order: its keys in
-    the order of one round (default: p50s')."""
+    Why: where the host is fast for one round only, a kind whose runs are slow in every round would be
+    called fast by its own fastest round; then a size can have no whole round in the slower level, the
+    faster level can win on a tie, and such sizes fall back to slow rounds beside fast sizes (the model
+    then misses them by +14 to +19 %). p50s: {(case, kind): [p50 per round]}; order: its keys in the
+    order of one round (default: p50s')."""
     order = list(order or ()) + [k for k in p50s if k not in (order or ())]
     levels = {k: [0 if x <= min(v) * (1 + LEVEL_GAP) else 1 for x in v] for k, v in p50s.items()}
     both = {k: lv for k, lv in levels.items() if any(lv)}
@@ -1709,15 +1703,13 @@ def level_rounds(p50s, cases):
     faster of equals; each case keeps, of its whole rounds in that level, the most central (the least
     sum over its kinds of |ln p50 - their median|), and a case with none there its fastest whole round
     (fastest_round). The probe effect guards against a round whose kinds ran in levels LEVEL_GAP
-    cannot tell apart (a host with three levels, runs/run-20261126-021208: UDP 16064's one "fast"
-    round had its user-only run 16 us faster than its untraced one), and the count of cases against a
-    level where one size has no whole round (-013349: UDP 24096 had none in the faster level, every
-    size one in the slower). Why not each size's fastest whole round alone (session 18,
-    runs/run-20261126-012637): the probe effect differs between levels (UDP 8032: traced minus
-    user-only 29.5 us in the faster level, 26.6 in the slower), so straddle_pct, measured against
-    the median over the rounds, refused 8032's three fast rounds when most of its
-    rounds were slow, and it kept a slow one beside seven sizes kept fast: the model missed 8032 by
-    +17.7 %. p50s: {(case, kind): [p50 per round]}; cases: the case ids."""
+    cannot tell apart (a host with three levels, where a "fast" round's user-only run can be 16 us
+    faster than its untraced one), and the count of cases against a level where one size has no
+    whole round. Why not each size's fastest whole round alone: the probe effect differs between
+    levels (UDP 8032: traced minus user-only 29.5 us in the faster level, 26.6 in the slower), so
+    straddle_pct, measured against the median over the rounds, refuses a size's fast rounds when most
+    of its rounds are slow, and it would keep a slow one beside sizes kept fast (the model then misses
+    that size by ~18 %). p50s: {(case, kind): [p50 per round]}; cases: the case ids."""
     levels = run_levels(p50s, [(c, k) for c in cases for k in KIND_ORDER if (c, k) in p50s])
     rounds = min(len(v) for v in p50s.values())
     by_case = {c: {k: v for k, v in p50s.items() if k[0] == c} for c in cases}
@@ -1747,10 +1739,10 @@ def settled_rounds(p50s, case, kept, agreeing):
     rounds' by more than STRADDLE_LEVEL_PCT (straddle_pct over every round): one of its kinds caught a
     burst the sweep's distance, an rms over every case, does not show. If the kept round is such a
     round, the most central of the others (the least sum over its kinds of |ln p50 - their median|).
-    Why (session 19, runs/run-20261126-033854, UDP 16064): the kept round's untraced run was 9 % slow
-    and 0.5 us slower than its user-only run, as was another agreeing round's, so Measured, the median
-    of three, was 9 % high and the model missed that size by +8.0 %. Replayed on the settled
-    transports in runs/: 58 of 624 cases drop a round, 5 change their kept one.
+    Why: a kept round's untraced run can be 9 % slow (slower than its user-only run), as another
+    agreeing round's, and then Measured, the median of three, is 9 % high and the model misses that
+    size by as much. About one case in ten drops a round this way, one in a hundred changes its kept
+    one.
     p50s: {(case, kind): [p50 per round]}."""
     mine = {k: v for k, v in p50s.items() if k[0] == case}
     stray = straddle_pct(mine)
@@ -1876,7 +1868,7 @@ def _kept_note(sweep):
                  "--deadline-seconds)")
     if sweep.get("kept_by_case"):
         how = (f"most central whole round in the host's {sweep['level']} level" if sweep.get("level")
-               else "fastest whole round")                   # captures before session 18: fastest_round
+               else "fastest whole round")                   # a record without "level": fastest_round
         note += (f"; each size's {how} kept instead (rounds " +
                  ", ".join(f"{c.split('-')[-1]}: {k}" for c, k in sweep["kept_by_case"].items()) + ")")
     return note
@@ -1920,7 +1912,7 @@ def sleeps_per_call(res, server_stats_path, ipis=None, calls=None, turn_waits=(0
     waited), which no tracing is needed to see. With ipis (ipi_delta over the client's run of `calls`
     calls, warm-up included): the interrupts per call each CPU got from the other, "client_ipi" and
     "server_ipi": a wake-up whose wakee had not yet left its CPU, or whose CPU was not polling, is sent
-    as an interrupt, which costs this VM ~12 us (session 24) where a polling CPU's costs about none.
+    as an interrupt, which costs this VM ~12 us where a polling CPU's costs about none.
     A traced server's count includes its tracer's threads (LTTng-UST's: ~0.03 a request here).
     turn_waits (--turns): (the client's waits for a turn while it measured, its turns): those are no
     part of a call, and each turn's gap costs the server at most one sleep more; both are taken off.

@@ -756,7 +756,7 @@ def analyze_rtp(path, progress=None, keep_rpcs=False, per_rpc=False, workers=Non
 def rtp_steps(path, transport=None, proc=None):
     """{size: {segment: {"step", "count", "median_ns", "frac", "typical_ns", "typical_corrected_ns",
     "typical_count", "band_to_median"}}} of every segment of the measured path, from an rtp.json (a
-    file, a run directory or its analysis/), for the model (analysis/model.py with_rtp).
+    file, a run directory or its analysis/).
     band_to_median: {"typical_ns": the case's median RTT over its typical band's mean RTT,
     "typical_corrected_ns": the same, probe-corrected}; 1.0 where not known."""
     p = pathlib.Path(path)

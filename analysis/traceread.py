@@ -710,8 +710,8 @@ def _read_trace(path, cache_dir, src, backend):
     Problems do not raise: a missing directory, discarded events or packets, and
     a stream that stops decoding (truncated, corrupt) are in .problems, and
     .partial says whether events are missing beyond what the tracer counted.
-    With cache_dir, the decoded columns are kept there (one directory of .npy
-    files per trace, memory-mapped on the next read) and reused while the trace's
+    With cache_dir, the decoded columns are kept there (one directory of raw
+    column files and meta.json per trace, memory-mapped on the next read) and reused while the trace's
     files are unchanged.  backend: "python" (bt2), "native" (build/analysis/ctfcols:
     its own CTF reader, libbabeltrace2 for traces that one refuses; when built) or
     "auto" (native when available). Each source names the reader that decoded it."""

@@ -24,7 +24,7 @@ PY := $(VENV)/bin/python
 
 WARN := -Wall -Wextra -Werror
 CFLAGS ?= -O2 -g
-BASE_CFLAGS := $(WARN) -std=gnu11 -D_GNU_SOURCE -pthread -Irpc -I$(GEN) -Istubs/runtime -Ibuild/stubs -fno-strict-aliasing
+BASE_CFLAGS := $(WARN) -std=gnu11 -D_GNU_SOURCE -pthread -Irpc -I$(GEN) -fno-strict-aliasing
 ifeq ($(TRACE),0)
 TRACE_CFLAGS := -DRPCS_TRACE_ENABLED=0
 TRACE_LIBS :=
@@ -41,24 +41,22 @@ endif
 ALL_CFLAGS := $(BASE_CFLAGS) $(TRACE_CFLAGS) $(CFLAGS)
 LDLIBS := -pthread $(TRACE_LIBS)
 
-# The reference RPC: one library, two programs.
-# The stub study's runtime and generated stubs (stubs/stubs.mk makes them), so
-# the RPC can serve and call its procedures through any stub variant.
-RPC_STUB_GEN := $(patsubst stubs/idl/%.idl,build/stubs/%_stubs.c,$(wildcard stubs/idl/*.idl)) build/stubs/stubreg.c
-RPC_STUB_SRCS := stubs/runtime/stubrt.c stubs/runtime/interp.c $(RPC_STUB_GEN)
-RPC_STUB_HDRS := stubs/runtime/stubrt.h stubs/runtime/interp.h $(RPC_STUB_GEN:.c=.h)
-RPC_STUB_OBJS := $(patsubst %.c,$(BUILD)/obj/stubs/%.o,$(notdir $(RPC_STUB_SRCS)))
-RPC_MODULES := util wire marshal procs xport reasm replycache server client bench stubcall wakecal clockmark cpuspeed turns
+# The reference RPC: one library (nothing of the stub study in it), four programs.
+RPC_MODULES := util wire marshal procs xport reasm replycache server client bench wakecal clockmark cpuspeed turns
 RPC_SRCS := $(addprefix rpc/,$(addsuffix .c,$(RPC_MODULES)))
-RPC_HDRS := $(wildcard rpc/*.h) $(GEN)/rpcscope_tp.h $(RPC_STUB_HDRS)
+RPC_HDRS := $(wildcard rpc/*.h) $(GEN)/rpcscope_tp.h
 RPC_OBJS := $(patsubst rpc/%.c,$(BUILD)/obj/%.o,$(RPC_SRCS))
 RPC_LIB := $(BUILD)/librpcs.a
 BINS := $(BUILD)/bin/rpc-server $(BUILD)/bin/rpc-client $(BUILD)/bin/rpc-wakecal $(BUILD)/bin/rpc-cpuspeed
 
-C_TESTS := test_wire test_frag test_marshal test_reasm test_clockmark test_clockring test_turns test_reasm_share
+C_TESTS := test_wire test_frag test_marshal test_reasm test_clockmark test_clockring test_turns test_reasm_share test_procs
 C_TEST_BINS := $(addprefix $(BUILD)/tests/,$(C_TESTS))
 
 GENERATED := $(GEN)/rpcscope_tp.h $(GEN)/rpcscope_tp.c tracepoints/catalog_gen.py
+
+# The stub study, and its procedures plugged into the RPC: RPC_PLUGIN_LIB, RPC_PLUGIN_CFLAGS
+# and RPC_PLUGIN_SRCS, which rpc-server, rpc-client and the PDU fuzz target link.
+include stubs/stubs.mk
 
 .PHONY: all generate bootstrap test test-c test-asan test-fuzz test-py run bench fuzz-long clean lint
 all: $(GENERATED) $(BINS) $(C_TEST_BINS)
@@ -80,21 +78,19 @@ $(BUILD)/obj/rpcscope_tp.o: $(GEN)/rpcscope_tp.c $(GEN)/rpcscope_tp.h
 	@mkdir -p $(@D)
 	$(CC) -O2 -g -fPIC -I$(GEN) -c -o $@ $<
 
-$(BUILD)/obj/stubs/%.o: stubs/runtime/%.c $(RPC_STUB_HDRS)
-	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -c -o $@ $<
-
-$(BUILD)/obj/stubs/%.o: build/stubs/%.c $(RPC_STUB_HDRS)
-	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -c -o $@ $<
-
-$(RPC_LIB): $(RPC_OBJS) $(RPC_STUB_OBJS) $(TP_OBJ)
+$(RPC_LIB): $(RPC_OBJS) $(TP_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/bin/rpc-%: rpc/%_main.c $(RPC_LIB) $(RPC_HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(RPC_LIB) $(LDLIBS)
+
+# rpc-server and rpc-client serve and call the stub study's procedures too.
+$(BUILD)/bin/rpc-server $(BUILD)/bin/rpc-client: $(BUILD)/bin/rpc-%: rpc/%_main.c $(RPC_PLUGIN_LIB) $(RPC_LIB) \
+    $(RPC_HDRS) $(RPC_PLUGIN_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(RPC_PLUGIN_CFLAGS) -o $@ $< $(RPC_PLUGIN_LIB) $(RPC_LIB) $(LDLIBS)
 
 $(BUILD)/tests/%: tests/c/%.c tests/c/check.h $(RPC_LIB) $(RPC_HDRS)
 	@mkdir -p $(@D)
@@ -106,9 +102,9 @@ ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-s
 FUZZ_DIR := build/fuzz
 FUZZ_SECONDS ?= 20
 
-$(ASAN_DIR)/%: tests/c/%.c tests/c/check.h $(RPC_SRCS) $(RPC_STUB_SRCS) $(RPC_HDRS)
+$(ASAN_DIR)/%: tests/c/%.c tests/c/check.h $(RPC_SRCS) $(RPC_HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) -DRPCS_TRACE_ENABLED=0 $(ASAN_FLAGS) -Itests/c -o $@ $< $(RPC_SRCS) $(RPC_STUB_SRCS) -pthread
+	$(CC) $(BASE_CFLAGS) -DRPCS_TRACE_ENABLED=0 $(ASAN_FLAGS) -Itests/c -o $@ $< $(RPC_SRCS) -pthread
 
 # rpcscope's own CTF reader (analysis/ctfread.c) on damaged traces; its seeds are made from the
 # test fixtures (tests/c/make_ctfread_seeds.py).
@@ -120,9 +116,10 @@ $(FUZZ_DIR)/ctfread_seeds/.made: tests/c/make_ctfread_seeds.py tests/python/fixt
 	$(PY) tests/c/make_ctfread_seeds.py $(@D)
 	@touch $@
 
-$(FUZZ_DIR)/fuzz_pdu: tests/c/fuzz_pdu.c $(RPC_SRCS) $(RPC_STUB_SRCS) $(RPC_HDRS)
+$(FUZZ_DIR)/fuzz_pdu: tests/c/fuzz_pdu.c $(RPC_SRCS) $(RPC_PLUGIN_SRCS) $(RPC_HDRS) $(RPC_PLUGIN_HDRS)
 	@mkdir -p $(@D)
-	clang $(BASE_CFLAGS) -DRPCS_TRACE_ENABLED=0 -O1 -g -fsanitize=fuzzer,address,undefined -o $@ tests/c/fuzz_pdu.c $(RPC_SRCS) $(RPC_STUB_SRCS) -pthread
+	clang $(BASE_CFLAGS) $(RPC_PLUGIN_CFLAGS) -DRPCS_TRACE_ENABLED=0 -O1 -g -fsanitize=fuzzer,address,undefined -o $@ \
+	    tests/c/fuzz_pdu.c $(RPC_SRCS) $(RPC_PLUGIN_SRCS) -pthread
 
 # ---------------------------------------------------------------- bootstrap, tests, jobs
 $(VENV_STAMP): pyproject.toml scripts/bootstrap.sh
@@ -213,5 +210,4 @@ fuzz-long: $(FUZZ_DIR)/fuzz_pdu $(FUZZ_DIR)/fuzz_ctfread $(FUZZ_DIR)/ctfread_see
 clean:
 	rm -rf build tracepoints/catalog_gen.py
 
-include stubs/stubs.mk
 include analysis/analysis.mk

@@ -1,1 +1,1 @@
-"""rpcscope.collectors: see collectors/README.md (filled in by its issue)."""
+"""rpcscope.collectors: `rpcscope capture`, the kernel collectors and the run directory (collectors/README.md)."""

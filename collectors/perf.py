@@ -38,7 +38,7 @@ NET_RX_SOFTIRQ = 3
 # the probe correction that takes that length off again is the model's largest error term. These add
 # 9 kernel events to a UDP null call (29 -> 38 a call, 15 -> 24 on its path) and say nothing the
 # analysis needs: the path goes from the sender's hand-off to the receiver's netif_receive_skb of the
-# same skb either way (session 22, collectors/README.md).
+# same skb either way (collectors/README.md, "The event set").
 FULL_ONLY_EVENTS = ("net:net_dev_start_xmit", "sched:sched_wakeup")
 KERNEL_EVENT_SETS = ("lean", "full")
 # perf ring buffer per CPU, in pages: 16 MiB, so that a burst of ~150,000 events

@@ -32,12 +32,11 @@ DCE_SIZES = (0, 1392, 4016, 8032, 16064, 24096)    # the DCE study's Table 2 and
 HOLDOUT_SIZES = (1389, 5000, 10000, 30000, 50000)
 RUN_CALLS = 5000                                   # measured calls per size and run (below, --calls)
 # `make run` must finish in 10 minutes from a bootstrapped clone; make's own part (a venv and three
-# builds in a fresh clone) took 56-70 s in session 34, so this command keeps to 8 minutes: the capture's
+# builds in a fresh clone) takes about 1 minute, so this command keeps to 8 minutes: the capture's
 # extra sweeps stop where another would not leave AFTER_CAPTURE_SECONDS for the stages after it.
 RUN_MAX_SECONDS = 480
-# The stages after the capture (analyze, rtp, model, report, testbed down) took 83 and 93 s of fresh
-# clones' runs on session 34's slow host (runs/run-20261127-235429: analyze 15 s, round-trip path 67 s;
-# -002129: 12 and 80 s).
+# The stages after the capture (analyze, rtp, model, report, testbed down) take about 80-95 s on a
+# slow host (analyze 12-15 s, the round-trip path 67-80 s).
 AFTER_CAPTURE_SECONDS = 120
 
 EPILOG = """examples:
@@ -173,13 +172,13 @@ def cmd_run(args):
               f"{MIN_TURNS_ROUNDS}, give way to the limit, and the rest took longer on this host (see the "
               "capture's time: line); give fewer --repeats or --calls, or a larger limit")
     if result.get("corrected_vs_untraced"):
-        print("\nProbe effect removed (issue 5: corrected traced p50 within 5 % of the untraced p50). noise: half the "
+        print("\nProbe effect removed (goal: corrected traced p50 within 5 % of the untraced p50). noise: half the "
               "spread of the case's traced rounds' p50s in the kept round's speed level, as % of the untraced p50 "
               "(how far one traced run moves)")
         print("sleeps, ipis: how often the client/server blocked per call in the kept round's runs, and the "
               "interrupts per call their CPUs got; same_path NO: the untraced run blocked in other waits than the "
-              "traced one or was woken otherwise, a path no step cost of the traced run follows (the model's other-path "
-              "rows count those wake-ups at the wake-up calibration's costs)")
+              "traced one or was woken otherwise, a path no step cost of the traced run follows (the model's fit "
+              "describes the traced path)")
         table(result["corrected_vs_untraced"], ["case", "traced_p50_us", "corrected_p50_us", "untraced_p50_us",
                                                 "corrected_%", "noise_%", "within_5%", "sleeps_untraced",
                                                 "sleeps_traced", "ipis_untraced", "ipis_traced", "same_path"])
@@ -274,9 +273,9 @@ def register(subparsers):
     ap.add_argument("--transport", default="udp,tcp", help="udp, tcp or udp,tcp (default udp,tcp)")
     ap.add_argument("--proc", default="maxarg", help="procedure (default maxarg: the DCE study's MAXARG)")
     # 5000, not the capture's 2000: one run's p50 moves less from the next identical run's the longer it
-    # lasts (untraced, fresh processes, alternating, 12 runs each, session 19: the spread of p50s 0.97 ->
-    # 0.80 % at 0 bytes, 1.18 -> 0.54 % at 8032, 0.84 -> 0.24 % at 24096 from 2000 to 8000 calls), and
-    # the model's goals are that tight. It costs the capture 2-3 s a sweep of the sizes per 1000 calls.
+    # lasts (untraced, fresh processes, alternating, 12 runs each: the spread of p50s falls from about
+    # 1 % to 0.8 % at 0 bytes, 1.2 % to 0.5 % at 8032 and 0.8 % to 0.2 % at 24096 from 2000 to 8000
+    # calls), and the model's goals are that tight. It costs the capture 2-3 s a sweep of the sizes per 1000 calls.
     ap.add_argument("--calls", type=int, default=RUN_CALLS, help=f"measured calls per size (default {RUN_CALLS})")
     ap.add_argument("--warmup", type=int, default=200, help="warm-up calls per size (default 200)")
     ap.add_argument("--repeats", type=int, default=None,
@@ -302,12 +301,11 @@ def register(subparsers):
                          "transmit, sched_wakeup and the bridge's side of each veth pair (collectors/README.md)")
     ap.add_argument("--no-clock-reads", action="store_true",
                     help="skip the clock build's run in each round of each size (capture --clock-reads, ~50 s "
-                         "a capture): the probe effect is then not anchored on it (analysis/MODEL.md, session 30) "
-                         "and the step tables have no clock-read column")
+                         "a capture): the step tables then have no clock-read column")
     ap.add_argument("--turns", choices=("on", "off"), default="on",
                     help="on (default): every size and kind of a round runs at once, taking turns of 20 calls "
                          "(capture --turns), so that Measured, the traced runs and every size share the host's "
-                         "moments; off: one after the other, in sweeps (the runs before session 35)")
+                         "moments; off: one after the other, in sweeps")
     ap.add_argument("--link-rate", metavar="RATE", help="shape the testbed's link (testbed up --link-rate), e.g. "
                     "10mbit; default: the link of a testbed that is up, else none")
     ap.add_argument("--mtu", type=int, metavar="BYTES", help="the link's MTU (testbed up --mtu; default as --link-rate)")

@@ -5,7 +5,7 @@ other, as the capture's kinds do, and when they take turns in slices of a few mi
 Two server and client pairs, A and B, run on the local testbed with the capture's placement (clients
 on the client's CPU, servers on the server's) and idle policy (poll). A is untraced; B is alike in
 every way but its port, or of the clock build (--b-build clock: then the pair measures what the clock
-build's marks cost, the term that anchors the probe effect, analysis/MODEL.md session 30). Each round
+build's marks cost, the term that anchors the probe effect, analysis/MODEL.md). Each round
 runs A then B for --seconds each ("one after the other"), and A and B taking turns every --slice-ms
 until each has had about --seconds of calls ("taking turns"). Per way, the spread of
 100 ln(p50 A / p50 B) over the rounds says how much of the host's noise the two runs share: 0 where
@@ -31,10 +31,9 @@ EPILOG = """examples:
   rpcscope bench-interleave --rounds 12 --json
   rpcscope bench-interleave --b-build clock         B of the clock build (make TRACE=clock): its marks' cost
 
-On session 34's host (`rpcscope bench-interleave`, the defaults): the ln ratio's standard deviation
-was 7.27 % one after the other and 0.33 % taking turns, 22 times less, while A's p50s ranged over
-37-55 us. Over loopback (a script before this command, 12 rounds): 7.8 % and 1.15 % with 10 ms
-turns, 4.7 % and 0.60 % with 2 ms turns.
+On a busy host (`rpcscope bench-interleave`, the defaults): the ln ratio's standard deviation was
+7.27 % one after the other and 0.33 % taking turns, 22 times less, while A's p50s ranged over 37-55
+us. Over loopback (12 rounds): 7.8 % and 1.15 % with 10 ms turns, 4.7 % and 0.60 % with 2 ms turns.
 """
 
 PORT = 7392                        # beside bench-layout's (7390), below the capture's (7300 + ...)

@@ -115,7 +115,7 @@ def run_playbook(playbook, inventory, extra_vars=None, limit=None, check=False, 
         log = stack.enter_context(open(log_path, "w"))
         # Unless the playbook ended by itself: a stop (Ctrl-C, SIGTERM, the timeout) can land before the
         # playbook is known here (inside Popen), and its forked workers outlive a kill of the playbook,
-        # writing on into local_tmp while it was removed (1 in ~8 SIGTERM tests, session 27). So every
+        # writing on into local_tmp while it is removed (about one stop in eight). So every
         # process still running with this directory goes before the directory does (callbacks run first).
         stack.callback(lambda: ended or _kill_processes_with_env("ANSIBLE_LOCAL_TEMP", local_tmp))
         env["ANSIBLE_LOCAL_TEMP"] = local_tmp

@@ -131,6 +131,8 @@ def cmd_analyze(args):
 def _partial_why(res):
     skipped = res.get("skipped_cases") or []
     why = "the capture was interrupted" if res.get("interrupted") else "the capture did not finish every case"
+    if res.get("capture_note"):
+        why = res["capture_note"]
     return (f"{why}; {len(skipped)} case(s) left out ({', '.join(skipped[:6])}{' ...' if len(skipped) > 6 else ''}); "
             f"the figures are those of the {len(res.get('rtt') or [])} finished case(s)")
 

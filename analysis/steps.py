@@ -17,6 +17,7 @@ rtp.py probe_split).
 """
 import csv
 import json
+import os
 
 import numpy as np
 
@@ -337,6 +338,7 @@ def analyze(run_path, progress=None, write=True, kernel=True, workers=None):
     result["trace_problems"] = [n.as_dict() for n in trace_notes(run, rtts, kernel)]
     result["interrupted"] = bool(run.manifest.get("interrupted"))
     result["partial"] = result["interrupted"] or bool(result["skipped_cases"])
+    result["capture_note"] = capture_note(run)
     if write:
         run.out_dir.mkdir(parents=True, exist_ok=True)
         with open(run.out_dir / "steps.csv", "w", newline="") as f:
@@ -361,7 +363,28 @@ def analyze(run_path, progress=None, write=True, kernel=True, workers=None):
     return result
 
 
+def capture_note(run):
+    """What the run's capture-state.json (collectors/leftovers.py: present while its capture runs, and
+    after one was killed) says of the capture, or None."""
+    try:
+        pid = int(json.loads((run.path / "capture-state.json").read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        os.kill(pid, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    except PermissionError:
+        alive = True
+    return (f"its capture (pid {pid}) is still running: analyse the run once it has ended" if alive else
+            f"its capture (pid {pid}) was killed: the next capture or `rpcscope testbed down` removes what it left")
+
+
 def _no_case_message(run):
+    note = capture_note(run)
+    if note:
+        return f"{run.path}: no case finished yet; {note}"
     mf = run.path / "manifest.json"
     if not run.cases:
         return (f"{mf} lists no case: the capture was interrupted before its first case"

@@ -25,10 +25,12 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import time
 
 from rpcscope import ROOT
+from rpcscope.output import UserError
 
 from . import lttng
 
@@ -184,9 +186,23 @@ def _remove_instance(name, removed):
     removed.append(f"tracefs instance {name}: could not remove it (`rmdir {path}`)")
 
 
+def _session_names():
+    """The session daemon's sessions; none where lttng is not installed or does not answer."""
+    if not shutil.which("lttng"):
+        return []
+    try:
+        return [n for n in lttng.session_names() if n]
+    except UserError:
+        return []
+
+
 def _destroy_session(name, removed):
-    p = lttng.run_lttng(["destroy", name], check=False)
-    removed.append(f"lttng session {name}" + ("" if p.returncode == 0 else f": destroy failed ({p.stderr.strip()[-120:]})"))
+    try:
+        p = lttng.run_lttng(["destroy", name], check=False)
+        why = "" if p.returncode == 0 else f": destroy failed ({p.stderr.strip()[-120:]})"
+    except UserError as e:
+        why = f": destroy failed ({e})"
+    removed.append(f"lttng session {name}{why}")
 
 
 def _our_server(pid, live_pids):
@@ -247,7 +263,7 @@ def clean(exclude_pid=None):
         who = f"capture pid {st['pid']} ({st.get('run')})"
         for p in st.get("processes") or []:
             _kill(p.get("pid"), p.get("start"), f"{p.get('name', 'process')} of the killed {who}", removed)
-        present = set(lttng.session_names()) if st.get("lttng_sessions") else set()
+        present = set(_session_names()) if st.get("lttng_sessions") else set()
         for n in st.get("lttng_sessions") or []:
             if n in present:
                 _destroy_session(n, removed)
@@ -272,7 +288,7 @@ def clean(exclude_pid=None):
     # creates it, so every live session listed here is in the records read after.
     # An unrecorded session is only taken for a leftover while no other capture runs at all (one
     # started by code that kept no record would otherwise lose its sessions).
-    names = [n for n in lttng.session_names() if n and n.startswith(SESSION_PREFIX)]
+    names = [n for n in _session_names() if n.startswith(SESSION_PREFIX)]
     live_sessions |= {n for st in _states()[0] for n in st.get("lttng_sessions") or []}
     others = _capture_processes(live_pids)
     for n in names:

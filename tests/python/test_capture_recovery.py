@@ -90,9 +90,9 @@ def _recording(run_dir):
 
 
 def _start_long_capture(out):
-    # A long run (200000 calls) to be killed in the middle; the ftrace collector: a tracefs instance per
-    # traced run. --ready-file paths of its servers lie under out (run_dir/cases/...): absolute here.
-    return subprocess.Popen(RPCSCOPE + ["capture", "--sizes", "0", "--calls", "200000", "--warmup", "10", "--repeats",
+    # Runs of 60000 calls (seconds each), killed in the middle; the ftrace collector: a tracefs instance
+    # per traced run. Its servers' --ready-file paths lie under out (absolute here).
+    return subprocess.Popen(RPCSCOPE + ["capture", "--sizes", "0", "--calls", "60000", "--warmup", "10", "--repeats",
                                         "1", "--kernel", "ftrace", "--calibration", "none",
                                         "--extra-sweep-seconds", "0", "--out", str(out)],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

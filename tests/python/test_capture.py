@@ -173,7 +173,7 @@ def test_bench_interleave_runs_both_ways_and_leaves_nothing(testbed):
     for w in r["ways"]:
         assert len(w["p50_ns"]) == 2 and all(a > 0 and b > 0 for a, b in w["p50_ns"]), w
         assert (w["ln_ratio_mean_%"], w["ln_ratio_sd_%"], w["ln_ratio_spread_%"]) == pair_spread(w["p50_ns"])
-    # B of the clock build: its marks' cost beside A, the probe effect's anchor (MODEL.md, session 30).
+    # B of the clock build: its marks' cost beside A, the probe effect's anchor (analysis/MODEL.md).
     p = rpcscope("bench-interleave", "--rounds", "2", "--seconds", "0.2", "--b-build", "clock", "--json", timeout=300)
     r = json.loads(p.stdout)
     assert r["b_build"] == "clock" and all(len(w["p50_ns"]) == 2 for w in r["ways"])

@@ -1,4 +1,4 @@
-"""The CPU speed check (session 33): rpc-cpuspeed (rpc/cpuspeed.h) run for real, the capture's summary of
+"""The CPU speed check: rpc-cpuspeed (rpc/cpuspeed.h) run for real, the capture's summary of
 its JSON (collectors/capture.py cpu_speed_summary), the lost shares over a capture's checks
 (analysis/cpuspeed.py) on hand-made checks with known answers, and the goals' verdict that cites them."""
 import json

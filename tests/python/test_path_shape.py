@@ -79,7 +79,7 @@ def test_a_run_woken_by_interrupts_took_another_path(tmp_path):
 
 
 def test_interrupts_only_the_traced_run_took_are_another_path_too():
-    """runs/run-20261127-001500, UDP 0: the traced run's CPUs got 0.24 and 0.21 IPIs a call, the untraced
+    """A captured UDP 0 case: the traced run's CPUs got 0.24 and 0.21 IPIs a call, the untraced
     run's none, the sleeps alike. They landed on the traced path (its typical S2, the server's wake-up,
     5.3 us against 2.7-2.8 elsewhere), so the traced run took another path, and sleeps count either way."""
     from rpcscope.analysis.run import other_path_counts
@@ -104,7 +104,7 @@ def _hist(counts, from_ns=20000, bin_ns=100, above=0):
 
 def test_modes_of_a_real_three_mode_untraced_run():
     """TCP 4016 in the faster level: the reply's wake-up raced the client's switch-out in 38 % of the
-    calls (+10.5 us), and another 39 % took 2 us more than the fastest (session 27); the p50 is in the
+    calls (+10.5 us), and another 39 % took 2 us more than the fastest; the p50 is in the
     second mode, which is why the traced path's RTT, the first mode's, missed it by 13 %."""
     res = json.loads((FIXTURES / "client-untraced-tcp-4016-three-modes.json").read_text())
     got = histogram_modes(res["rtt_hist"], res["rtt_ns"]["p50"])

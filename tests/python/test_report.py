@@ -110,8 +110,8 @@ def test_report_names_the_cases_whose_untraced_run_took_another_path(run, tmp_pa
 
 
 def test_report_draws_the_clients_histogram_of_every_call(run, tmp_path, capsys):
-    """Where the client recorded rtt_hist (rpc-client --json since session 27; the fixture predates
-    it, so a two-mode one is written in as a client records it), the CDF follows its bins and a
+    """Where the client recorded rtt_hist (rpc-client --json; the fixture has none, so a two-mode
+    one is written in as a client records it), the CDF follows its bins and a
     histogram figure shows both modes, with the calls beyond its range counted in the legend."""
     from rpcscope.reports import report as R, svg
     d = tmp_path / "run"

@@ -106,7 +106,7 @@ def test_after_interrupt_cost_against_the_sweeps_point():
              "after_calm_p50_ns": 4880, "plain_p50_ns": 4860}
     cost, why = after_interrupt_us(after)
     assert cost == pytest.approx(0.85) and "sweep's point at 1000 ns" in why and "took none: +0.02 us" in why
-    # the server CPU of runs/run-20261127-092142: the pairs behind race iterations that did not race are no
+    # a captured server CPU's figures: the pairs behind race iterations that did not race are no
     # calm control (8.45 us against the sweep's 4.67); the cost is set against the sweep's point
     real = {"offset_ns": 1000, "after_raced": 371, "after_raced_p50_ns": 5498, "after_calm": 128,
             "after_calm_p50_ns": 8452, "plain_p50_ns": 4666}

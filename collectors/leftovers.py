@@ -96,6 +96,8 @@ class CaptureState:
     def add(self, kind, value):
         if kind == "processes":
             value = {"pid": value[0], "start": start_time(value[0]), "name": value[1]}
+            # Those that ended on their own (a client after its calls) are dropped as the list grows.
+            self.data[kind] = [x for x in self.data[kind] if same_process(x["pid"], x["start"])]
         self.data[kind].append(value)
         self._save()
 

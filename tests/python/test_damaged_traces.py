@@ -196,3 +196,47 @@ def test_a_partly_interrupted_capture_is_analysed_and_marked_partial(tmp_path):
     assert f"{INTACT}: run/manifest.json: the capture did not finish this case" in p.stdout, p.stdout
     res = json.loads((run / "analysis" / "steps.json").read_text())
     assert res["partial"] and res["interrupted"] and [d["rpcs"] for d in res["rtt"]] == [20]
+
+
+# Metadata edits of the fixture's user trace: (text, its replacement). rpcscope's own CTF reader (ctfread,
+# build/analysis/ctfcols) must refuse every edit babeltrace2 refuses, and read those it reads.
+METADATA_EDITS = [
+    ("precision = 0;", "precision = 0 garbage;"), ("precision = 0;", "precision = 0; foo = bar baz;"),
+    ("precision = 0;", "precision = zero;"), ("precision = 0;", "precision = 0; foo = 1;"),
+    ("freq = 1000000000;", "freq = 1000000000 1;"), ("offset_s = 1795301139;", "offset_s = 17953 01139;"),
+    ("offset_s = 1795301139;", "offset_s = abc;"), ("offset = 38335701;", "offset = 38335701x;"),
+    ("absolute = true;", "absolute = maybe;"), ('uuid = "6edd73ef', 'uuid = "zzdd73ef'),
+    ("name = monotonic;", "name = mono tonic;"),
+    ("size = 64; align = 8; } stream_id", "size = 6 4; align = 8; } stream_id"),
+    ("size = 64; align = 8; } stream_id", "size = 64; align = 8 8; } stream_id"),
+    ("size = 64; align = 8; } stream_id", "size = 64; align = 8; signed = perhaps; } stream_id"),
+    ("size = 64; align = 8; } stream_id", "size = 64; align = 8; base = q; } stream_id"),
+    ("size = 64; align = 8; } stream_id", "size = 64; align = 8; encoding = EBCDIC; } stream_id"),
+    ("size = 64; align = 8; } stream_id", "size = 64; align = 8; foo = 3; } stream_id"),
+    ('domain = "ust";', 'domain = "ust" "x";'), ("major = 1;", "major = 2;"), ("minor = 8;", "minor = 9;"),
+    ("id = 0;\n\tpacket.context", "id = 0 0;\n\tpacket.context"), ("env {", "env { x = 1 2;"),
+    ("env {", "env { x = a.b;"), ("trace {", "trace { foo = 1;"),
+]
+
+
+@pytest.mark.skipif(not (HERE.parents[1] / "build" / "analysis" / "ctfcols").is_file(),
+                    reason="needs the native extractor (make analysis)")
+def test_ctfread_refuses_the_metadata_babeltrace2_refuses(tmp_path):
+    ctfcols = HERE.parents[1] / "build" / "analysis" / "ctfcols"
+    src = _ust(FIXTURE)
+    disagree = []
+    for k, (old, new) in enumerate(METADATA_EDITS):
+        d = tmp_path / f"t{k}"
+        shutil.copytree(src, d)
+        _replace(d / "metadata", old, new)
+        bt = subprocess.run(["babeltrace2", str(d)], capture_output=True, timeout=60).returncode
+        out = tmp_path / f"o{k}"
+        out.mkdir()
+        subprocess.run([str(ctfcols), str(out), str(d)], capture_output=True, timeout=60)
+        meta = json.loads((out / "meta.json").read_text())
+        if (bt == 0) != (meta["reader"] == "ctfread"):
+            disagree.append((new, bt, meta["reader"], meta.get("ctfread_refused")))
+        elif bt != 0:
+            assert meta["ctfread_refused"] and "metadata" in meta["ctfread_refused"] or \
+                "unsupported" in meta["ctfread_refused"], meta
+    assert not disagree, disagree

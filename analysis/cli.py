@@ -138,7 +138,7 @@ def _partial_why(res):
 
 
 def _pivot(rows, cols):
-    w = [max(len(c), *(len(str(r[c])) for r in rows)) for c in cols]
+    w = [max([len(c)] + [len(str(r[c])) for r in rows]) for c in cols]
     print("  ".join(c.ljust(x) if i < 2 else c.rjust(x) for i, (c, x) in enumerate(zip(cols, w))))
     print("  ".join("-" * x for x in w))
     for r in rows:

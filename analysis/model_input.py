@@ -110,7 +110,7 @@ def observations(run_dir, transport, proc=None):
         "measured": "median over the capture's rounds of each size's untraced p50 RTT (manifest.json)",
         "class_times": "probe-corrected typical-call path segments (analysis/rtp.json), charged to units by "
                        "tracepoints/steps.toml",
-        "probe_correction": (rtp.get("probe") or "the per-event costs rpcscope rtp charged to the path's events"),
+        "probe_correction": _probe_source(run, transport),
         "link": "manifest.json testbed.link",
     }
     if unknown:
@@ -119,6 +119,18 @@ def observations(run_dir, transport, proc=None):
     if no_path:
         inputs["sizes_without_path"] = sorted(no_path)
     return Observations(transport, proc, run_link(man), sizes, str(run), inputs)
+
+
+def _probe_source(run, transport):
+    """How the path's events were priced (analysis/probe.json), in words."""
+    try:
+        t = (json.loads((run / "analysis" / "probe.json").read_text()).get("transports") or {}).get(transport) or {}
+    except (OSError, ValueError, AttributeError):
+        t = {}
+    if not t:
+        return "no in-situ probe calibration: the loopback calibration's per-event costs"
+    return (f"{t.get('source', 'in-situ')}: user event {t.get('ust_event_ns')} ns, kernel events "
+            f"{t.get('kernel_event_ns')} ns (analysis/probe.json)")
 
 
 def has_path(obs, size):

@@ -443,7 +443,6 @@ def analyze_case(case, progress=None, sample=None, detail=True):
     role_cpu = {h.get("role"): int(h["cpus"][0]) for h in case.run.hosts.values() if h.get("cpus")}
     res["probe_costs"] = rpcs.probe_costs_available
     res["probe_calibration"] = case.calibration("client").get("source", "loopback") if res["probe_costs"] else None
-    res["probe_anchor"] = case_costs(case.run, case.id).get("clock_anchor")
     if sample is None or sample >= len(rpcs):
         walk_rpcs = range(len(rpcs))
     else:
@@ -689,7 +688,6 @@ def aggregate(res):
             "path_events_median": {k: float(np.median([p["path_events"][i] for p in per])) if n else None
                                    for i, k in enumerate(("ust", "kernel_net", "kernel_other"))},
             "probe_calibration": res.get("probe_calibration"),
-            "probe_anchor": res.get("probe_anchor"),
             "probe_split": split,
             "untraced_p50_ns": res.get("untraced_p50_ns"),
             "typical": {"band": f"the {TYPICAL_SHARE:.0%} of RPCs nearest the median corrected RTT", "rpcs": nb,
@@ -751,38 +749,3 @@ def analyze_rtp(path, progress=None, keep_rpcs=False, per_rpc=False, workers=Non
     if keep_rpcs:
         out["_kept"] = kept
     return out
-
-
-def rtp_steps(path, transport=None, proc=None):
-    """{size: {segment: {"step", "count", "median_ns", "frac", "typical_ns", "typical_corrected_ns",
-    "typical_count", "band_to_median"}}} of every segment of the measured path, from an rtp.json (a
-    file, a run directory or its analysis/).
-    band_to_median: {"typical_ns": the case's median RTT over its typical band's mean RTT,
-    "typical_corrected_ns": the same, probe-corrected}; 1.0 where not known."""
-    p = pathlib.Path(path)
-    for cand in (p, p / "rtp.json", p / "analysis" / "rtp.json", p.parent / "rtp.json"):
-        if cand.is_file() and cand.name == "rtp.json":
-            p = cand
-            break
-    else:
-        return None
-    d = json.loads(p.read_text())
-    out = {}
-    for c in d.get("cases", []):
-        if (transport and c["transport"] != transport) or (proc and c["proc"] != proc):
-            continue
-        band = c.get("typical") or {}
-        to_median = {"typical_ns": _ratio(c.get("rtt_median_ns"), band.get("rtt_mean_ns")),
-                     "typical_corrected_ns": _ratio(c.get("rtt_corrected_median_ns"), band.get("corrected_rtt_mean_ns"))}
-        out[int(c["size"])] = {r["segment"]: {"step": r["step"], "count": r["count_median"],
-                                              "median_ns": r["median_ns"], "frac": r["on_path_frac"],
-                                              "typical_ns": r.get("typical_ns"),
-                                              "typical_corrected_ns": r.get("typical_corrected_ns"),
-                                              "typical_count": r.get("typical_count"),
-                                              "band_to_median": to_median}
-                               for r in c["path"]}
-    return out
-
-
-def _ratio(a, b):
-    return a / b if a and b else 1.0

@@ -135,15 +135,6 @@ def cmd_rtp(args):
             print(f"  {cid}: " + "; ".join(
                 f"{k} event {v['event_ns']:.0f} ns, {v['direct_ns']:.0f} in place ({v['direct_from']})" if v else
                 f"{k} events charged in place" for k, v in sp.items()))
-    anchors = [(c["case"], c.get("probe_anchor")) for c in cases if c.get("probe_anchor")]
-    if anchors:
-        print("\nprobe effect anchored on the clock build (traced minus clock-build p50, plus the clock reads' "
-              "cost per mark from the other cases; probe.json cases.*.clock_anchor):")
-        for cid, a in anchors:
-            print(f"  {cid}: " + (f"{a['probe_effect_ns'] / 1000:.2f} us = {a['traced_minus_clock_ns'] / 1000:.2f} + "
-                                  f"{a['marks_on_path']:.0f} marks x {a['clock_read_ns_per_mark']:.1f} ns; the other "
-                                  f"cases' costs gave {a['unanchored_ns'] / 1000:.2f} (x {a['scale']:.3f})"
-                                  if a.get("anchored") else f"not anchored: {a['why']}"))
     if cases and not all(c.get("probe_costs") for c in cases):
         print("no probe calibration in the manifest: corrected = traced (capture with --calibration quick|full)")
     print("\noverlapped steps: median slack us (min) -- how much the step could grow before joining the path")

@@ -184,9 +184,7 @@ def rtt_summary(rpcs, split):
         # effect to the events on the path, so that without them the corrected RTT comes out short.
         edges = call_edges_ns(case.meta, row.dur[m].tolist()) or 0.0
         corrected = traced + (edges - path_ns) / 1000
-        anchored = probe_mod.case_costs(case.run, case.id).get("clock_anchor") or {}
-        corrected_by = ("round-trip path (in-situ costs of the other cases" +
-                        (", anchored on its clock build" if anchored.get("anchored") else "") + ") and the call's edges")
+        corrected_by = "round-trip path (its events at the transport's per-event prices) and the call's edges"
     else:
         corrected = float(np.median(row.corrected[m])) / 1000 if m.any() else None
         corrected_by = "events on the client's CPU outside its waits (loopback costs)"

@@ -161,14 +161,9 @@ class RunData:
         if run and (m.get("calibration_in_situ") or {}).get("method") == "per case":
             probe = run.probe
             models = "".join(f"; {t}: {v.get('method')}" for t, v in (probe.get("transports") or {}).items())
-            anchored = sorted(cid for cid, c in (probe.get("cases") or {}).items()
-                              if (c.get("clock_anchor") or {}).get("anchored"))
-            add("in-situ probe calibration", "per case: each case corrected with the costs of a user and a kernel event on its path "
-                "solved from the other cases' probe effects (traced minus untraced p50) of its transport "
-                "(analysis/probe.json)" + models + (
-                    f"; anchored on the clock build at {len(anchored)} case(s): their path's events add up to "
-                    "the traced minus the clock build's p50 plus the clock reads' cost (probe.json "
-                    "cases.*.clock_anchor)" if anchored else ""),
+            add("in-situ probe calibration", "per transport: every case's path events charged at the costs of a user "
+                "and a kernel event solved from the fitted cases' probe effects (traced minus untraced p50) "
+                "(analysis/probe.json)" + models,
                 "manifest.json calibration_in_situ.method, cases[].untraced, cases[].traced; analysis/probe.json transports.*.method")
         elif ins:
             add("in-situ probe calibration", "; ".join(

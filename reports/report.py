@@ -102,9 +102,7 @@ CLOCK_CHECK_NOTE = (
     "input runs inside the sender's sendmsg; the client's wait holds the server's whole call), whose probes the "
     "step tables charge to the CPU they ran on, not to the span: there the difference is the step tables' "
     "charging, not the model's (which walks the round-trip path). RTT: the path's corrected RTT "
-    "(rtp.json) against the clock build's c1_begin..c21_end, which holds ~45 reads. Where a case's probe "
-    "effect is anchored on its clock runs (probe.json cases.*.clock_anchor), its corrected RTT is the clock "
-    "build's less its reads by construction, and the RTT row checks the kept round against the level.")
+    "(rtp.json) against the clock build's c1_begin..c21_end, which holds ~45 reads.")
 
 
 def clock_check_tables(steps, rtp=None):
@@ -429,8 +427,6 @@ def rtt_section(d: RunData):
             path_corr[c["case"]] = c["rtt_corrected_median_ns"] / 1000
         if (c.get("probe_retimed") or {}).get("absorbed_median_ns") is not None:
             absorbed[c["case"]] = c["probe_retimed"]["absorbed_median_ns"] / 1000
-        if c.get("probe_anchor"):
-            anchors[c["case"]] = "clock build" if c["probe_anchor"].get("anchored") else "other cases"
     from rpcscope.analysis.run import modes_label, path_shape, traced_noise_pct, untraced_modes
     shapes, modes = {}, {}
     for c in d.cases:

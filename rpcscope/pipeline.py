@@ -205,11 +205,11 @@ def link_options(args, state):
     """`testbed up`'s link options: the run's own, else those of a testbed that is up already (so that a
     link the user shaped stays shaped), else none (an unshaped link)."""
     link = (state or {}).get("link") or {}
-    rate = args.link_rate if args.link_rate is not None else fmt_rate(link.get("rate_bit"))
+    rate = args.link_rate if args.link_rate is not None else (fmt_rate(link["rate_bit"]) if link.get("rate_bit") else None)
     mtu = args.mtu if args.mtu is not None else link.get("mtu")
     loss = args.loss if args.loss is not None else link.get("loss_percent")
     out = []
-    if rate and rate != "none":
+    if rate and rate not in ("none", "unshaped"):
         out += ["--link-rate", str(rate)]
     if mtu:
         out += ["--mtu", str(mtu)]

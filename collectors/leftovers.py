@@ -253,9 +253,10 @@ def _capture_processes(skip):
     return out
 
 
-def clean(exclude_pid=None):
+def clean(exclude_pid=None, scan=True):
     """Remove the leftovers of killed captures; returns one line per thing removed (empty: none).
-    exclude_pid: a capture to leave alone besides the live ones (the caller itself)."""
+    exclude_pid: a capture to leave alone besides the live ones (the caller itself); scan=False: only
+    what dead captures recorded, not what is recognised without a record."""
     removed = []
     live, dead = _states()
     live_pids = {int(st["pid"]) for st in live} | {os.getpid()} | ({exclude_pid} if exclude_pid else set())
@@ -279,6 +280,8 @@ def clean(exclude_pid=None):
             _mark_killed(pathlib.Path(st["run"]), removed)
             run_state.unlink(missing_ok=True)
         st["_file"].unlink(missing_ok=True)
+    if not scan:
+        return removed
     # What no record names: the capture was killed before it wrote one, or the record is gone.
     inst_dir = TRACEFS / "instances"
     for d in sorted(inst_dir.iterdir()) if inst_dir.is_dir() else []:

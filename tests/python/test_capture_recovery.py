@@ -28,7 +28,7 @@ STATE_DIR = pathlib.Path("/run/rpcscope/testbed")
 LOCK = "/tmp/rpcscope-testbed.lock"
 SERVER_NS = "rpcs-server"
 
-pytestmark = [
+TESTBED_MARKS = [
     pytest.mark.testbed,
     pytest.mark.tracing,
     pytest.mark.skipif(os.geteuid() != 0, reason="capture needs root"),
@@ -36,6 +36,12 @@ pytestmark = [
                        reason="needs iproute2, openssh-server, lttng-tools, babeltrace2 (make bootstrap)"),
     pytest.mark.skipif(not (cperf.TRACEFS / "instances").is_dir(), reason="needs tracefs instances (make bootstrap)"),
 ]
+
+
+def on_testbed(f):
+    for m in TESTBED_MARKS:
+        f = m(f)
+    return f
 
 
 def rpcscope(*args, timeout=300, check=True):
@@ -121,6 +127,7 @@ def _short_capture(out):
                     timeout=240, check=False)
 
 
+@on_testbed
 @pytest.mark.parametrize("point", ["untraced run", "traced run recording"])
 def test_capture_after_a_killed_one_removes_its_leftovers_and_says_so(testbed, tmp_path, point):
     killed = tmp_path / "killed"
@@ -155,6 +162,7 @@ def test_capture_after_a_killed_one_removes_its_leftovers_and_says_so(testbed, t
     assert nm["complete"] and nm.get("leftovers_removed"), nm
 
 
+@on_testbed
 def test_testbed_down_after_a_kill_removes_the_tracefs_instance(testbed, tmp_path):
     killed = tmp_path / "killed"
     proc = _start_long_capture(killed)
@@ -171,6 +179,7 @@ def test_testbed_down_after_a_kill_removes_the_tracefs_instance(testbed, tmp_pat
     rpcscope("testbed", "up", "--json", timeout=180)
 
 
+@on_testbed
 def test_a_port_held_by_something_else_is_named_not_taken_for_a_leftover(testbed, tmp_path):
     """A port the capture's first server needs, held by a process that is no capture's: the capture says
     so in one line (exit 2) and removes nothing of it."""
@@ -188,3 +197,36 @@ def test_a_port_held_by_something_else_is_named_not_taken_for_a_leftover(testbed
     finally:
         holder.kill()
         holder.wait(timeout=10)
+
+
+def test_the_record_of_a_dead_capture_names_what_is_removed(tmp_path, monkeypatch):
+    """No testbed: a dead capture's record (a process it started, still running) read from a registry of
+    this test's own; its process is stopped by pid and start time, the run marked, both records removed,
+    and a live capture's record left alone."""
+    monkeypatch.setattr(lo, "REGISTRY", tmp_path / "registry")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"format": 1, "complete": False, "interrupted": False, "cases": []}))
+    left = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    gone = subprocess.Popen(["true"])
+    gone.wait()                                          # a pid that no longer names a process: the dead capture
+    st = lo.CaptureState(run)
+    st.copy = lo.REGISTRY / f"{gone.pid}.json"
+    st.data.update(pid=gone.pid, pid_start=12345, processes=[{"pid": left.pid, "start": lo.start_time(left.pid),
+                                                              "name": "rpc-server"}])
+    st._save()
+    live = lo.CaptureState(tmp_path)                     # this process: a live capture
+    live._save()
+    try:
+        removed = lo.clean(scan=False)
+        assert left.wait(timeout=10) is not None
+        assert removed[0] == f"rpc-server of the killed capture pid {gone.pid} ({run}) (pid {left.pid})", removed
+        assert any("marked interrupted" in r for r in removed), removed
+        m = json.loads((run / "manifest.json").read_text())
+        assert m["interrupted"] and m["killed"] and not m["complete"]
+        assert not (run / "capture-state.json").exists() and not (lo.REGISTRY / f"{gone.pid}.json").exists()
+        assert (lo.REGISTRY / f"{os.getpid()}.json").exists() and lo.clean(scan=False) == []
+    finally:
+        if left.poll() is None:
+            left.kill()
+        live.close()

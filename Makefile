@@ -58,6 +58,9 @@ GENERATED := $(GEN)/rpcscope_tp.h $(GEN)/rpcscope_tp.c tracepoints/catalog_gen.p
 # and RPC_PLUGIN_SRCS, which rpc-server, rpc-client and the PDU fuzz target link.
 include stubs/stubs.mk
 
+# The other RPC systems `rpcscope experiment` runs beside the reference one: make peers.
+include peers/peers.mk
+
 .PHONY: all generate bootstrap test test-c test-asan test-fuzz test-py run bench fuzz-long clean lint
 all: $(GENERATED) $(BINS) $(C_TEST_BINS)
 
@@ -163,6 +166,7 @@ test: $(VENV_STAMP)
 	$(MAKE) all
 	$(MAKE) TRACE=0 all
 	$(MAKE) TRACE=clock all
+	$(MAKE) peers
 	$(MAKE) test-c
 	$(MAKE) test-asan
 	$(MAKE) test-fuzz
@@ -211,3 +215,6 @@ clean:
 	rm -rf build tracepoints/catalog_gen.py
 
 include analysis/analysis.mk
+
+# The VM host (rpcscope testbed up --server vm): make vm.
+include testbed/vm/vm.mk

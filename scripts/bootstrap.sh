@@ -13,6 +13,7 @@ PACKAGES=(
   chromium
   openssh-server openssh-client openssh-sftp-server iproute2 nftables procps psmisc
   util-linux git tar python3-apt
+  libtirpc-dev rpcbind protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -4,7 +4,7 @@
                          ~ sum over units of unit cost x its count on the path + the wire's time
 
 The unit costs (pathsim.UNITS: per call, per send, per packet, per receive, per wake-up, per
-window acknowledgement, per byte copied) are shared by every step of their kind: the step
+window acknowledgement, and per byte marshalled, copied in and copied out) are shared by every step of their kind: the step
 catalog (tracepoints/steps.toml, each step's `unit`) says which kind a step is. They are fitted
 by weighted least squares from the measured round-trip path of the fitted sizes: each class's
 probe-corrected time on the path (analysis/rtp.json, the typical call) against that class's count
@@ -34,7 +34,7 @@ import numpy as np
 
 from . import network as N
 from . import packets as P
-from .pathsim import CLASSES, UNIT_NAMES, UNITS, Workload, call_path
+from .pathsim import BYTE_UNITS, CLASSES, UNIT_NAMES, UNITS, Workload, call_path
 
 MODEL_FORMAT = "rpcscope-model/2"
 PREDICTION_FORMAT = "rpcscope-prediction/1"
@@ -59,8 +59,8 @@ def percent_error(measured, calculated):
 class SizeObservation:
     """What a capture measured at one size."""
     size: int
-    measured_us: float | None           # untraced p50 RTT (the median over the capture's rounds)
-    measured_spread_pct: float | None   # half the spread of the rounds' untraced p50s, % of Measured
+    measured_us: float | None           # untraced p50 RTT (the round whose traces were kept)
+    measured_spread_pct: float | None   # half the spread of every round's untraced p50, % of Measured
     class_us: dict                      # unit class -> µs on the measured path (probe-corrected, typical call)
     network_us: float = 0.0             # the measured path's network segments (the wire is physics here)
     path_us: float | None = None        # the measured path's sum (probe-corrected)
@@ -151,7 +151,8 @@ def line_baseline(points, wl):
 
 
 def _initial():
-    return {"call": 5.0, "send": 2.0, "packet": 1.0, "receive": 2.0, "wakeup": 3.0, "ack": 1.0, "byte": 1e-3}
+    return {"call": 5.0, "send": 2.0, "packet": 1.0, "receive": 2.0, "wakeup": 3.0, "ack": 1.0,
+            "marshal": 1e-3, "copy_in": 1e-3, "copy_out": 1e-3}
 
 
 def _design(wl, link, sizes, theta, obs):
@@ -165,7 +166,8 @@ def _design(wl, link, sizes, theta, obs):
         for cls in CLASSES:
             row = [0.0] * len(UNIT_NAMES)
             row[UNIT_NAMES.index(cls)] = cp.counts.get(cls, 0)
-            row[UNIT_NAMES.index("byte")] = cp.bytes_by_class.get(cls, 0)
+            if cls in BYTE_UNITS:
+                row[UNIT_NAMES.index(BYTE_UNITS[cls])] = cp.bytes_by_class.get(cls, 0)
             X.append(row)
             y.append(o.class_us.get(cls, 0.0))
             w.append(1.0 / scale)

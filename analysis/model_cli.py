@@ -44,7 +44,7 @@ VERIFY_EPILOG = """examples:
   rpcscope run --link-rate 10mbit --sizes 0,1392,4016,8032 --holdout '' --out runs/shaped
   rpcscope verify p.json runs/shaped
 
-Measured is the capture's untraced p50 (median over its rounds) for the prediction's transport and
+Measured is the capture's untraced p50 (the kept round's) for the prediction's transport and
 procedure. % Error = (Measured - Predicted) x 100 / Measured; goal: within 5 %.
 """
 
@@ -74,7 +74,7 @@ def _held_out(run_dir):
 
 
 def params_table(params, out=None):
-    table([{"unit cost": p["name"], "value": (f"{p['value'] * 1000:.3f} ns/byte" if p["name"] == "byte"
+    table([{"unit cost": p["name"], "value": (f"{p['value'] * 1000:.3f} ns/byte" if p["unit"] == "us/byte"
                                               else f"{p['value']:.3f}") if p["fitted"] else "not fitted",
             "unit": p["unit"], "one count is": p["what"] if p["fitted"] else p["why_not"]} for p in params],
           ["unit cost", "value", "unit", "one count is"], out=out)
@@ -103,8 +103,8 @@ def print_model(m, rows, written=None):
     cv = s["cv_mean_abs_error_pct"]
     print(f"mean |% error| over the fitted sizes, each left out of its own fit: model {_f(cv['model'])}, "
           f"interpolation {_f(cv['interpolation'])}, line {_f(cv['line'])}")
-    print("% error = (measured - calculated) x 100 / measured; measured: the untraced p50 RTT (median over the "
-          "capture's rounds); spread_%: half the spread of those rounds")
+    print("% error = (measured - calculated) x 100 / measured; measured: the untraced p50 RTT of the round whose "
+          "traces the fit used; spread_%: half the spread of every round's untraced p50")
     for k, v in m.obs.inputs.items():
         if k in ("unclassified_segments", "sizes_without_path"):
             print(f"note: {k.replace('_', ' ')}: {v}")
@@ -256,7 +256,8 @@ def cmd_verify(args):
 def register(subparsers):
     ap = subparsers.add_parser(
         "model", help="fit the RTT model's unit costs and predict the RTT at sizes it never saw",
-        description="Fit a few unit costs (per call, send, packet, receive, wake-up, acknowledgement, byte) to the "
+        description="Fit a few unit costs (per call, send, packet, receive, wake-up, acknowledgement, and per byte "
+                    "marshalled, copied in and copied out) to the "
                     "measured round-trip path of the fitted sizes, lay each call out with them and the protocol's "
                     "arithmetic, and set the calculated RTT beside Measured and two baselines, as the DCE study's "
                     "Table 2 did.",

@@ -1,9 +1,9 @@
 """What the model takes from a run directory, and from nothing else.
 
 Per transport and size:
-    Measured     the median over the capture's rounds of the untraced run's p50 RTT
-                 (manifest.json cases[].repeats.untraced_p50_ns; a capture of one round: its p50),
-                 and half the spread of those p50s
+    Measured     the untraced run's p50 RTT in the round whose traces were kept (manifest.json
+                 cases[].untraced.p50), and half the spread of every round's untraced p50
+                 (cases[].repeats.untraced_p50_ns)
     class times  the probe-corrected time of the typical call's round-trip path
                  (analysis/rtp.json cases[].path[].typical_corrected_ns), each segment charged to
                  its unit by the step catalog (tracepoints/steps.toml: a step's `unit`, [split],
@@ -47,14 +47,18 @@ def run_link(manifest):
 
 
 def measured_us(case):
-    """(median over rounds of the untraced p50 in µs, half their spread in % of it) of a manifest case."""
+    """(the untraced p50 of the round whose traces were kept, in µs; half the spread of every round's
+    untraced p50, in % of it) of a manifest case. The kept round's traced run gave the path the model
+    is fitted to, and its untraced run took turns with it, through the same moments of the host;
+    the rounds' spread says how far Measured itself moves between identical runs."""
+    p50 = (case.get("untraced") or {}).get("p50")
     rounds = [x for x in ((case.get("repeats") or {}).get("untraced_p50_ns") or []) if x]
-    if not rounds:
-        p50 = (case.get("untraced") or {}).get("p50")
-        return (p50 / 1000 if p50 else None), None
-    med = statistics.median(rounds)
-    spread = (max(rounds) - min(rounds)) / 2 / med * 100 if len(rounds) > 1 else None
-    return med / 1000, spread
+    if not p50 and rounds:
+        p50 = statistics.median(rounds)
+    if not p50:
+        return None, None
+    spread = (max(rounds) - min(rounds)) / 2 / p50 * 100 if len(rounds) > 1 else None
+    return p50 / 1000, spread
 
 
 def class_times(path_rows):
@@ -107,7 +111,7 @@ def observations(run_dir, transport, proc=None):
             no_path.append(int(c["size"]))
         sizes[int(c["size"])] = SizeObservation(int(c["size"]), m, spread, cls, net, total)
     inputs = {
-        "measured": "median over the capture's rounds of each size's untraced p50 RTT (manifest.json)",
+        "measured": "each size's untraced p50 RTT in the round whose traces were kept (manifest.json)",
         "class_times": "probe-corrected typical-call path segments (analysis/rtp.json), charged to units by "
                        "tracepoints/steps.toml",
         "probe_correction": _probe_source(run, transport),

@@ -4,24 +4,24 @@ The model (analysis/model.py) has a few physical unit costs (UNITS). This module
 call out in time with them, the way the reference RPC runs it on two CPUs:
 
 UDP (rpc/client.c, rpc/server.c): the client does its per-call work, then sends the
-request window by window. Each fragment's send costs `send` + `byte` x its bytes +
+request window by window. Each fragment's send costs `send` + `copy_in` x its bytes +
 `packet` x its IP packets (on veth the receiver's protocol input runs inside the sender's
 send). The server, blocked in select, is woken by a window's first fragment (`wakeup`)
-and receives each fragment (`receive` + `byte` x bytes); a fragment that arrives while
+and receives each fragment (`receive` + `copy_out` x bytes); a fragment that arrives while
 the server is still busy with the previous one needs no wake-up, one that arrives after
 the server went back to wait does. A window but the last ends with an acknowledgement
 (`ack`, then a one-packet send back, a client wake-up and receive). Then the server
 sends the reply's fragments and the client, woken by the first, receives each.
 
 TCP: one record each way, sent in one send (the kernel hands veth one GSO packet per
-64 KiB) and received in one receive after one wake-up; a request of two or more full
-segments is acknowledged at once (one more packet on the receiver's side).
+64 KiB) and received in one receive after one wake-up. The receiver's ACKs go out
+beside the path (on veth they ride in the softirq after the waking, or on the reply).
 
 The time a call takes is the end of that schedule: two stages (sender, receiver) working
 on one window's fragments overlap, so which sends and receives are on the path follows
 from the costs and the arithmetic, not from a rule per size. Along the way the path
 keeps how many of each unit it passed through (`Chain.n`) and the bytes each class
-copied (`Chain.b`): the counts the fit (analysis/model.py) regresses the measured
+copied (`Chain.b`; per call, `marshal` x both bodies twice): the counts the fit (analysis/model.py) regresses the measured
 path's class totals on.
 
 The wire (analysis/network.py) adds each frame's serialisation on a serial link; a
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from . import network as N
 from . import packets as P
 
-# The unit costs: (name, unit, what one count is). Every class but `byte` is also a class of path
-# segments (the catalog's `unit` field); `byte` is shared by every class that copies data.
+# The unit costs: (name, unit, what one count is). The first six are classes of path segments (the
+# catalog's `unit` field); the last three are each a cost per byte of one of those classes.
 UNITS = (
     ("call", "us/call", "once per call: stubs, marshalling set-up, dispatch, the time between marks"),
     ("send", "us/send", "a send syscall up to the device hand-off, per PDU or record sent on the path"),
@@ -44,10 +44,13 @@ UNITS = (
     ("receive", "us/receive", "select's return and a receive syscall, per PDU or record received on the path"),
     ("wakeup", "us/wake-up", "a blocked thread woken: from the waking to running again"),
     ("ack", "us/ack", "a window acknowledgement built by the server and taken by the client"),
-    ("byte", "us/byte", "a byte copied: marshalling, into the kernel and out of it"),
+    ("marshal", "us/byte", "a byte of either body marshalled or unmarshalled, on either side (per call)"),
+    ("copy_in", "us/byte", "a byte copied into the kernel by a send on the path"),
+    ("copy_out", "us/byte", "a byte copied out of the kernel by a receive on the path"),
 )
 UNIT_NAMES = tuple(u[0] for u in UNITS)
-CLASSES = tuple(n for n in UNIT_NAMES if n != "byte")
+BYTE_UNITS = {"call": "marshal", "send": "copy_in", "receive": "copy_out"}    # class -> its cost per byte
+CLASSES = tuple(n for n in UNIT_NAMES if n not in BYTE_UNITS.values())
 GSO_MAX = 65536          # the largest packet a TCP send hands the device (GSO)
 
 
@@ -83,8 +86,10 @@ class Chain:
         return c
 
     def step(self, theta, unit, count=1, cls=None, nbytes=0):
-        """This chain after `count` of a unit (and nbytes copied, charged to class cls or the unit)."""
-        return self.then(theta.get(unit, 0.0) * count + theta.get("byte", 0.0) * nbytes, unit, count, cls, nbytes)
+        """This chain after `count` of a unit (and nbytes copied, charged to class cls or the unit at
+        that class's cost per byte)."""
+        per_byte = theta.get(BYTE_UNITS.get(cls or unit, ""), 0.0)
+        return self.then(theta.get(unit, 0.0) * count + per_byte * nbytes, unit, count, cls, nbytes)
 
 
 def latest(a, b):
@@ -161,8 +166,6 @@ def _tcp(wl, size, theta, link):
         return [(body, skbs, frames)]
 
     client, server = _pipeline(client, server, record(qb), theta, link)
-    if P.tcp_segments(qb, wl.mtu) >= 2:        # acknowledged at once: one more packet
-        server = server.step(theta, "packet")
     _, client = _pipeline(server, client, record(rb), theta, link)
     return client
 

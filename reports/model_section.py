@@ -12,7 +12,8 @@ DCE_SUMMARY = Path(__file__).resolve().parent.parent / "analysis" / "data" / "dc
 ERROR_SIGN = ("% error = (Measured − Calculated) × 100 / Measured, the DCE study's sign: positive where the "
               "model is short")
 INTRO = ("The model explains the round trip with a few unit costs shared by every step of their kind (per call, "
-         "send, packet, receive, wake-up, window acknowledgement, byte copied), fitted to the measured round-trip "
+         "send, packet, receive, wake-up, window acknowledgement, and per byte marshalled, copied into and out of the "
+         "kernel), fitted to the measured round-trip "
          "path of the fitted sizes; the counts come from the protocol's arithmetic and the wire from physics. A "
          "predicted size takes nothing measured at that size; Measured (the untraced p50) only judges it. Beside "
          "the model stand two baselines a skeptic would use: linear interpolation of the fitted sizes' Measured, "
@@ -25,9 +26,9 @@ def _f(v, nd=2):
 
 def param_rows(m):
     return [{"unit cost": p["name"],
-             "value": ((f"{p['value'] * 1000:.3f}" if p["name"] == "byte" else f"{p['value']:.3f}")
+             "value": ((f"{p['value'] * 1000:.3f}" if p["unit"] == "us/byte" else f"{p['value']:.3f}")
                        if p["fitted"] else "not fitted"),
-             "unit": "ns/byte" if p["name"] == "byte" else p["unit"],
+             "unit": "ns/byte" if p["unit"] == "us/byte" else p["unit"],
              "one count is": p["what"] if p["fitted"] else p["why_not"]} for p in m["params"]]
 
 

@@ -192,8 +192,8 @@ def cmd_run(args):
         if s["model"] is not None:
             print(f"mean |% error| over the predicted sizes: model {s['model']:.2f}, interpolation "
                   f"{s['interpolation']:.2f}, line {s['line']:.2f}")
-    print("\n% error = (measured - calculated) x 100 / measured; measured: the untraced p50 (median over the "
-          "capture's rounds); cv: the fitted size left out of its own fit; interp, line: the baselines")
+    print("\n% error = (measured - calculated) x 100 / measured; measured: the untraced p50 of the round whose "
+          "traces the fit used; cv: the fitted size left out of its own fit; interp, line: the baselines")
     print(f"\nreport: {result['report']}")
     print(f"        {out / 'report' / 'report.md'}")
     if started_testbed and not args.keep_testbed:

@@ -11,7 +11,7 @@ import pytest
 
 from rpcscope.analysis import model as M
 from rpcscope.analysis.network import Link
-from rpcscope.analysis.pathsim import CLASSES, Workload, call_path
+from rpcscope.analysis.pathsim import BYTE_UNITS, CLASSES, Workload, call_path
 from rpcscope.cli import main
 
 FIX = Path(__file__).parent / "fixtures" / "run-udp-small"
@@ -20,11 +20,13 @@ FIX = Path(__file__).parent / "fixtures" / "run-udp-small"
 def write_model(d, transport):
     """A model file as `rpcscope model` writes it, fitted on path class times laid out by the model's own
     path at known unit costs (the fixture captured two sizes, fewer than a fit needs)."""
-    truth = {"call": 9.0, "send": 2.5, "packet": 1.7, "receive": 2.2, "wakeup": 3.9, "ack": 0.8, "byte": 0.0011}
+    truth = {"call": 9.0, "send": 2.5, "packet": 1.7, "receive": 2.2, "wakeup": 3.9, "ack": 0.8,
+             "marshal": 0.0004, "copy_in": 0.0011, "copy_out": 0.0007}
     wl, sizes = Workload(transport), {}
     for z in (0, 1392, 4016, 8032, 16064, 24096, 30000):
         cp = call_path(wl, z, truth)
-        cls = {c: truth[c] * cp.counts.get(c, 0) + truth["byte"] * cp.bytes_by_class.get(c, 0) for c in CLASSES}
+        cls = {c: truth[c] * cp.counts.get(c, 0) + truth.get(BYTE_UNITS.get(c), 0.0) * cp.bytes_by_class.get(c, 0)
+               for c in CLASSES}
         sizes[z] = M.SizeObservation(z, cp.rtt_us * 1.01, 0.5, cls, 0.0, sum(cls.values()))
     m = M.fit(M.Observations(transport, "maxarg", Link(), sizes, str(d)), [0, 1392, 4016, 8032, 16064, 24096])
     (d / "analysis" / f"model-{transport}.json").write_text(json.dumps(m.to_json()))

@@ -493,34 +493,6 @@ def test_real_run_steps_on_the_path(real):
         path = {r["segment"]: r for r in c["path"]}
         assert path["C16"]["on_path_frac"] == 1.0 and path["S2"]["on_path_frac"] == 1.0
 
-
-def test_rtp_steps_for_the_model(real):
-    out, d = real
-    st = rtp.rtp_steps(d)
-    assert set(st) == {0, 8032}
-    on = {s: {k for k, v in st[s].items() if v["frac"] >= 0.5} for s in st}
-    assert "C14" not in on[0] and "S10" not in on[0]
-    # The typical call's segment means add up to its RTT, steps and the time between them alike.
-    j = json.loads((d / "analysis" / "rtp.json").read_text())
-    for c in j["cases"]:
-        total = sum(v["typical_ns"] for v in st[c["size"]].values())
-        assert total == pytest.approx(c["typical"]["rtt_mean_ns"], rel=1e-6)
-        assert st[c["size"]]["client (no step)"]["step"] is None
-        # ... with the call's edges: the client's clock (the manifest's traced p50) spans more than the
-        # walk's C1 .. C21, by the same amount in the typical call and in the corrected median.
-        traced = {m["id"]: m["traced"]["p50"] for m in json.loads((d / "manifest.json").read_text())["cases"]}
-        edges = st[c["size"]][rtp.CALL_EDGES]
-        per_rpc = next(x["per_rpc"] for x in out["cases"] if x["case"] == c["case"])
-        rtts = sorted(p["rtt_ns"] for p in per_rpc)
-        assert c["call_edges_ns"] == traced[c["case"]] - rtts[(len(rtts) - 1) * 50 // 100]   # rpc/bench.c's p50
-        assert edges["typical_ns"] == edges["typical_corrected_ns"] == c["call_edges_ns"] and edges["count"] == 1
-        walked = [p["rtt_ns"] - p["probe_ns"] for p in per_rpc]
-        assert c["rtt_corrected_median_ns"] == pytest.approx(float(np.median(walked)) + c["call_edges_ns"])
-        assert 0 < c["call_edges_ns"] < 0.01 * c["rtt_median_ns"]
-    assert st[0]["C8'"]["count"] == 1 and st[8032]["C8'"]["count"] == 2
-    assert st[8032]["S4"]["count"] == 3
-
-
 def test_path_counts_occurrences_not_pieces():
     """The client's send of one fragment (C8'') holds the server's receive softirq (S1) on veth, and
     the path passes through it in two pieces: one occurrence. A second fragment's send is a second; a

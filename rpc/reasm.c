@@ -9,8 +9,14 @@ int reasm_init(struct reasm *r, uint32_t nslots, size_t max_bytes, uint32_t max_
 {
     memset(r, 0, sizeof *r);
     r->slots = calloc(nslots ? nslots : 1, sizeof *r->slots);
-    if (!r->slots)
+    for (r->count_cap = 2; r->count_cap < 2 * (size_t)nslots; r->count_cap *= 2) {
+    }
+    r->count_addr = calloc(r->count_cap, sizeof *r->count_addr);
+    r->count_n = calloc(r->count_cap, sizeof *r->count_n);
+    if (!r->slots || !r->count_addr || !r->count_n) {
+        reasm_free(r);
         return util_fail(UTIL_ENOMEM, "calloc(%u reassembly slots)", nslots);
+    }
     r->nslots = nslots;
     r->max_bytes = max_bytes;
     r->max_pdu = max_pdu;
@@ -46,10 +52,13 @@ void reasm_drop(struct reasm *r, struct reasm_slot *s)
 
 void reasm_free(struct reasm *r)
 {
-    for (uint32_t i = 0; i < r->nslots; i++)
+    for (uint32_t i = 0; r->slots && i < r->nslots; i++)
         reasm_drop(r, &r->slots[i]);
     free(r->slots);
+    free(r->count_addr);
+    free(r->count_n);
     r->slots = NULL;
+    r->count_addr = r->count_n = NULL;
 }
 
 struct reasm_slot *reasm_find(struct reasm *r, const uint8_t activity[16], uint32_t seq)
@@ -72,10 +81,44 @@ static int evict(struct reasm *r, struct reasm_slot *victim, uint64_t now)
     return 1;
 }
 
+/* Slots held by a's address, from the counts greediest() made; the table's
+ * size is a power of two at least twice the slots, so probing ends. */
+static uint32_t *count_of(struct reasm *r, uint32_t addr)
+{
+    size_t i = (addr * 2654435761u) & (r->count_cap - 1);
+    while (r->count_n[i] && r->count_addr[i] != addr)
+        i = (i + 1) & (r->count_cap - 1);
+    r->count_addr[i] = addr;
+    return &r->count_n[i];
+}
+
+/* The victim when the table is full: the least recently touched slot of the
+ * source address that holds the most slots. */
+static struct reasm_slot *greediest(struct reasm *r)
+{
+    struct reasm_slot *best = NULL;
+    uint32_t best_n = 0;
+    memset(r->count_n, 0, r->count_cap * sizeof *r->count_n);
+    for (uint32_t i = 0; i < r->nslots; i++)
+        if (r->slots[i].used)
+            ++*count_of(r, r->slots[i].src.addr);
+    for (uint32_t i = 0; i < r->nslots; i++) {
+        struct reasm_slot *t = &r->slots[i];
+        if (!t->used)
+            continue;
+        uint32_t n = *count_of(r, t->src.addr);
+        if (!best || n > best_n || (n == best_n && t->touched_ns < best->touched_ns)) {
+            best = t;
+            best_n = n;
+        }
+    }
+    return best;
+}
+
 int reasm_add_from(struct reasm *r, const struct wire_hdr *h, const uint8_t *body, const struct reasm_src *src,
                    uint64_t now, struct reasm_slot **out)
 {
-    struct reasm_slot *s = NULL, *free_slot = NULL, *lru_src = NULL, *lru_all = NULL;
+    struct reasm_slot *s = NULL, *free_slot = NULL, *lru_src = NULL;
     uint32_t body_per = wire_frag_body(r->max_pdu), held = 0;
 
     for (uint32_t i = 0; i < r->nslots; i++) {
@@ -102,8 +145,6 @@ int reasm_add_from(struct reasm *r, const struct wire_hdr *h, const uint8_t *bod
             if (!lru_src || t->touched_ns < lru_src->touched_ns)
                 lru_src = t;
         }
-        if (!lru_all || t->touched_ns < lru_all->touched_ns)
-            lru_all = t;
     }
     if (s && (s->src.addr != src->addr || s->src.port != src->port)) {
         r->stats.wrong_source++;
@@ -125,30 +166,20 @@ int reasm_add_from(struct reasm *r, const struct wire_hdr *h, const uint8_t *bod
                 return util_fail(UTIL_ENOMEM, "reassembly busy: this source holds %u slots, all active", held);
             if (!free_slot)
                 free_slot = lru_src;
-            if (lru_all == lru_src)
-                lru_all = NULL;
         }
-        /* The table is full: the least recently touched call of any source makes room, if idle enough.
-         * Each pass frees one slot, so this ends. */
+        /* The table is full: the least recently touched call of the source holding the most slots makes
+         * room, if idle enough. Each pass frees one slot, so this ends. */
         while (!free_slot || r->bytes + need > r->max_bytes) {
             if (!hit) {
                 hit = 1;
                 r->stats.full++;
             }
-            if (!lru_all) {
-                lru_all = NULL;
-                for (uint32_t i = 0; i < r->nslots; i++) {
-                    struct reasm_slot *t = &r->slots[i];
-                    if (t->used && (!lru_all || t->touched_ns < lru_all->touched_ns))
-                        lru_all = t;
-                }
-            }
-            if (!evict(r, lru_all, now))
+            struct reasm_slot *victim = greediest(r);
+            if (!evict(r, victim, now))
                 return util_fail(UTIL_ENOMEM, "reassembly full (%u slots, %zu of %zu bytes)", r->nslots, r->bytes,
                                  r->max_bytes);
             if (!free_slot)
-                free_slot = lru_all;
-            lru_all = NULL;
+                free_slot = victim;
         }
         s = free_slot;
         s->buf = malloc(h->total_len ? h->total_len : 1);

@@ -6,10 +6,11 @@
  * call's first fragment; fragments of that call from anywhere else are
  * refused. A source address holds at most per_source slots: a new call from a
  * source at its bound takes the place of that source's least recently touched
- * slot, and a new call that finds the table (slots or bytes) full takes the
- * place of the least recently touched slot of any source; either only if the
- * slot it evicts has been idle at least evict_idle. Otherwise the call gets no
- * slot (UTIL_ENOMEM), and the server answers it with a busy reject. */
+ * slot (the source competes with itself, its newest call wins), and a new call
+ * that finds the table (slots or bytes) full takes the place of the least
+ * recently touched slot of the source holding the most slots; either only if
+ * the slot it evicts has been idle at least evict_idle. Otherwise the call gets
+ * no slot (UTIL_ENOMEM), and the server answers it with a busy reject. */
 #ifndef RPCS_REASM_H
 #define RPCS_REASM_H
 
@@ -47,6 +48,8 @@ struct reasm {
     uint64_t timeout_ns;
     uint32_t per_source;   /* slots one source address may hold (default: all) */
     uint64_t evict_idle_ns; /* a slot idle this long may be evicted for a new call (default: never) */
+    uint32_t *count_addr, *count_n; /* scratch: slots per source address (count_cap entries) */
+    size_t count_cap;
     struct reasm_stats stats;
 };
 

@@ -101,7 +101,7 @@ void server_config_defaults(struct server_config *cfg)
     cfg->reasm_timeout_ms = 2000;
     cfg->queue = 256;
     cfg->reasm_per_source = 16;
-    cfg->reasm_evict_ms = 1;
+    cfg->reasm_evict_ms = 0;
     cfg->max_conns = 64;
     cfg->conns_per_source = 16;
     cfg->tcp_idle_ms = 60000;
@@ -606,7 +606,9 @@ static void handle_request(struct server *s, const struct wire_hdr *h, const uin
         whole.flags = slot->flags | WIRE_F_LASTFRAG;
         uint8_t *buf = reasm_take(&s->reasm, slot);
         dispatch(s, &whole, buf, total, from, NULL);
-    } else if (h->flags & WIRE_F_ACKREQ) {
+    } else if ((h->flags & WIRE_F_ACKREQ) || (slot->got == 1 && h->frag_num > 0)) {
+        /* A window's end asks for an ack; and a call whose first fragment here is not fragment 0 lost its
+         * earlier ones (its slot expired or was evicted): say so now rather than after the client's wait. */
         send_ack(s, &s->listener_ctx, h, slot->contiguous, from, id);
     }
 }

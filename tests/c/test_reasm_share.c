@@ -79,20 +79,22 @@ int main(void)
     CHECK(reasm_find(&r, (uint8_t[16]){ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2 }, 1) == NULL);
     CHECK(reasm_find(&r, (uint8_t[16]){ 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 }, 1) != NULL);
     CHECK_EQ(reasm_source_slots(&r, a.addr), 2);
-    /* The table is full (a: 2, b: 2). A third address: the idlest slot of any source goes (b's, 3 ms). */
+    /* The table is full (a: 2, b: 2, a tie). A third address takes the place of the idlest slot of the
+     * sources holding the most: b's (touched at 3 ms). */
     CHECK_EQ(add(&r, 7, 1, 0, c, 9 * MS, body), REASM_STORED);
     CHECK_EQ(r.stats.evicted, 2);
     CHECK_EQ(reasm_source_slots(&r, b.addr), 1);
-    /* At 11 ms b's other slot (touched at 3 ms) is idle long enough too. */
-    CHECK_EQ(add(&r, 8, 1, 0, c, 11 * MS, body), REASM_STORED);
-    CHECK_EQ(reasm_source_slots(&r, b.addr), 0);
-    /* Now c holds its share, both touched within 5 ms, and the others are fresh too: refused. */
-    CHECK_EQ(add(&r, 9, 1, 0, c, 12 * MS, body), UTIL_ENOMEM);
+    /* Now a holds the most; its idlest (call 1, touched at 8 ms) is too fresh at 11 ms: refused. */
+    CHECK_EQ(add(&r, 8, 1, 0, c, 11 * MS, body), UTIL_ENOMEM);
+    /* At 14 ms it is not: it goes, though b's slot (3 ms) is older, because b holds fewer. */
+    CHECK_EQ(add(&r, 8, 1, 0, c, 14 * MS, body), REASM_STORED);
+    CHECK_EQ(reasm_source_slots(&r, a.addr), 1);
+    CHECK_EQ(reasm_source_slots(&r, b.addr), 1);
     CHECK_EQ(r.stats.full, 5); /* every call that found a bound: 2 refused, 3 that evicted */
     CHECK_EQ(r.stats.evicted, 3);
-    /* The surviving call completes undisturbed, and the bytes add up. */
-    CHECK_EQ(add(&r, 1, 1, 1, a, 12 * MS, body), REASM_COMPLETE);
-    struct reasm_slot *s = reasm_find(&r, (uint8_t[16]){ 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 }, 1);
+    /* The surviving call of a completes undisturbed, and the bytes add up. */
+    CHECK_EQ(add(&r, 6, 1, 1, a, 15 * MS, body), REASM_COMPLETE);
+    struct reasm_slot *s = reasm_find(&r, (uint8_t[16]){ 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6 }, 1);
     CHECK(s != NULL);
     free(reasm_take(&r, s));
     CHECK_EQ(r.bytes, 3 * (8032 + 2));

@@ -14,6 +14,7 @@ PACKAGES=(
   openssh-server openssh-client openssh-sftp-server iproute2 nftables procps psmisc
   util-linux git tar python3-apt
   libtirpc-dev rpcbind protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev
+  qemu-system-x86 busybox-static kmod patch
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -32,7 +32,7 @@ import socket
 import subprocess
 import time
 
-from . import ROOT
+from . import ROOT, vmhost
 from .collectors import leftovers
 from .output import UserError, emit_json, table
 
@@ -303,7 +303,12 @@ def make_config(args):
                         f"pick a /24..../29 inside it, e.g. 198.18.7.0/24")
     if subnet.num_addresses < 8:
         raise UserError(f"--subnet {subnet} is too small; use a /29 or larger")
-    names = [args.client, args.server]
+    # `--server vm` / `--client vm`: that host is a QEMU guest with its own kernel (rpcscope/vmhost.py).
+    kinds = ["vm" if n == "vm" else "netns" for n in (args.client, args.server)]
+    names = [DEFAULT_CLIENT if args.client == "vm" else args.client, DEFAULT_SERVER if args.server == "vm" else args.server]
+    if "vm" in kinds and parse_rate(args.link_rate):
+        raise UserError("--link-rate shapes each host's interface inside its namespace; a VM host has none on "
+                        "this machine: leave --link-rate out with --client vm or --server vm")
     for n in names:
         if not re.fullmatch(r"[a-z][a-z0-9-]{0,30}", n):
             raise UserError(f"host name {n!r}: use lower-case letters, digits and '-', starting with a letter")
@@ -318,8 +323,10 @@ def make_config(args):
     hosts = []
     for i, (name, role) in enumerate(zip(names, roles)):
         tag = role[0] + "0"       # c0, s0: unique, short interface names
-        hosts.append({"name": name, "role": role, "address": str(hosts_ip[i + 1]),
-                      "ifname": f"rpcs-{tag}", "peer_ifname": f"rpcs-{tag}-br"})
+        # A VM host's NIC is the guest's; its tap on the bridge takes the veth's name.
+        hosts.append({"name": name, "role": role, "address": str(hosts_ip[i + 1]), "kind": kinds[i],
+                      "ifname": vmhost.GUEST_IFNAME if kinds[i] == "vm" else f"rpcs-{tag}",
+                      "peer_ifname": f"rpcs-{tag}-br"})
     return {
         "subnet": str(subnet), "prefixlen": subnet.prefixlen,
         "control_address": str(hosts_ip[0]), "bridge": BRIDGE,
@@ -421,6 +428,9 @@ def health(st):
     if not link_exists(st["bridge"]):
         problems.append(f"bridge {st['bridge']} is missing")
     for h in st["hosts"]:
+        if vmhost.is_vm(h):
+            problems += vmhost.health(h, host_dir(h["name"]), link_exists)
+            continue
         if h["name"] not in nss:
             problems.append(f"namespace {h['name']} is missing")
             continue
@@ -466,6 +476,12 @@ def teardown(st, say=print):
         if pid and pid_alive(pid) and _is_our_sshd(pid):
             _stop_pids([pid])
             removed.append(f"sshd of {n} (pid {pid})")
+
+    # The VM hosts' QEMUs, by pid file or by their command line naming this state directory.
+    qemus = vmhost.stray_qemus(STATE_DIR)
+    if qemus:
+        vmhost.stop(qemus)
+        removed.append(f"{len(qemus)} QEMU guest(s) (VM hosts)")
 
     # 3. The loss rules.
     if nft_table_exists():
@@ -576,7 +592,14 @@ def build(cfg, say=print):
     run([ip, "link", "set", "dev", BRIDGE, "mtu", mtu, "up"])
     say(f"  bridge {BRIDGE} {cfg['control_address']}/{cfg['prefixlen']} (control node)")
 
+    if any(vmhost.is_vm(h) for h in cfg["hosts"]):
+        st["vm"] = {"acceleration": vmhost.acceleration(), "kernel": vmhost.artifacts().kernel_release}
+        save_state(st)
     for h in cfg["hosts"]:
+        if vmhost.is_vm(h):
+            vmhost.add_tap(run, ip, h, BRIDGE, mtu)
+            say(f"  host {h['name']}: tap {h['peer_ifname']} on {BRIDGE} for a QEMU guest ({st['vm']['acceleration']})")
+            continue
         ns = h["name"]
         run([ip, "netns", "add", ns])
         run([ip, "link", "add", "name", h["peer_ifname"], "mtu", mtu, "type", "veth",
@@ -596,7 +619,9 @@ def build(cfg, say=print):
         st["created_privsep_dir"] = True
         save_state(st)
     for h in cfg["hosts"]:
-        start_sshd(cfg, h)
+        start_sshd(st, h, say)
+        if vmhost.is_vm(h):
+            continue
         say(f"  host {h['name']}: sshd on {h['address']}:{SSHD_PORT} (key-only)"
             + (f", pinned to CPUs {cfg['cpus'][h['name']]}" if cfg["cpus"] else ""))
     write_known_hosts(cfg)
@@ -615,12 +640,19 @@ def apply_link(cfg, say=print):
     link = cfg["link"]
     mtu = str(link["mtu"])
     for h in cfg["hosts"]:
-        run([ip, "-n", h["name"], "link", "set", "dev", h["ifname"], "mtu", mtu])
+        if vmhost.is_vm(h):
+            # The guest's own side: set at boot (its kernel command line), over SSH once it runs.
+            if tcp_reachable(h["address"], timeout=0.5):
+                vmhost.guest_ssh(ssh_argv(cfg), h, f"ip link set dev {h['ifname']} mtu {mtu}")
+        else:
+            run([ip, "-n", h["name"], "link", "set", "dev", h["ifname"], "mtu", mtu])
         run([ip, "link", "set", "dev", h["peer_ifname"], "mtu", mtu])
     run([ip, "link", "set", "dev", BRIDGE, "mtu", mtu])
     rate = link["rate_bit"]
     for h in cfg["hosts"]:
         dev = ["dev", h["ifname"]]
+        if vmhost.is_vm(h):
+            continue
         if rate:
             # A bucket of one full frame (or 1 ms of tokens at high rates), so
             # that even one multi-fragment message is paced at the link rate.
@@ -683,7 +715,7 @@ SetEnv TMPDIR={d}/tmp SHLVL=1
 """
 
 
-def start_sshd(cfg, h):
+def start_sshd(cfg, h, say=print):
     d = host_dir(h["name"])
     d.mkdir(parents=True, exist_ok=True)
     (d / "tmp").mkdir(mode=0o700, exist_ok=True)
@@ -694,6 +726,9 @@ def start_sshd(cfg, h):
     conf.write_text(sshd_config(cfg, h))
     sshd = tool("sshd")
     run([sshd, "-t", "-f", str(conf)])
+    if vmhost.is_vm(h):
+        shutil.copy(STATE_DIR / "authorized_keys", d / "authorized_keys")
+        return vmhost.boot(cfg, h, d, run, _ns_tcp_reachable, say)
     (d / "sshd.pid").unlink(missing_ok=True)
     inner = f"hostname {h['name']} && exec {sshd} -f {conf} -E {d / 'sshd.log'}"
     argv = [tool("ip"), "netns", "exec", h["name"]]
@@ -756,7 +791,12 @@ def write_inventory(st):
             # this machine) in the host's own, which `testbed down` removes: one left by a module
             # killed mid-task goes with the testbed (sshd_config's TMPDIR does the same for payloads).
             "ansible_remote_tmp": f"{host_dir(h['name'])}/tmp",
+            # The kernel collector `rpcscope capture --inventory ... --kernel auto` runs on this host.
+            "rpcscope_kernel_collector": "perf",
         }
+        if vmhost.is_vm(h):
+            groups["rpc_clients" if h["role"] == "client" else "rpc_servers"]["hosts"][h["name"]].update(
+                vmhost.INVENTORY_VARS)
     inv = {"all": {
         "vars": {
             "ansible_user": "root",
@@ -785,6 +825,9 @@ def cmd_up(args):
     refuse_while_a_test_holds_it("up")
     cfg = make_config(args)
     require_capabilities(cfg)
+    if any(vmhost.is_vm(h) for h in cfg["hosts"]):
+        vmhost.require_tools()
+        vmhost.artifacts()
     with exclusive():
         return _up(args, cfg)
 
@@ -858,6 +901,7 @@ def _leftovers(old):
             found.append(f"veth {ifn}")
     if nft_table_exists():
         found.append(f"nft table {NFT_TABLE}")
+    found += [f"QEMU guest (pid {p})" for p in vmhost.stray_qemus(STATE_DIR)]
     return found
 
 
@@ -891,6 +935,14 @@ def collect_status(st):
     nss = set(netns_list())
     rows = []
     for h in st["hosts"]:
+        if vmhost.is_vm(h):
+            qpid = vmhost.qemu_pid(host_dir(h["name"]))
+            rows.append({"host": h["name"], "role": h["role"], "address": h["address"],
+                         "kind": vmhost.kind_label(h, st), "namespace": "-",
+                         "sshd": f"in guest (qemu {qpid})" if qpid else "DOWN", "qdisc": "-",
+                         "cpus": st.get("cpus", {}).get(h["name"], "any"),
+                         "ssh": "ok" if qpid and tcp_reachable(h["address"]) else "UNREACHABLE"})
+            continue
         up = h["name"] in nss
         pid = sshd_pid(h["name"])
         qdisc = "-"
@@ -901,15 +953,17 @@ def collect_status(st):
                 qdisc = ",".join(x["kind"] for x in q if x.get("root")) or "-"
             except ValueError:
                 pass
-        rows.append({"host": h["name"], "role": h["role"], "address": h["address"],
+        rows.append({"host": h["name"], "role": h["role"], "address": h["address"], "kind": "netns",
                      "namespace": "yes" if up else "MISSING", "sshd": pid or "DOWN",
                      "qdisc": qdisc, "cpus": st.get("cpus", {}).get(h["name"], "any"),
                      "ssh": "ok" if up and pid and tcp_reachable(h["address"]) else "UNREACHABLE"})
     # Host to host, across the link: the client connects to the server's sshd.
     c, s = st["hosts"][0], st["hosts"][1]
     h2h = False
-    if c["name"] in nss:
-        code = (f"import socket;socket.create_connection(('{s['address']}',{SSHD_PORT}),timeout=2).close()")
+    code = (f"import socket;socket.create_connection(('{s['address']}',{SSHD_PORT}),timeout=2).close()")
+    if vmhost.is_vm(c):
+        h2h = vmhost.guest_ssh(ssh_argv(st), c, f'/usr/bin/python3 -c "{code}"').returncode == 0
+    elif c["name"] in nss:
         h2h = ns_run(c["name"], ["/usr/bin/python3", "-c", code], check=False, timeout=10).returncode == 0
     return rows, h2h
 
@@ -935,7 +989,7 @@ def cmd_status(args):
         return 0 if not problems else 1
     print(f"testbed: {'up' if not problems else 'DEGRADED'}  subnet {st['subnet']}  "
           f"control node {st['control_address']} on {st['bridge']}")
-    table(rows, ["host", "role", "address", "namespace", "sshd", "ssh", "qdisc", "cpus"])
+    table(rows, ["host", "role", "kind", "address", "namespace", "sshd", "ssh", "qdisc", "cpus"])
     print(f"link: rate {fmt_rate(link['rate_bit'])}, MTU {link['mtu']}, loss {link['loss_percent']:g}%; "
           f"client -> server: {'reachable' if h2h else 'UNREACHABLE'}")
     for p in problems:
@@ -960,8 +1014,10 @@ def register(subparsers):
                     help="drop this percentage of frames between the hosts (nftables numgen random)")
     up.add_argument("--cpus", metavar="C[:S]", default=None,
                     help="pin each host's processes: one CPU list for both, or client:server, e.g. 0:1")
-    up.add_argument("--client", default=DEFAULT_CLIENT, help=f"client host name (default {DEFAULT_CLIENT})")
-    up.add_argument("--server", default=DEFAULT_SERVER, help=f"server host name (default {DEFAULT_SERVER})")
+    up.add_argument("--client", default=DEFAULT_CLIENT,
+                    help=f"client host name (default {DEFAULT_CLIENT}); vm: a QEMU guest with its own kernel (make vm)")
+    up.add_argument("--server", default=DEFAULT_SERVER,
+                    help=f"server host name (default {DEFAULT_SERVER}); vm: a QEMU guest with its own kernel (make vm)")
     up.add_argument("--subnet", default=DEFAULT_SUBNET,
                     help=f"subnet inside {BENCH_NET}; .1 is the control node (default {DEFAULT_SUBNET})")
     up.add_argument("--json", action="store_true", help="print the testbed's state as JSON")

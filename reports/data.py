@@ -15,9 +15,12 @@ Nothing here writes; nothing here needs numpy unless per-RPC RTTs are rebuilt fr
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# "(analysis/clocksync.py)" or "(analysis/run.py path_shape; ...)" in a value an analysis module words
+CODE_PATH = re.compile(r"\s*\((?:[\w-]+/)+[\w-]+\.(?:py|c)\b[^()]*\)")
 PCTS = (("min", 0.0), ("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
 
 
@@ -72,10 +75,12 @@ class RunData:
         out = []
 
         def add(item, value, source):
+            if isinstance(value, str):      # the figures, not which source file computed them
+                value = CODE_PATH.sub("", value)
             if value not in (None, "", [], {}):
                 out.append({"item": item, "value": value, "source": source})
 
-        add("run", str(self.path), "command line")
+        add("run", self.path.name, "the run directory's name")
         add("created / finished", f"{m.get('created', '?')} / {m.get('finished', '?')}", "manifest.json created, finished")
         add("complete", f"{m.get('complete')} (interrupted: {m.get('interrupted')})", "manifest.json complete, interrupted")
         add("git commit", m.get("git_commit"), "manifest.json git_commit")
@@ -110,11 +115,11 @@ class RunData:
             if r.get("trace_readers"):
                 readers[r["trace_readers"]] = readers.get(r["trace_readers"], 0) + 1
         add("trace readers", "; ".join(f"{v} of {len(self.rtt)} cases: {k}" for k, v in readers.items()),
-            "analysis/steps.json rtt[].trace_readers (ctfread: rpcscope's own CTF reader, analysis/ctfread.c)")
+            "analysis/steps.json rtt[].trace_readers (ctfread: rpcscope's own CTF reader)")
         add("untraced build", p.get("untraced"), "manifest.json params.untraced")
         from rpcscope.collectors.capture import sweeps_summary
         add("rounds, kept round", sweeps_summary(m.get("sweeps")),
-            "manifest.json sweeps (collectors/capture.py choose_sweep); every round's p50s: cases[].repeats")
+            "manifest.json sweeps; every round's p50s: cases[].repeats")
         from rpcscope.analysis.run import path_shape
         shapes = [(c.get("id"), path_shape(c)) for c in m.get("cases") or []]
         counted = [(cid, sh) for cid, sh in shapes if sh]
@@ -129,7 +134,7 @@ class RunData:
                                         "calibration's costs, in its other-path rows, as many as the middle call pays "
                                         "(see the model section)") if other else
                 f"the traced run's path at all {len(counted)} cases (the same sleeps and IPIs per call)",
-                "manifest.json cases[].sleeps_per_call (analysis/run.py path_shape)")
+                "manifest.json cases[].sleeps_per_call")
         from rpcscope.analysis.wakeup import run_wake_costs
         wake = run_wake_costs(m)
         cal = m.get("wake_calibration") or {}
@@ -142,15 +147,15 @@ class RunData:
                    f", the wake-up right after one {c['after_ipi_source']}" if c.get("after_ipi_source") else "")
                 for role, c in wake.items()) or "; ".join(f"{r}: {v.get('error') or v.get('skipped') or v}"
                                                           for r, v in cal.items()),
-                "manifest.json wake_calibration (rpc-wakecal; analysis/wakeup.py wake_costs)")
+                "manifest.json wake_calibration (rpc-wakecal)")
         from rpcscope.analysis.cpuspeed import cpu_losses, describe, describe_pace, pace_response
         speed = describe(cpu_losses(m))
         if speed:
-            add("CPU time lost", speed, "manifest.json cpu_speed.checks (rpc-cpuspeed; analysis/cpuspeed.py cpu_losses)")
+            add("CPU time lost", speed, "manifest.json cpu_speed.checks (rpc-cpuspeed)")
         pace = describe_pace(pace_response(m))
         if pace:
             add("rounds against the CPU pace", pace,
-                "manifest.json cases[].repeats.<kind>_pace_ns, <kind>_p50_ns (analysis/cpuspeed.py pace_response)")
+                "manifest.json cases[].repeats.<kind>_pace_ns, <kind>_p50_ns")
         add("calibration", ", ".join(f"{h}: UST event {c.get('ust_event_ns')} ns, kernel event "
                                      f"{(c.get('kernel_event_ns') or {}).get('all')} ns"
                                      for h, c in (m.get("calibration") or {}).items()) or "none (corrected = raw)",

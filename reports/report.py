@@ -10,56 +10,17 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import dataclass, field
-from html import escape
 from pathlib import Path
 
+from . import first_screen as FS
 from . import svg
 from .data import PCTS, RunData
 from .model_section import items as model_section_items
 from .model_section import percent_errors
+from .objects import Figure, Report, Section, Table
+from .render import to_html, to_markdown
 
-# ------------------------------------------------------------------ report objects
-
-
-@dataclass
-class Table:
-    title: str
-    columns: list
-    rows: list
-    source: str
-    note: str = ""
-
-
-@dataclass
-class Figure:
-    name: str            # file stem: fig-NAME.svg
-    title: str
-    svg: str
-    source: str
-    note: str = ""
-    case: str = ""       # the case it draws (one case per figure: keyed by case id, never by size)
-    links: list = field(default_factory=list)   # [(text, href relative to the report)]
-
-
-@dataclass
-class Section:
-    title: str
-    items: list = field(default_factory=list)   # Table | Figure | str (a paragraph)
-
-
-@dataclass
-class Report:
-    run: str
-    sections: list
-    headline: dict
-
-    def figures(self):
-        return [i for s in self.sections for i in s.items if isinstance(i, Figure)]
-
-    def tables(self):
-        return [i for s in self.sections for i in s.items if isinstance(i, Table)]
-
+__all__ = ["Figure", "Report", "Section", "Table", "build", "to_html", "to_markdown", "write"]
 
 def _f(v, nd=2):
     if v is None or v == "":
@@ -76,6 +37,48 @@ def _case_key(r):
 # ------------------------------------------------------------------ sections
 
 
+FIRST_INTRO = (
+    "Where does the time of one remote procedure call go? Each bar is one request size's Measured round trip "
+    "(the build without tracepoints, its median call), split along the round-trip path of the traced calls with "
+    "the tracepoints' own cost taken out: CPU time on the client, CPU time on the server, waking a sleeping thread "
+    "(wake-ups), and the network (wire and queueing). The grey stretch is the part of Measured the path does not "
+    "explain; where the path is longer than Measured it is negative, drawn red and dashed from the path's end back "
+    "to Measured (the black tick). The hatched stretch beyond the bar is the probe effect removed: what recording "
+    "the tracepoints added to the traced calls (traced − corrected); it is not part of Measured.")
+ERRORS_NOTE = (
+    "model %, interp %, line %: (Measured − Calculated) × 100 / Measured, the DCE study's sign (positive where "
+    "the calculation is short, so that they read as the study's Table 2 does) for the model and two baselines: linear interpolation between the fitted sizes' "
+    "Measured, and a line A + B × bytes + C × packets through them. kind: fitted sizes set the model's unit "
+    "costs; a predicted size takes nothing measured at that size. not explained: Measured − the path's sum; "
+    "probe removed: traced − corrected.")
+
+
+def first_screen_section(d: RunData):
+    """Where does the time go: per transport, one sentence from the data, the stacked bars and the
+    table of their figures with the model's % error beside its baselines."""
+    s = Section("Where does the time go?", folded=False)
+    s.items.append(FIRST_INTRO)
+    vs = FS.views(d)
+    if not vs:
+        s.items.append("No measured round-trip path and no model file yet: run `rpcscope analyze`, `rpcscope rtp` "
+                       "and `rpcscope model` on this run.")
+    for v in vs:
+        s.items.append(v.sentence)
+        unsided = sorted({u for b in v.bars for u in b.unsided})
+        if v.bars:
+            s.items.append(Figure(f"bars-{v.transport}", f"Where the time goes, {v.transport.upper()}",
+                                  FS.bar_chart(v), v.source,
+                                  ("Segments with no side of their own (" + ", ".join(unsided) + ") count as CPU "
+                                   "time of the side before them on the path.") if unsided else ""))
+        s.items.append(Table(f"Where the time goes, {v.transport.upper()} (µs; model and baselines in % error)",
+                             FS.error_columns(), FS.table_rows(v),
+                             v.source + (f"; model %, interp %, line %: analysis/{v.model_file} rows[].error_pct, "
+                                         "interp_error_pct, line_error_pct" if v.model_file else
+                                         "; no model file for this transport: `rpcscope model RUN --transport "
+                                         f"{v.transport}` writes one"), ERRORS_NOTE))
+    return s
+
+
 def summary_section(d: RunData):
     s = Section("Run summary")
     s.items.append("What was run, on which machines and how: each row names the output it is read from.")
@@ -88,6 +91,9 @@ def summary_section(d: RunData):
 
 def model_section(d: RunData):
     s = Section("Round-trip time model")
+    s.items.append("The model calculates each size's round trip from a few costs per unit of work (a call, a "
+                   "packet, a wake-up, a byte copied...) times how many of each the protocol does; set beside the "
+                   "Measured time, its % error says how much of the round trip those few costs explain.")
     s.items.extend(model_section_items(d.models, Table, str))
     return s
 
@@ -137,7 +143,7 @@ def clock_check_tables(steps, rtp=None):
 
 
 def steps_section(d: RunData):
-    s = Section("Per-step costs")
+    s = Section("Per-step costs", fold_items=True)
     s.items.append("A step is the stretch of a call between two tracepoints (C1-C22 on the client, S1-S16 on the "
                    "server, as the DCE study numbers them), measured on every call of the traced build. Recording a "
                    "tracepoint takes time itself: this probe effect (the run summary's calibration row gives its "
@@ -182,7 +188,7 @@ def steps_section(d: RunData):
             s.items.append(f"Clock reads ({case}): the clock build's run of this size (each step mark one clock read, "
                            f"~20 ns, inside every figure; capture --clock-reads), RTT p50 {clock['client_p50_us']:.2f} us, "
                            f"{clock['marks']} marks, {clock['dropped']} dropped. Source: analysis/steps.json "
-                           f"rtt[case={case}].clock_reads, steps[].clock_reads_median_us (analysis/clockreads.py)")
+                           f"rtt[case={case}].clock_reads, steps[].clock_reads_median_us")
         split = (rtt.get(case) or {}).get("probe_split")
         if split:
             s.items.append(f"Corrected ({case}): each user event charged {split['user_beyond_ns']:.0f} ns less than its "
@@ -336,7 +342,7 @@ def rtp_section(d: RunData, calls=None, call_errors=None):
     """One diagram per case, drawn from that case's own entry in rtp.json (cases[case=ID]); calls:
     {case id: export.Exported} of the example calls exported beside the report, linked under each."""
     calls, call_errors = calls or {}, call_errors or {}
-    s = Section("Round trip path (Figure 5 style)")
+    s = Section("Round trip path (Figure 5 style)", fold_items=True)
     s.items.append("Each diagram is one real call of its case, the one whose probe-corrected round trip is the "
                    "median: time runs down, the client, network and server columns hold its steps, solid boxes "
                    "lie on the round trip path (each waits for the one before), dashed ones ran beside it. "
@@ -362,7 +368,7 @@ def rtp_section(d: RunData, calls=None, call_errors=None):
             boxes = _catalog_boxes(by_case.get(c["id"], []), _packets_note(c.get("proc"), int(c.get("size", 0))))
             sub = "catalog flags, not measured" + (" (rtp.json has no example_rpc: re-run `rpcscope rtp`)"
                                                    if entry else "")
-            src = ("tracepoints/steps.toml rtp flags (which steps are on the path); box times: analysis/steps.json "
+            src = ("the step catalog's rtp flags (which steps are on the path); box times: analysis/steps.json "
                    f"steps[case={c['id']}].median_us" + ("" if by_case.get(c["id"]) else " (absent: no analysis)"))
         svgs = svg.rtp_diagram(boxes, f"Round trip path, {c['id']} ({c.get('proc')}, {c.get('size')} bytes)", sub,
                                data=data)
@@ -397,6 +403,12 @@ def packet_marks(proc, max_size):
             marks.append((z, f"{z - 1}/{z} ({what} {cur[0] if what == 'fragment' else cur[1]}; body {body(z - 1)}/{b})"))
         prev = cur
     return marks
+
+
+def _short_mark(z, label):
+    """A boundary's label on the plot: "IP packet 2: 1389" of "1388/1389 (IP packet 2; body 1392/1396)"."""
+    m = re.search(r"\((fragment|IP packet) (\d+)", label)
+    return f"{m.group(1)} {m.group(2)}: {z}" if m else str(z)
 
 
 def rtt_section(d: RunData):
@@ -451,9 +463,11 @@ def rtt_section(d: RunData):
         marks = packet_marks(proc, maxz) if tr == "udp" else []
         shown = [m for m in marks if "fragment" in m[1]] + [m for m in marks if "IP packet" in m[1]][:3]
         fig = svg.line_plot(series, f"RTT vs size, {tr} {proc}", "request size (bytes)", "RTT (µs)",
-                            marks=sorted(shown), dashed=("traced, probe-corrected",))
+                            marks=[(z, _short_mark(z, label), label) for z, label in sorted(shown)],
+                            dashed=("traced, probe-corrected",))
         note = ("Dotted lines: request sizes where one more byte costs one more IP packet or fragment "
-                "(rpcscope.analysis.packets on the marshalled request body, MTU 1500, 4096-byte PDUs); "
+                "(counted on the marshalled request body, MTU 1500, 4096-byte fragments; hover a line for its "
+                "bodies); "
                 f"{len(marks)} boundaries up to {maxz} bytes, {len(shown)} shown. " +
                 ("Only two sizes were captured: the jumps between them cannot be seen." if len(rows) < 3 else ""))
         s.items.append(Figure(f"rtt-{tr}-{proc}", f"RTT vs size ({tr} {proc})", fig, src, note))
@@ -484,7 +498,7 @@ def rtt_section(d: RunData):
                                    "probe_effect_from: analysis/rtp.json cases[].probe_anchor; "
                                    "sleeps, ipis: manifest.json cases[].sleeps_per_call (client/server voluntary "
                                    "context switches and IPIs per call, the kept round's runs); untraced_modes: "
-                                   "cases/*/client-untraced.json rtt_hist (analysis/run.py untraced_modes)",
+                                   "cases/*/client-untraced.json rtt_hist",
                              "traced vs untraced %: (traced − untraced) × 100 / untraced; corrected vs untraced %: "
                              "(corrected − untraced) × 100 / untraced: positive where the traced or probe-corrected "
                              "call is slower than the untraced build's. "
@@ -492,7 +506,7 @@ def rtt_section(d: RunData):
                              "corrected-vs-untraced difference within about twice it is not a fault of the "
                              "correction. overlap absorbed: how much of the probe cost charged to the walked path "
                              "a branch beside it would take back with every wake-up still waiting for its waker "
-                             "(analysis/rtp.py retime; 0: the correction's path is the path without probes too). "
+                             "(0: the correction's path is the path without probes too). "
                              "probe effect from: clock build, the case's traced minus clock-build p50 plus the "
                              "clock reads' cost; other cases, their per-event costs (its clock runs took another "
                              "path). "
@@ -521,7 +535,7 @@ def _histogram_cdf(h):
 
 
 def latency_section(d: RunData):
-    s = Section("Latency distributions")
+    s = Section("Latency distributions", fold_items=True)
     s.items.append("How each case's calls spread: the fraction of calls at or below each round-trip time, untraced "
                    "and traced, from the client's own record of every measured call.")
     for c in d.cases:
@@ -570,8 +584,8 @@ def latency_section(d: RunData):
 def build(d: RunData, calls=None, call_errors=None) -> Report:
     """The report of one run. calls: {case id: export.Exported} of the example calls exported beside
     it (reports/export.py export_examples), linked under the round-trip-path diagrams."""
-    sections = [summary_section(d), model_section(d), steps_section(d), rtp_section(d, calls, call_errors),
-                rtt_section(d), latency_section(d)]
+    sections = [first_screen_section(d), summary_section(d), model_section(d), steps_section(d),
+                rtp_section(d, calls, call_errors), rtt_section(d), latency_section(d)]
     head = {"run": str(d.path), "cases": len(d.cases), "analysis": d.steps_json is not None,
             "model": bool(d.models), "rtp_measured": d.rtp is not None, "missing": d.missing, "rtt": []}
     for r in d.rtt:
@@ -582,94 +596,6 @@ def build(d: RunData, calls=None, call_errors=None) -> Report:
     return Report(str(d.path), sections, head)
 
 
-# ------------------------------------------------------------------ rendering
-
-CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1100px;padding:1em 2em;color:#222}
-h1{font-size:1.6em;border-bottom:2px solid #1f4e79;padding-bottom:.2em}
-h2{font-size:1.25em;margin-top:2em;color:#1f4e79}
-h3{font-size:1.05em;margin-bottom:.3em}
-table{border-collapse:collapse;font-size:12px;margin:.4em 0}
-th,td{border:1px solid #ccc;padding:2px 6px;text-align:right;vertical-align:top}
-th{background:#eef3f8}
-td:first-child,td.t{text-align:left}
-tr.sum td{font-weight:bold;background:#f7f7f7}
-.src{font-size:11px;color:#666;margin:.2em 0 1em}
-.note{font-size:12px;color:#444}
-.figs{display:flex;flex-wrap:wrap;gap:1em}
-figure{margin:0 0 1em}
-nav a{margin-right:1em}
-"""
-
-
-def _slug(t):
-    return re.sub(r"[^a-z0-9]+", "-", t.lower()).strip("-")
-
-
-def _is_num(v):
-    return bool(re.fullmatch(r"-?[\d.,]+( [+-] -?[\d.]+ ns/B)?", str(v)))     # a cost per byte may fall
-
-
-def to_html(rep: Report) -> str:
-    o = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-         f"<title>rpcscope report: {escape(rep.run)}</title>", f"<style>{CSS}</style></head><body>",
-         f"<h1>rpcscope report: {escape(rep.run)}</h1>",
-         "<nav>" + "".join(f'<a href="#{_slug(s.title)}">{escape(s.title)}</a>' for s in rep.sections) + "</nav>"]
-    for s in rep.sections:
-        o.append(f'<h2 id="{_slug(s.title)}">{escape(s.title)}</h2>')
-        figs = []
-        for it in s.items + [None]:
-            if isinstance(it, Figure):
-                figs.append(it)
-                continue
-            if figs:
-                o.append('<div class="figs">')
-                for f in figs:
-                    links = "".join(f'<br><a class="call" href="{escape(h)}" download>{escape(t)}</a>'
-                                    for t, h in f.links)
-                    o.append(f'<figure id="{escape(f.name)}">{f.svg}<figcaption class="src">source: '
-                             f'{escape(f.source)}' + (f'<br><span class="note">{escape(f.note)}</span>' if f.note else "")
-                             + links + "</figcaption></figure>")
-                o.append("</div>")
-                figs = []
-            if isinstance(it, Table):
-                o.append(f"<h3>{escape(it.title)}</h3><table><thead><tr>"
-                         + "".join(f"<th>{escape(c)}</th>" for c in it.columns) + "</tr></thead><tbody>")
-                for r in it.rows:
-                    summ = str(r.get(it.columns[0], "")) in ("sum (calculated)", "measured (untraced p50)", "% error",
-                                                             "measured noise (± %)")
-                    o.append(f'<tr{" class=sum" if summ else ""}>' + "".join(
-                        f'<td{"" if _is_num(r.get(c, "")) else " class=t"}>{escape(_f(r.get(c, "")))}</td>'
-                        for c in it.columns) + "</tr>")
-                o.append(f'</tbody></table><div class="src">source: {escape(it.source)}'
-                         + (f"<br>{escape(it.note)}" if it.note else "") + "</div>")
-            elif isinstance(it, str):
-                o.append(f'<p class="note">{escape(it)}</p>')
-    o.append("</body></html>")
-    return "\n".join(o)
-
-
-def to_markdown(rep: Report) -> str:
-    o = [f"# rpcscope report: {rep.run}", "",
-         "Figures are the `fig-*.svg` files next to this file; `index.html` is the same report in one file.", ""]
-    for s in rep.sections:
-        o += [f"## {s.title}", ""]
-        for it in s.items:
-            if isinstance(it, Table):
-                o += [f"### {it.title}", "", "| " + " | ".join(it.columns) + " |",
-                      "|" + "|".join("---" for _ in it.columns) + "|"]
-                for r in it.rows:
-                    o.append("| " + " | ".join(_f(r.get(c, "")).replace("|", "\\|") for c in it.columns) + " |")
-                o += ["", f"*source: {it.source}*" + (f"  \n{it.note}" if it.note else ""), ""]
-            elif isinstance(it, Figure):
-                o += [f"![{it.title}](fig-{it.name}.svg)", "", f"*source: {it.source}*"
-                      + (f"  \n{it.note}" if it.note else "")
-                      + "".join(f"  \n[{t}]({h})" for t, h in it.links), ""]
-            else:
-                o += [it, ""]
-    return "\n".join(o)
-
-
 def write(rep: Report, out_dir) -> dict:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -677,7 +603,7 @@ def write(rep: Report, out_dir) -> dict:
         f.unlink()
     for f in rep.figures():
         (out / f"fig-{f.name}.svg").write_text(f.svg + "\n")
-    (out / "report.md").write_text(to_markdown(rep))
-    (out / "index.html").write_text(to_html(rep))
+    (out / "report.md").write_text(to_markdown(rep, Path(rep.run).name))
+    (out / "index.html").write_text(to_html(rep, Path(rep.run).name))
     return {"dir": str(out), "html": str(out / "index.html"), "markdown": str(out / "report.md"),
             "figures": [str(out / f"fig-{f.name}.svg") for f in rep.figures()]}

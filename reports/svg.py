@@ -21,7 +21,7 @@ def _e(s):
     return escape(str(s), quote=True)
 
 
-def _nice_ticks(lo, hi, n=6):
+def nice_ticks(lo, hi, n=6):
     if hi <= lo:
         hi = lo + 1.0
     raw = (hi - lo) / max(n, 1)
@@ -52,9 +52,11 @@ class _Axes:
     def __init__(self, x0, x1, y0, y1, w=640, h=360, left=64, right=16, top=34, bottom=48, xlog=False):
         self.w, self.h, self.l, self.r, self.t, self.b = w, h, left, right, top, bottom
         self.xlog = xlog
-        self.xt = _nice_ticks(x0, x1)
-        self.yt = _nice_ticks(y0, y1)
+        self.xt = nice_ticks(x0, x1)
+        self.yt = nice_ticks(y0, y1)
         self.x0, self.x1 = min(self.xt[0], x0), max(self.xt[-1], x1)
+        # the last x tick's label, centred on the plot's right edge, stays inside the figure
+        self.r = max(self.r, text_width(_fmt(self.xt[-1]), 11) / 2 + 4)
         self.y0, self.y1 = min(self.yt[0], y0), max(self.yt[-1], y1)
 
     def X(self, x):
@@ -78,7 +80,8 @@ class _Axes:
             o.append(f'<text x="{x:.1f}" y="{self.h - self.b + 16}" text-anchor="middle">{_fmt(v)}</text>')
         o.append(f'<rect x="{self.l}" y="{self.t}" width="{self.w - self.l - self.r}" '
                  f'height="{self.h - self.t - self.b}" fill="none" stroke="#333"/>')
-        o.append(f'<text x="{(self.l + self.w - self.r) / 2:.1f}" y="{self.h - 10}" text-anchor="middle">{_e(xlabel)}</text>')
+        o.append(f'<text x="{(self.l + self.w - self.r) / 2:.1f}" y="{self.h - self.b + 38}" '
+                 f'text-anchor="middle">{_e(xlabel)}</text>')
         o.append(f'<text transform="translate(14 {(self.t + self.h - self.b) / 2:.1f}) rotate(-90)" '
                  f'text-anchor="middle">{_e(ylabel)}</text>')
         return o
@@ -94,21 +97,70 @@ class _Axes:
             o.append(f'<text x="{x + 24}" y="{y}">{_e(n)}</text>')
         return o
 
+    def legend_rows(self, names):
+        """[(name, x, row)] of a legend laid out left to right below the x-axis label, wrapped at the width."""
+        out, x, row = [], self.l, 0
+        for n in names:
+            wn = 24 + text_width(n, 11) + 16
+            if x + wn > self.w - 4 and x > self.l:
+                x, row = self.l, row + 1
+            out.append((n, x, row))
+            x += wn
+        return out
+
+    def legend_below(self, laid, dashed=()):
+        o = []
+        for i, (n, x, row) in enumerate(laid):
+            y = self.h - self.b + 56 + row * 15
+            d = ' stroke-dasharray="5 3"' if n in dashed else ""
+            o.append(f'<line x1="{x}" x2="{x + 18}" y1="{y - 4}" y2="{y - 4}" stroke="{PALETTE[i % len(PALETTE)]}" '
+                     f'stroke-width="2"{d}/>')
+            o.append(f'<text x="{x + 24}" y="{y}">{_e(n)}</text>')
+        return o
+
+
+def pack_labels(spans, gap=6):
+    """The row of each [(x0, x1)] label span, the first row where it meets no other (in input order)."""
+    ends, rows = [], []
+    for x0, x1 in spans:
+        r = next((k for k, e in enumerate(ends) if x0 >= e + gap), len(ends))
+        if r == len(ends):
+            ends.append(x1)
+        else:
+            ends[r] = x1
+        rows.append(r)
+    return rows
+
 
 def line_plot(series, title, xlabel, ylabel, marks=(), w=640, h=360, dashed=()):
-    """series: {name: [(x, y), ...]} (y None skipped); marks: [(x, label)] drawn as vertical dotted lines."""
+    """series: {name: [(x, y), ...]} (y None skipped); marks: [(x, label)] or [(x, label, tooltip)] drawn
+    as vertical dotted lines, their labels in rows above the plot so that none meets another; the
+    legend below the x axis."""
     pts = [(x, y) for s in series.values() for x, y in s if y is not None]
     xs = [p[0] for p in pts] + [m[0] for m in marks]
     if not pts:
         pts, xs = [(0, 0), (1, 1)], [0, 1]
     ys = [p[1] for p in pts]
     ax = _Axes(min(xs), max(xs), 0, max(ys) * 1.08, w, h)
+    marks = sorted((m[0], m[1], m[2] if len(m) > 2 else m[1]) for m in marks)
+    spans = []
+    for x, label, _ in marks:
+        X, tw = ax.X(x), text_width(label, 10)
+        spans.append((X + 3, X + 3 + tw) if X + 3 + tw <= w - 4 else (X - 3 - tw, X - 3))
+    rows = pack_labels(spans)
+    nrows = max(rows, default=-1) + 1
+    laid = ax.legend_rows(list(series))
+    extra_top, extra_bottom = nrows * 12, 8 + (max((r for _, _, r in laid), default=-1) + 1) * 15
+    ax.t += extra_top
+    ax.b += extra_bottom
+    ax.h += extra_top + extra_bottom
     o = ax.frame(title, xlabel, ylabel)
-    for i, (x, label) in enumerate(marks):
+    for (x, label, tip), (x0, _), row in zip(marks, spans, rows):
         X = ax.X(x)
-        o.append(f'<line class="mark" x1="{X:.1f}" x2="{X:.1f}" y1="{ax.t}" y2="{ax.h - ax.b}" stroke="#999" '
-                 f'stroke-dasharray="2 3"/>')
-        o.append(f'<text x="{X + 3:.1f}" y="{ax.t + 12 + (i % 4) * 12}" fill="#666" font-size="10">{_e(label)}</text>')
+        o.append(f'<line class="mark" x1="{X:.1f}" x2="{X:.1f}" y1="{ax.t}" '
+                 f'y2="{ax.h - ax.b}" stroke="#999" stroke-dasharray="2 3"><title>{_e(tip)}</title></line>')
+        o.append(f'<text x="{x0:.1f}" y="{ax.t - extra_top - 2 + row * 12}" fill="#555" font-size="10">'
+                 f'<title>{_e(tip)}</title>{_e(label)}</text>')
     for i, (name, s) in enumerate(series.items()):
         c = PALETTE[i % len(PALETTE)]
         s = sorted((x, y) for x, y in s if y is not None)
@@ -121,8 +173,7 @@ def line_plot(series, title, xlabel, ylabel, marks=(), w=640, h=360, dashed=()):
         for x, y in s:
             o.append(f'<circle cx="{ax.X(x):.1f}" cy="{ax.Y(y):.1f}" r="3" fill="{c}">'
                      f'<title>{_e(name)}: size {x}, {y:.2f}</title></circle>')
-    # legend at the right-bottom corner region: top-left is usually free for RTT-vs-size
-    o += ax.legend(list(series), dashed)
+    o += ax.legend_below(laid, dashed)
     o.append("</svg>")
     return "\n".join(o)
 

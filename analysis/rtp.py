@@ -82,6 +82,9 @@ SENT_BEFORE_WAKEUP = "sends before the wake-up"
 # it is compared with is clock to clock, and the probe calibration charges the whole measured probe
 # effect to the events on the path, so the path without it comes out ~150 ns short at every size.
 CALL_EDGES = "client call edges"
+# The path's time in the idle task's context: a packet waiting in a queue (a shaped link's qdisc) until
+# a timer sends it on.
+QUEUED = "network (queued)"
 
 DCE_NOTES = [
     "DCE (Figure 5, one-packet call over UDP/Ethernet): C9-C14 and S10-S14 overlap the path; "
@@ -225,7 +228,9 @@ def walk(graph, labels, client_tid, begin, end, roles=None, role_cpu=None):
             pb, lab = labels.get(T, empty).at(t)
             if lab is None:
                 b = max(run_start, pb if pb is not None else run_start, begin)
-                add(f"{role(T)} (no step)", b, t, T, cpu_of(T, li))
+                # The idle task on the path: a CPU that did nothing for the call until a timer softirq
+                # sent a queued packet on (a shaped link's token bucket releasing it): the network's time.
+                add(QUEUED if T == 0 else f"{role(T)} (no step)", b, t, T, cpu_of(T, li))
             else:
                 b = max(run_start, pb)
                 add(lab, b, t, T, cpu_of(T, li))

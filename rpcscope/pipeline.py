@@ -109,6 +109,11 @@ def cmd_run(args):
     if args.max_seconds and not AFTER_CAPTURE_SECONDS < args.max_seconds <= 86400:
         raise UserError(f"--max-seconds {args.max_seconds:g}: give more than {AFTER_CAPTURE_SECONDS} (the stages "
                         "after the capture need about that) and at most 86400, or 0 for no limit")
+    link = link_options(args, testbed.load_state())
+    if args.turns is None:
+        # Runs taking turns share one link: on a shaped one, each run's turns would refill the token bucket
+        # for the others, and the bucket's pace (what the model predicts for back-to-back calls) is lost.
+        args.turns = "off" if "--link-rate" in link else "on"
     if args.turns == "on" and args.kernel in ("perf", "lttng"):
         raise UserError(f"--kernel {args.kernel}: its recorder cannot be switched off for the untraced runs' turns; "
                         "use --kernel ftrace (or auto), or --turns off")
@@ -127,7 +132,7 @@ def cmd_run(args):
     # through `finally`, so that the testbed it started goes down (rpcscope/interrupts.py).
     with interruptible():
         try:
-            st.run("testbed up", ["testbed", "up"] + link_options(args, testbed.load_state()))
+            st.run("testbed up", ["testbed", "up"] + link)
             st.run("deploy", ["deploy"])
             cap = ["capture", "--sizes", ",".join(map(str, all_sizes)), "--proc", args.proc,
                    "--transport", ",".join(transports), "--calls", str(args.calls), "--warmup", str(args.warmup),
@@ -302,10 +307,11 @@ def register(subparsers):
     ap.add_argument("--no-clock-reads", action="store_true",
                     help="skip the clock build's run in each round of each size (capture --clock-reads, ~50 s "
                          "a capture): the step tables then have no clock-read column")
-    ap.add_argument("--turns", choices=("on", "off"), default="on",
-                    help="on (default): every size and kind of a round runs at once, taking turns of 20 calls "
-                         "(capture --turns), so that Measured, the traced runs and every size share the host's "
-                         "moments; off: one after the other, in sweeps")
+    ap.add_argument("--turns", choices=("on", "off"), default=None,
+                    help="on (the default on an unshaped link): every size and kind of a round runs at once, taking "
+                         "turns of 20 calls (capture --turns), so that Measured, the traced runs and every size share "
+                         "the host's moments; off (the default on a shaped link, whose token bucket the runs would "
+                         "share): one after the other, in sweeps")
     ap.add_argument("--link-rate", metavar="RATE", help="shape the testbed's link (testbed up --link-rate), e.g. "
                     "10mbit; default: the link of a testbed that is up, else none")
     ap.add_argument("--mtu", type=int, metavar="BYTES", help="the link's MTU (testbed up --mtu; default as --link-rate)")

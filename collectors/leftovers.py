@@ -273,7 +273,7 @@ def clean(exclude_pid=None, scan=True):
         for n in st.get("tracefs_instances") or []:
             _remove_instance(n, removed)
         sd = st.get("sessiond_started") or {}
-        if sd and not live:
+        if sd and not live and not _capture_processes(live_pids):      # no capture may be using it
             _kill(sd.get("pid"), sd.get("start"), f"lttng-sessiond started by the killed {who}", removed)
         run_state = pathlib.Path(st.get("run") or "") / STATE_NAME
         if st.get("run") and run_state.is_file():

@@ -95,12 +95,17 @@ def _recording(run_dir):
     return bool(_instances()) and any(n.startswith("rpcs-capture-") for n in clttng.session_names())
 
 
-def _start_long_capture(out):
+def _calibrating(run_dir):
+    return (run_dir / "calibration").is_dir() and bool(_instances())
+
+
+def _start_long_capture(out, calibration="none"):
     # Runs of 60000 calls (seconds each), killed in the middle; the ftrace collector: a tracefs instance
     # per traced run. Its servers' --ready-file paths lie under out (absolute here).
     return subprocess.Popen(RPCSCOPE + ["capture", "--sizes", "0", "--calls", "60000", "--warmup", "10", "--repeats",
-                                        "1", "--kernel", "ftrace", "--calibration", "none",
-                                        "--extra-sweep-seconds", "0", "--out", str(out)],
+                                        "1", "--kernel", "ftrace", "--calibration", calibration,
+                                        "--calibration-calls", "60000", "--extra-sweep-seconds", "0",
+                                        "--out", str(out)],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
@@ -128,19 +133,22 @@ def _short_capture(out):
 
 
 @on_testbed
-@pytest.mark.parametrize("point", ["untraced run", "traced run recording"])
+@pytest.mark.parametrize("point", ["untraced run", "traced run recording", "kernel calibration recording"])
 def test_capture_after_a_killed_one_removes_its_leftovers_and_says_so(testbed, tmp_path, point):
     killed = tmp_path / "killed"
-    proc = _start_long_capture(killed)
-    ready = (lambda: _untraced_running(killed)) if point == "untraced run" else (lambda: _recording(killed))
+    proc = _start_long_capture(killed, "quick" if point.startswith("kernel calibration") else "none")
+    ready = {"untraced run": lambda: _untraced_running(killed), "traced run recording": lambda: _recording(killed),
+             "kernel calibration recording": lambda: _calibrating(killed)}[point]
     _kill_when(proc, ready, point)
     state = json.loads((killed / "capture-state.json").read_text())
     assert state["pid"] == proc.pid and state["processes"], state
     left = _our_processes(killed)
     assert left, "the killed capture's rpc-server should still run"
     if point != "untraced run":
-        assert state["tracefs_instances"] and state["lttng_sessions"], state
+        assert state["tracefs_instances"], state
         assert set(state["tracefs_instances"]) <= set(_instances())
+    if point == "traced run recording":
+        assert state["lttng_sessions"], state
 
     p = _short_capture(tmp_path / "next")
     assert p.returncode == 0, p.stdout + p.stderr
@@ -148,6 +156,7 @@ def test_capture_after_a_killed_one_removes_its_leftovers_and_says_so(testbed, t
     assert "rpc-server" in p.stderr and f"capture pid {proc.pid}" in p.stderr, p.stderr
     if point != "untraced run":
         assert f"tracefs instance {state['tracefs_instances'][0]}" in p.stderr, p.stderr
+    if point == "traced run recording":
         assert f"lttng session {state['lttng_sessions'][0]}" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
     # Nothing of the killed capture is left, and the new one ended cleanly (its record removed).

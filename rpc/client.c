@@ -236,9 +236,11 @@ static const char *reject_name(uint32_t reason, uint32_t detail)
     case WIRE_REJ_BAD_ARGS: return "bad arguments";
     case WIRE_REJ_TOO_BIG: return "request too big";
     case WIRE_REJ_BUSY:
-        return detail == WIRE_BUSY_REASSEMBLY ? "server busy: reassembly slots full"
-               : detail == WIRE_BUSY_QUEUE    ? "server busy: call queue full"
-                                              : "server busy";
+        return detail == WIRE_BUSY_REASSEMBLY    ? "server busy: reassembly slots full"
+               : detail == WIRE_BUSY_QUEUE       ? "server busy: call queue full"
+               : detail == WIRE_BUSY_REPLY_CACHE ? "server busy: no room to keep the reply until it is "
+                                                   "acknowledged (rpc-server --reply-cache-bytes)"
+                                                 : "server busy";
     case WIRE_REJ_OLD_CALL: return "old call";
     default: return "unknown reason";
     }
@@ -417,7 +419,7 @@ static int invoke_udp(struct client *c, uint32_t total, uint32_t nfrags, struct 
                 break;
             case WIRE_REJECT:
                 c->stats.rejects++;
-                if (h.status == WIRE_REJ_BUSY) {
+                if (h.status == WIRE_REJ_BUSY && h.window != WIRE_BUSY_REPLY_CACHE) {
                     /* No room at the server now: wait a retransmission period, then send it all again. */
                     busy++;
                     busy_detail = h.window;

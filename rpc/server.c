@@ -390,10 +390,13 @@ static void run_call(struct server *s, struct server_ctx *x, struct server_work 
     }
     RPCS_TRACE(s11_begin, id);
     if (!w->conn) {
-        replycache_finish(&s->cache, w->hdr.activity, w->hdr.seq, x->reply, len, cache_flags);
-        if (held) { /* kept first, so that the client's ACK finds it */
+        int kept = replycache_finish(&s->cache, w->hdr.activity, w->hdr.seq, x->reply, len, cache_flags);
+        if (held && kept) { /* kept first, so that the client's ACK finds it */
             STAT_ADD(s, replies_held);
             send_reply_ready(s, x, &w->hdr, len, &w->from, id);
+        } else if (held) { /* larger than the reply cache's bound: it cannot wait for the ACK */
+            STAT_ADD(s, busy);
+            send_reject(s, x, &w->hdr, WIRE_REJ_BUSY, WIRE_BUSY_REPLY_CACHE, &w->from, NULL, id);
         }
     } else {
         conn_put(s, w->conn);

@@ -70,6 +70,7 @@ enum wire_reject {
 enum wire_busy {
     WIRE_BUSY_QUEUE = 1,      /* the calls waiting for an executor */
     WIRE_BUSY_REASSEMBLY = 2, /* the reassembly slots (or bytes) for partial requests */
+    WIRE_BUSY_REPLY_CACHE = 3, /* no room to keep a reply until the client acknowledges it */
 };
 
 struct wire_hdr {

@@ -313,6 +313,20 @@ def test_no_amplification(rpc_server, rpc_client):
     assert st["executed"] == 1 + (1 + 2 + 20), st  # the silent source's call ran once, whatever it repeated
 
 
+def test_reply_too_big_to_hold_is_named(rpc_server, rpc_client):
+    """A reply that must wait for the client's acknowledgement but is larger than the reply cache's
+    bound cannot wait: the server says so with a busy reject, and rpc-client names it at once."""
+    srv = rpc_server(transport="udp", trace=False, extra=["--reply-cache-bytes", 4096])
+    run = rpc_client(srv, proc="maxresult", size=16064, calls=1, warmup=0, trace=False,
+                     extra=["--deadline-ms", 5000], timeout=30)
+    assert run.returncode == 1, run.describe()
+    assert "no room to keep the reply until it is acknowledged" in run.stderr, run.describe()
+    # Replies within 8x of their request are not held: echo of the same size works.
+    rpc_client(srv, proc="echo", size=1000, calls=10, warmup=0, trace=False, timeout=30).assert_ok(10)
+    st = srv.stop()
+    assert st["busy"] >= 1 and st["replies_held"] == 0, st
+
+
 # ================================================================== everything at once
 
 

@@ -19,7 +19,8 @@
  *    request (in datagram bytes) goes out at once only to a source that has
  *    acknowledged a reply of the activity before; any other source gets an
  *    ACKREQ PDU (80 bytes) carrying a cookie, and the reply follows the
- *    client's ACK that echoes it. A duplicate request or a ping re-sends at most
+ *    client's ACK that echoes it (a reply larger than the reply cache's bound
+ *    cannot wait: it gets a busy reject). A duplicate request or a ping re-sends at most
  *    one window (WIRE_WINDOW_MAX bytes) of a cached reply, from the fragment the
  *    client says it lacks, and only to an acknowledged source; others get the
  *    ACKREQ again. So a source that never acknowledges receives at most

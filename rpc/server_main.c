@@ -65,10 +65,11 @@ static void usage(FILE *f)
             "  --stats-json PATH      write the statistics as JSON here on exit\n"
             "  --drop-rate P          TEST ONLY: drop this fraction of datagrams sent (0..0.5)\n"
             "  --drop-seed N          TEST ONLY: seed for --drop-rate\n\n"
-            "A UDP reply goes only to the address and port its call came from. One more than 8 times\n"
-            "the size of its request waits until the client acknowledges (it echoes a cookie), unless\n"
-            "the client's activity has acknowledged a reply before; a duplicate request or a ping\n"
-            "re-sends at most one window of a cached reply, and only to a source that acknowledged.\n\n"
+            "A UDP reply goes only to the address and port its call came from. A reply more than 8\n"
+            "times the size of its request waits until the client acknowledges it (echoing a cookie),\n"
+            "unless the client's activity has acknowledged one before; one larger than\n"
+            "--reply-cache-bytes cannot wait and gets a busy reject. A duplicate request or a ping\n"
+            "re-sends at most one window of a cached reply, and only to a source that has acknowledged.\n\n"
             "example: rpc-server --executors 0 --cpu 0 --duration 60\n");
 }
 

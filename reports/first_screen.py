@@ -19,7 +19,7 @@ from html import escape
 from rpcscope.tracepoints import step as catalog_step
 from rpcscope.tracepoints import unit_of
 
-from .svg import nice_ticks, text_width
+from .svg import line_plot, nice_ticks, text_width
 
 TERMS = ("client CPU", "server CPU", "wake-ups", "network")
 REST = "not explained by the path"
@@ -184,7 +184,8 @@ def sentence(v):
         return max(TERMS, key=lambda t: b.terms[t])
     big = largest(hi)
     share = 100 * hi.terms[big] / hi.measured_us
-    s = f"{T}: {big} is the largest term"
+    are, it = ("are", "they go") if big.endswith("s") else ("is", "it goes")
+    s = f"{T}: {big} {are} the largest term"
     if lo is hi:
         return s + (f" at {hi.size} bytes, the only size with a path: {us(hi.terms[big])} µs, {share:.0f} % of "
                     f"Measured {us(hi.measured_us)} µs.")
@@ -194,7 +195,7 @@ def sentence(v):
         s += " at every size" if all(largest(b) == big for b in v.bars) else f" at {hi.size} bytes"
     slope = _slope_per_kb([(b.size, b.terms[big]) for b in v.bars])
     fastest = max(TERMS, key=lambda t: _slope_per_kb([(b.size, b.terms[t]) for b in v.bars]))
-    s += (f"; it goes from {us(lo.terms[big])} µs at {lo.size} bytes to {us(hi.terms[big])} µs at {hi.size} bytes "
+    s += (f"; {it} from {us(lo.terms[big])} µs at {lo.size} bytes to {us(hi.terms[big])} µs at {hi.size} bytes "
           f"({share:.0f} % of Measured there), {slope:+.2f} µs per 1000 bytes")
     if fastest != big and _slope_per_kb([(b.size, b.terms[fastest]) for b in v.bars]) > max(slope, 0):
         s += (f"; {fastest} grows fastest, "
@@ -205,7 +206,7 @@ def sentence(v):
 # ------------------------------------------------------------------ the stacked bars as SVG
 
 
-def bar_chart(v, w=1000, row=24):
+def bar_chart(v, w=840, row=24):
     """Horizontal stacked bars, one per size: the terms left to right, the rest of Measured after them
     (grey; where the path is longer than Measured, a red-edged stretch back from the path's end to
     Measured), a tick at Measured, then the probe effect removed, hatched, beyond the bar. Each bar
@@ -286,6 +287,18 @@ def bar_chart(v, w=1000, row=24):
         o.append("</g>")
     o.append("</svg>")
     return "\n".join(o)
+
+
+def error_chart(v, w=420, h=300):
+    """The model's % error per size beside its baselines' (None without a model file)."""
+    series = {name: [(e.size, getattr(e, key)) for e in v.errors]
+              for name, key in (("model", "model_pct"), ("interpolation", "interp_pct"), ("line", "line_pct"))}
+    series = {k: s for k, s in series.items() if any(y is not None for _, y in s)}
+    if not series:
+        return None
+    return line_plot(series, f"% error, {v.transport.upper()}: model and baselines", "request size (bytes)",
+                     "(Measured − Calculated) × 100 / Measured", w=w, h=h, dashed=("interpolation", "line"),
+                     signed=True)
 
 
 def error_columns():

@@ -77,7 +77,9 @@ def _item_id(it):
 
 def _figure(f):
     links = "".join(f'<br><a class="call" href="{escape(h)}" download>{escape(t)}</a>' for t, h in f.links)
-    return (f'<figure id="{escape(f.name)}">{f.svg}<figcaption class="src">source: {escape(f.source)}'
+    m = re.match(r'<svg[^>]* width="(\d+)', f.svg)
+    size = f' style="max-width:{m.group(1)}px"' if m else ""     # the caption wraps at the figure's width
+    return (f'<figure id="{escape(f.name)}">{f.svg}<figcaption class="src"{size}>source: {escape(f.source)}'
             + (f'<br><span class="note">{escape(f.note)}</span>' if f.note else "") + links + "</figcaption></figure>")
 
 

@@ -70,6 +70,11 @@ def first_screen_section(d: RunData):
                                   FS.bar_chart(v), v.source,
                                   ("Segments with no side of their own (" + ", ".join(unsided) + ") count as CPU "
                                    "time of the side before them on the path.") if unsided else ""))
+        errs = FS.error_chart(v)
+        if errs:
+            s.items.append(Figure(f"errors-{v.transport}", f"% error, {v.transport.upper()}", errs,
+                                  f"analysis/{v.model_file} rows[].error_pct, interp_error_pct, line_error_pct",
+                                  "The DCE study's sign: positive where the calculation is short."))
         s.items.append(Table(f"Where the time goes, {v.transport.upper()} (µs; model and baselines in % error)",
                              FS.error_columns(), FS.table_rows(v),
                              v.source + (f"; model %, interp %, line %: analysis/{v.model_file} rows[].error_pct, "

@@ -132,8 +132,9 @@ def pack_labels(spans, gap=6):
     return rows
 
 
-def line_plot(series, title, xlabel, ylabel, marks=(), w=640, h=360, dashed=()):
-    """series: {name: [(x, y), ...]} (y None skipped); marks: [(x, label)] or [(x, label, tooltip)] drawn
+def line_plot(series, title, xlabel, ylabel, marks=(), w=640, h=360, dashed=(), signed=False):
+    """series: {name: [(x, y), ...]} (y None skipped; signed: the y axis goes below 0 where they do);
+    marks: [(x, label)] or [(x, label, tooltip)] drawn
     as vertical dotted lines, their labels in rows above the plot so that none meets another; the
     legend below the x axis."""
     pts = [(x, y) for s in series.values() for x, y in s if y is not None]
@@ -141,7 +142,8 @@ def line_plot(series, title, xlabel, ylabel, marks=(), w=640, h=360, dashed=()):
     if not pts:
         pts, xs = [(0, 0), (1, 1)], [0, 1]
     ys = [p[1] for p in pts]
-    ax = _Axes(min(xs), max(xs), 0, max(ys) * 1.08, w, h)
+    lo = min(0.0, min(ys) * 1.08) if signed else 0
+    ax = _Axes(min(xs), max(xs), lo, max(max(ys) * 1.08, 0.0 if signed else max(ys) * 1.08), w, h)
     marks = sorted((m[0], m[1], m[2] if len(m) > 2 else m[1]) for m in marks)
     spans = []
     for x, label, _ in marks:

@@ -232,7 +232,7 @@ def test_the_sentence_names_the_largest_term_and_its_growth_from_the_data():
         "slopes over the sizes with a path).")
     v = FS.TransportView("tcp", [_bar(0, 10, 12, 40), _bar(1000, 11, 20, 41)], [], "")
     assert FS.sentence(v) == (
-        "TCP: wake-ups is the largest term at every size; it goes from 40.00 µs at 0 bytes to 41.00 µs at 1000 "
+        "TCP: wake-ups are the largest term at every size; they go from 40.00 µs at 0 bytes to 41.00 µs at 1000 "
         "bytes (57 % of Measured there), +1.00 µs per 1000 bytes; server CPU grows fastest, +8.00 µs per 1000 "
         "bytes (least-squares slopes over the sizes with a path).")
 
@@ -254,3 +254,27 @@ def test_every_section_starts_with_a_sentence_and_names_no_internal_path(run):
     html = (run / "report" / "index.html").read_text()
     for word in ("RPCSCOPE_", "/tmp/", "/work/", "runs/", str(run), ".py", "steps.toml"):
         assert word not in html, word
+
+
+def test_the_notebook_draws_the_first_screens_bars_from_the_same_outputs(run, monkeypatch):
+    """reports/notebooks/rpcscope.ipynb, executed on the run: one matplotlib figure per transport, and
+    the bars it drew are the report's, case by case (Measured, the stretches' sum, the probe effect)."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("matplotlib")
+    nb = nbformat.read(Path(__file__).parents[2] / "reports" / "notebooks" / "rpcscope.ipynb", as_version=4)
+    monkeypatch.setenv("RPCSCOPE_RUN", str(run))
+    nbclient.NotebookClient(nb, timeout=180, kernel_name="python3").execute()
+    outs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert sum("image/png" in o.get("data", {}) for o in outs) == 2
+    (line,) = [ln for o in outs if o.get("name") == "stdout" for ln in o["text"].splitlines()
+               if ln.startswith("first-screen bars: ")]
+    drawn = json.loads(line.split(": ", 1)[1])
+    svg = "".join((run / "report" / f"fig-bars-{t}.svg").read_text() for t in ("udp", "tcp"))
+    bars = {g.split('data-case="')[1].split('"')[0]: g for g in svg.split('<g class="bar"')[1:]}
+    assert sorted(drawn) == sorted(bars)
+    for case, b in drawn.items():
+        g = bars[case]
+        assert b["measured_us"] == float(g.split('data-measured-us="')[1].split('"')[0])
+        assert b["drawn_us"] == pytest.approx(b["measured_us"], rel=1e-9)
+        assert b["probe_us"] == pytest.approx(float(g.split('data-probe-us="')[1].split('"')[0]), rel=1e-9)

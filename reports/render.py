@@ -25,6 +25,7 @@ details.item>summary{cursor:pointer;font-size:.95em}
 table{border-collapse:collapse;font-size:12px;margin:.4em 0;max-width:100%}
 th,td{border:1px solid #ccc;padding:2px 5px;text-align:right;vertical-align:top}
 th{background:#eef3f8;font-weight:600}
+th.t{text-align:left}
 td:first-child,td.t{text-align:left}
 td.t{overflow-wrap:anywhere;min-width:4em}
 tr.sum td{font-weight:bold;background:#f7f7f7}
@@ -71,6 +72,11 @@ def _header(c):
     return "".join(escape(p) + ("<wbr>" if p in "_/" else "") for p in re.split(r"([_/])", c))
 
 
+def _numeric(t, c):
+    """A column of numbers (right-aligned, its header too)."""
+    return all(_is_num(r.get(c, "")) or _fmt(r.get(c, "")) == "" for r in t.rows)
+
+
 def _item_id(it):
     return it.name if isinstance(it, Figure) else "t-" + slug(it.title)
 
@@ -85,7 +91,8 @@ def _figure(f):
 
 def _table(t, heading=True):
     o = [(f'<h3 id="{_item_id(t)}">{escape(t.title)}</h3>' if heading else "") + "<table><thead><tr>"
-         + "".join(f"<th>{_header(c)}</th>" for c in t.columns) + "</tr></thead><tbody>"]
+         + "".join(f"<th{'' if _numeric(t, c) else ' class=t'}>{_header(c)}</th>" for c in t.columns)
+         + "</tr></thead><tbody>"]
     for r in t.rows:
         summ = str(r.get(t.columns[0], "")) in SUM_ROWS
         o.append(f'<tr{" class=sum" if summ else ""}>' + "".join(

@@ -282,3 +282,19 @@ def test_the_notebook_draws_the_first_screens_bars_from_the_same_outputs(run, mo
         assert b["measured_us"] == float(g.split('data-measured-us="')[1].split('"')[0])
         assert b["drawn_us"] == pytest.approx(b["measured_us"], rel=1e-9)
         assert b["probe_us"] == pytest.approx(float(g.split('data-probe-us="')[1].split('"')[0]), rel=1e-9)
+
+
+def test_the_first_screens_figures_are_printed_as_the_model_table_prints_them(run):
+    """Measured and the model's % error of a size read the same on the first screen as in the model's
+    table (one rounding), and the bars' figures are those of the first screen's table."""
+    rep = build(load(run))
+    tables = {t.title: t for t in rep.tables()}
+    for t in ("UDP", "TCP"):
+        first = {r["size"]: r for r in tables[f"Where the time goes, {t} (µs; model and baselines in % error)"].rows}
+        model = {r["size"]: r for r in tables[f"Calculated vs measured RTT, {t}"].rows}
+        assert sorted(first) == sorted(model) == list(DCE_SIZES)
+        for z, r in first.items():
+            assert r["Measured µs"] == model[z]["measured_us"]
+            assert float(r["model %"]) == float(model[z]["model_%"])
+        svg = (run / "report" / f"fig-bars-{t.lower()}.svg").read_text()
+        assert all(f">{r['Measured µs']}</text>" in svg for r in first.values())

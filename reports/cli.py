@@ -70,7 +70,9 @@ def cmd_report(args):
 def register(subparsers):
     ap = subparsers.add_parser(
         "report", help="write a run's report: report.md and a self-contained index.html with SVG figures",
-        description="Write runs/NAME/report/: the run summary, the Table-2-style model table, per-step costs, "
+        description="Write runs/NAME/report/: first, where the time goes (per transport, each size's Measured "
+                    "RTT split into client CPU, server CPU, wake-ups and network, the probe effect beside it, "
+                    "the model's % error and its baselines); then, folded, the run summary, the Table-2-style model table, per-step costs, "
                     "round-trip-path diagrams (Figure 5 style), RTT vs size with packet boundaries, latency "
                     "distributions, traced vs untraced.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

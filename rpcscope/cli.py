@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "rpcscope.bench_null",
     "rpcscope.bench_layout",
     "rpcscope.bench_interleave",
+    "rpcscope.experiments.cli",
     "rpcscope.testbed",
     "rpcscope.deploy",
     "rpcscope.stubs.cli",

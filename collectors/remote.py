@@ -10,6 +10,8 @@ import datetime
 import json
 import pathlib
 
+import yaml
+
 from rpcscope.output import UserError
 
 from . import capture as cap
@@ -20,9 +22,11 @@ def run(p, out, inventory, progress=None, echo=lambda s: None):
     inventory = pathlib.Path(inventory)
     if not inventory.exists():
         raise UserError(f"inventory {inventory} does not exist; see ansible/inventories/example/hosts.yml")
-    if p["kernel"] == "auto":
-        raise UserError("--kernel auto is decided per host on real hosts: pass --kernel perf, lttng or none "
-                        "(the deploy report runs/deploy/HOST.json says which tracer each host has)")
+    per_host = inventory_collectors(inventory)
+    if p["kernel"] == "auto" and per_host is None:
+        raise UserError("--kernel auto is decided per host on real hosts: pass --kernel perf, lttng or none, or give "
+                        "every host rpcscope_kernel_collector in the inventory (the deploy report "
+                        "runs/deploy/HOST.json says which tracer each host has)")
     if p["kernel"] == "ftrace":
         raise UserError("--kernel ftrace records on the local testbed only (ansible/capture.yml runs perf or "
                         "LTTng on real hosts): pass --kernel perf, lttng or none")
@@ -39,6 +43,7 @@ def run(p, out, inventory, progress=None, echo=lambda s: None):
                  "mechanism": "not applied on real hosts by this driver: set C-states on the hosts themselves"},
         "aslr": cap.aslr_record(p.get("aslr", "off"), local=False),
         "kernel_collector": p["kernel"], "clock": "monotonic", "kernel_clock_aligned_to_ust": False,
+        "kernel_collectors": per_host if p["kernel"] == "auto" else {},
         "tools": {}, "calibration": {}, "cases": [],
     }
     cpus = cap.placement_cpus(p["placement"])
@@ -84,6 +89,33 @@ def run(p, out, inventory, progress=None, echo=lambda s: None):
         manifest["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         write()
     return manifest
+
+
+def inventory_collectors(inventory):
+    """{host: kernel collector} when every host of the inventory names its own (rpcscope_kernel_collector,
+    as the local testbed's inventory does), else None."""
+    try:
+        inv = yaml.safe_load(pathlib.Path(inventory).read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    found, complete = {}, True
+
+    def walk(group, inherited):
+        nonlocal complete
+        if not isinstance(group, dict):
+            return
+        gvars = {**inherited, **(group.get("vars") or {})}
+        for name, hv in (group.get("hosts") or {}).items():
+            kc = {**gvars, **(hv or {})}.get("rpcscope_kernel_collector")
+            if kc in ("perf", "lttng", "none"):
+                found[name] = kc
+            else:
+                complete = False
+        for child in (group.get("children") or {}).values():
+            walk(child, gvars)
+
+    walk(inv.get("all", inv), {})
+    return found if found and complete else None
 
 
 def _cleanup(inventory, extra_vars, echo):

@@ -100,11 +100,6 @@ class Row:
     wire_us: float
     paced_by: str
 
-    @property
-    def judged_error_pct(self):
-        """The error the goals judge: the in-sample one for a fitted size, else the prediction's."""
-        return self.error_pct
-
 
 # ------------------------------------------------------------------ baselines
 
@@ -157,12 +152,13 @@ def _initial():
 
 def _design(wl, link, sizes, theta, obs):
     """Rows (one per size and class) of counts and bytes on the computed path, the measured class
-    times, and weights 1 / the size's RTT (the error that matters is relative)."""
+    times, and weights 1 / the size's measured path (the error that matters is relative; Measured,
+    the untraced RTT, stays out of the fit)."""
     X, y, w = [], [], []
     for z in sizes:
         cp = call_path(wl, z, theta, link)
         o = obs.sizes[z]
-        scale = o.measured_us or o.path_us or cp.rtt_us or 1.0
+        scale = o.path_us or cp.rtt_us or 1.0
         for cls in CLASSES:
             row = [0.0] * len(UNIT_NAMES)
             row[UNIT_NAMES.index(cls)] = cp.counts.get(cls, 0)

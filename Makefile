@@ -5,6 +5,7 @@
 #   make TRACE=clock  build it with each step mark one clock read into memory (build/clock/)
 #   make bootstrap    install Debian packages and the Python venv (idempotent)
 #   make test         bootstrap if needed, then run every test
+#   make vm           the VM host's kernel, lttng-modules and initramfs (build/vm/; testbed up --server vm)
 #   make run          the main job on the local testbed
 #   make bench        benchmarks (not tests): null-RPC RTT against sockperf;
 #                     make bench-capture, make bench-analysis: capture and analysis cost
@@ -154,6 +155,7 @@ test-fuzz: $(FUZZ_DIR)/fuzz_pdu $(FUZZ_DIR)/fuzz_ctfread $(FUZZ_DIR)/ctfread_see
 test-py: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all
 	$(MAKE) TRACE=clock all
+	$(MAKE) vm
 	$(PY) -m pytest -q -rs tests/python
 
 # ansible-lint, production profile, over ansible/ (playbooks, roles, example inventory).
@@ -167,6 +169,7 @@ test: $(VENV_STAMP)
 	$(MAKE) TRACE=0 all
 	$(MAKE) TRACE=clock all
 	$(MAKE) peers
+	$(MAKE) vm
 	$(MAKE) test-c
 	$(MAKE) test-asan
 	$(MAKE) test-fuzz

@@ -75,7 +75,7 @@ import types
 
 import numpy as np
 
-from rpcscope.tracepoints import EVENTS, STEPS, applicable
+from rpcscope.tracepoints import EVENTS, SPLIT, STEPS, applicable
 
 from .traceread import KIND
 
@@ -85,18 +85,20 @@ SEND_SYSCALLS = {"sendto", "sendmsg", "write", "writev"}
 RECV_SYSCALLS = {"recvfrom", "recvmsg", "read"}
 EPOLL_SYSCALLS = {"epoll_wait", "epoll_pwait"}
 
+_SIDE_OF = {s["id"]: s["side"] for s in STEPS}
+# Rows beside the catalog's steps: the parts of a split step (the catalog's [split]), and spans of user
+# marks that cross several steps.
 EXTRA_ROWS = {
-    "C8'": ("client", "C8", "sendmsg' (to the first device hand-off)"),
-    "C8''": ("client", "C8", "sendmsg'' (after the hand-off; on veth it holds the receiver's protocol input)"),
-    "S9'": ("server", "S9", "sendmsg' (to the first device hand-off)"),
-    "S9''": ("server", "S9", "sendmsg'' (after the hand-off)"),
+    **{name: (_SIDE_OF[part["of"]], part["of"], part["name"]) for name, part in SPLIT.items()},
     "C7-C9": ("client", None, "packet send from user marks (c7_begin .. c9_end)"),
     "S8-S10": ("server", "S8", "packet send from user marks (s8_begin .. s10_end)"),
     "C14-C17": ("client", "C14", "the client's wait from user marks (c14_begin .. c17_end)"),
     "RTT": ("client", None, "traced round trip (c1_begin .. c21_end)"),
 }
-ROW_ORDER = [s["id"] for s in STEPS if s["side"] == "client"] + ["C8'", "C8''", "C7-C9", "C14-C17"] + \
-    [s["id"] for s in STEPS if s["side"] == "server"] + ["S9'", "S9''", "S8-S10", "RTT"]
+ROW_ORDER = [s["id"] for s in STEPS if s["side"] == "client"] + \
+    [n for n, p in SPLIT.items() if _SIDE_OF[p["of"]] == "client"] + ["C7-C9", "C14-C17"] + \
+    [s["id"] for s in STEPS if s["side"] == "server"] + \
+    [n for n, p in SPLIT.items() if _SIDE_OF[p["of"]] == "server"] + ["S8-S10", "RTT"]
 
 _STEP = {s["id"]: s for s in STEPS}
 # event name (without provider) -> (step id, mark)

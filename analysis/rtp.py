@@ -45,7 +45,7 @@ import pathlib
 
 import numpy as np
 
-from rpcscope.tracepoints import STEPS
+from rpcscope.tracepoints import SPLIT, STEPS, side_step, with_role
 
 from .graph import Graph
 from .probe import case_costs
@@ -62,17 +62,18 @@ MAX_SEGMENTS = 100_000
 TYPICAL_SHARE = 0.2
 
 # Label priority: the innermost step wins where occurrences nest.
-_SOFTIRQ_STEPS = {"C15", "S1"}
-_WAKE_STEPS = {"C16", "S2"}          # blocked-phase steps: waking .. switch in
-_SPLIT = {"C8'", "C8''", "S9'", "S9''"}
+_SOFTIRQ_STEPS = set(with_role("softirq"))
+_WAKE_STEPS = set(with_role("wake"))          # blocked-phase steps: waking .. switch in
+_SENDMSG_STEPS = set(with_role("sendmsg"))    # cut at the device hand-off into the parts in SPLIT
+_SPLIT = set(SPLIT)
 _SKIP = {name for name, (_, base, _) in EXTRA_ROWS.items() if name not in _SPLIT}  # C7-C9, RTT, ...
 _SIDE = {s["id"]: s["side"] for s in STEPS}
 _SIDE.update({k: v[0] for k, v in EXTRA_ROWS.items()})
-_CATALOG_RTP = {s["id"] for s in STEPS if s["rtp"]} | {"C8'", "S9'"}   # DCE: sendmsg' on the path, sendmsg'' not
+_CATALOG_RTP = {s["id"] for s in STEPS if s["rtp"]} | {n for n, p in SPLIT.items() if p["rtp"]}
 # A NET_RX softirq that wakes a thread of a role, and that wake-up's latency, are that role's
 # receive-interrupt and resume steps by the catalog's definition, also where the reconstruction
 # could not name them (a switch lost in the trace).
-_INFERRED = {"client": ("C15", "C16"), "server": ("S1", "S2")}
+_INFERRED = {side: (side_step(side, "softirq"), side_step(side, "wake")) for side in ("client", "server")}
 # The segment of a receive softirq from a packet it sent (an ACK) to its waking of the reader.
 SENT_BEFORE_WAKEUP = "sends before the wake-up"
 # The part of the round trip the client's own clock measures (rpc/bench.c: a clock read each side of
@@ -151,7 +152,7 @@ def _prio(name):
         return 3
     if name in _SPLIT:
         return 2
-    if name in ("C8", "S9"):
+    if name in _SENDMSG_STEPS:
         return 0
     return 1
 
@@ -404,7 +405,7 @@ def slack(occs, segs, end):
     pieces = collections.defaultdict(list)
     nothing = ([], [])
     for name, lst in occs.items():
-        if name in ("C8", "S9") and (name + "'") in occs:
+        if name in _SENDMSG_STEPS and any(p in occs for p, part in SPLIT.items() if part["of"] == name):
             continue
         for b, e, tid in lst:
             sb, se = on.get(tid, nothing)

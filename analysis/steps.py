@@ -191,8 +191,8 @@ def rtt_summary(rpcs, split):
     untraced = (case.meta.get("untraced") or {}).get("p50")
     untraced = untraced / 1000 if untraced else None
     pct = lambda a: (a - untraced) / untraced * 100 if a is not None and untraced else None  # noqa: E731
-    # Per-RPC sum of the client's steps (no overlap: C15 runs in another context).
-    client = [n for n in ROW_ORDER if n in _STEP and _STEP[n]["side"] == "client" and n != "C15"]
+    # Per-RPC sum of the client's steps (no overlap: the receive softirq runs in another context).
+    client = [n for n in ROW_ORDER if n in _STEP and _STEP[n]["side"] == "client" and _STEP[n].get("role") != "softirq"]
     tot = np.zeros(len(rpcs))
     for n in client:
         r = rpcs.rows[n]

@@ -12,6 +12,8 @@ import re
 import statistics
 from pathlib import Path
 
+from rpcscope.tracepoints import STEPS, side_step
+
 from . import first_screen as FS
 from . import svg
 from .data import PCTS, RunData
@@ -219,7 +221,6 @@ def _lane(step, given=None):
 
 def _catalog_boxes(case_rows, packets_note):
     """Boxes from the catalog's rtp flags and the step medians (not a measured path)."""
-    from rpcscope.tracepoints import STEPS
     med = {r["step"]: r for r in case_rows}
     cat = {st["id"]: st for st in STEPS}
 
@@ -241,7 +242,7 @@ def _catalog_boxes(case_rows, packets_note):
     boxes, t = [], 0.0
     side_over = {"client": [x for x in cat if x.startswith("C") and 9 <= _num(x) <= 14],
                  "server": [x for x in cat if x.startswith("S") and 10 <= _num(x) <= 14]}
-    anchor = {"client": "C8", "server": "S9"}
+    anchor = {side: side_step(side, "sendmsg") for side in ("client", "server")}
     for lane, ids in groups:
         for sid in ids:
             if lane == "network":
@@ -276,7 +277,6 @@ def _segment_lane(label, step):
 def _example_boxes(entry):
     """Boxes of rtp.json's example_rpc (one real call at the median corrected RTT): its path segments at
     their traced times, then the overlapped steps beside their lane, with their slack."""
-    from rpcscope.tracepoints import STEPS
     names = {st["id"]: st["name"] for st in STEPS}
     ex = entry["example_rpc"]
     boxes = []
@@ -312,7 +312,6 @@ def _example_boxes(entry):
 
 def _before(step):
     """The catalog step that precedes `step` on its side (where an overlapped step starts)."""
-    from rpcscope.tracepoints import STEPS
     side_of = {st["id"]: st["side"] for st in STEPS}
     if step not in side_of:
         return None

@@ -3,7 +3,7 @@
     from rpcscope.tracepoints import STEPS, EVENTS, step
 """
 try:
-    from .catalog_gen import CLASSES, EVENTS, PROVIDER, SEGMENT_UNITS, SPLIT_UNITS, STEPS
+    from .catalog_gen import CLASSES, EVENTS, PROVIDER, SEGMENT_UNITS, SPLIT, STEPS
 except ImportError as e:  # pragma: no cover - only before the first `make`
     raise ImportError("rpcscope.tracepoints.catalog_gen is missing: run `make` to generate it "
                       "from tracepoints/steps.toml") from e
@@ -25,12 +25,26 @@ def unit_of(label):
     does not know."""
     if label in _BY_ID:
         return _BY_ID[label]["unit"]
-    if label in SPLIT_UNITS:
-        return SPLIT_UNITS[label]
+    if label in SPLIT:
+        return SPLIT[label]["unit"]
     if label in SEGMENT_UNITS:
         return SEGMENT_UNITS[label]
     pre = [k for k in SEGMENT_UNITS if k.endswith("*") and label.startswith(k[:-1])]
     return SEGMENT_UNITS[max(pre, key=len)] if pre else None
+
+
+def with_role(role):
+    """The ids of the steps of a role (steps.toml `role`), client first: with_role("softirq") is
+    ["C15", "S1"]."""
+    return [s["id"] for s in STEPS if s.get("role") == role]
+
+
+def side_step(side, role):
+    """The one step of a role on a side: side_step("server", "wake") is "S2"."""
+    got = [s["id"] for s in STEPS if s.get("role") == role and s["side"] == side]
+    if len(got) != 1:
+        raise KeyError(f"the catalog has {len(got)} {side} steps of role {role!r}, not one")
+    return got[0]
 
 
 def applicable(step_id, conditions):
@@ -38,4 +52,5 @@ def applicable(step_id, conditions):
     return not (set(step(step_id)["not_applicable"]) & set(conditions))
 
 
-__all__ = ["CLASSES", "EVENTS", "PROVIDER", "SEGMENT_UNITS", "SPLIT_UNITS", "STEPS", "step", "unit_of", "applicable"]
+__all__ = ["CLASSES", "EVENTS", "PROVIDER", "SEGMENT_UNITS", "SPLIT", "STEPS", "step", "unit_of", "with_role",
+           "side_step", "applicable"]

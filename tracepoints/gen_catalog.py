@@ -18,6 +18,8 @@ SIDES = {"client": "C", "server": "S"}
 NA_CONDITIONS = {"tcp", "single_window", "virtual_link", "inline", "busy_poll", "oneway", "no_nb_select", "recv_wait"}
 # The RTT model's unit classes (analysis/pathsim.py UNITS, all but the per-byte cost).
 MODEL_UNITS = ("call", "send", "packet", "receive", "wakeup", "ack")
+# What a step can be to the path walk and the reconstruction (steps.toml, a step's `role`).
+ROLES = ("sendmsg", "softirq", "wake")
 
 
 class CatalogError(Exception):
@@ -72,14 +74,18 @@ def check(cat, path):
                 raise CatalogError(f"{where}: mark {m!r} must be lowercase letters")
         if s.get("unit") not in MODEL_UNITS:
             raise CatalogError(f"{where}: unit must be one of {', '.join(MODEL_UNITS)}, got {s.get('unit')!r}")
-    for table in ("split", "segments"):
-        for name, unit in cat.get(table, {}).items():
-            if unit not in MODEL_UNITS + ("network",):
-                raise CatalogError(f"{path}: [{table}] {name!r}: unit must be one of "
-                                   f"{', '.join(MODEL_UNITS + ('network',))}, got {unit!r}")
-    for name in cat.get("split", {}):
-        if name.rstrip("'") not in ids:
-            raise CatalogError(f"{path}: [split] {name!r} is no part of a step")
+        if s.get("role", "sendmsg") not in ROLES:
+            raise CatalogError(f"{where}: role must be one of {', '.join(ROLES)}, got {s['role']!r}")
+    for name, unit in cat.get("segments", {}).items():
+        if unit not in MODEL_UNITS + ("network",):
+            raise CatalogError(f"{path}: [segments] {name!r}: unit must be one of "
+                               f"{', '.join(MODEL_UNITS + ('network',))}, got {unit!r}")
+    roles = {s["id"]: s.get("role") for s in cat["steps"]}
+    for name, part in cat.get("split", {}).items():
+        if roles.get(part.get("of")) != "sendmsg" or not name.startswith(part["of"]):
+            raise CatalogError(f"{path}: [split] {name!r}: 'of' must name the step of role sendmsg it is part of")
+        if part.get("unit") not in MODEL_UNITS or not isinstance(part.get("rtp"), bool) or not part.get("name"):
+            raise CatalogError(f"{path}: [split] {name!r} needs a name, rtp (true or false) and a unit")
 
 
 def events(cat):
@@ -145,7 +151,7 @@ def python_module(cat):
             "kernel_end": s.get("kernel_end", "").split("|") if s.get("kernel_end") else [],
             "rtp": s["rtp"], "not_applicable": s.get("not_applicable", []),
             "absent_marks": {c: [f"{s['id'].lower()}_{m}" for m in ms] for c, ms in s.get("absent_marks", {}).items()},
-            "next": s.get("next", []), "per": s["per"], "unit": s["unit"],
+            "next": s.get("next", []), "per": s["per"], "unit": s["unit"], "role": s.get("role"),
         })
     evs = [{"name": f"{cat['provider']}:{n}", "event_class": c, "step": sid, "mark": m}
            for n, c, sid, m in events(cat)]
@@ -156,7 +162,7 @@ def python_module(cat):
         f"CLASSES = {pprint.pformat(classes, sort_dicts=False)}",
         f"STEPS = {pprint.pformat(steps, sort_dicts=False, width=100)}",
         f"EVENTS = {pprint.pformat(evs, sort_dicts=False, width=100)}",
-        f"SPLIT_UNITS = {pprint.pformat(cat.get('split', {}), sort_dicts=False, width=100)}",
+        f"SPLIT = {pprint.pformat(cat.get('split', {}), sort_dicts=False, width=100)}",
         f"SEGMENT_UNITS = {pprint.pformat(cat.get('segments', {}), sort_dicts=False, width=100)}",
         "",
     ]

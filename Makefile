@@ -7,7 +7,7 @@
 #   make test         bootstrap if needed, then run every test
 #   make vm           the VM host's kernel, lttng-modules and initramfs (build/vm/; testbed up --server vm)
 #   make run          the main job on the local testbed
-#   make bench        benchmarks (not tests): null-RPC RTT against sockperf;
+#   make bench        benchmarks (not tests, rpcscope bench NAME): null-RPC RTT against sockperf;
 #                     make bench-capture, make bench-analysis: capture and analysis cost
 #                     make bench-event-cost: one kernel event's cost, perf beside ftrace
 #   make fuzz-long    long libFuzzer campaigns: PDU parsing, the CTF reader (not part of make test)
@@ -186,19 +186,19 @@ run: $(VENV_STAMP) all
 
 bench: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all
-	$(PY) -m rpcscope.bench_null
+	$(VENV)/bin/rpcscope bench null
 
-# Benchmark of `rpcscope capture` (not a test): needs root and `rpcscope testbed up`.
+# Benchmark of `rpcscope capture` (rpcscope bench capture, not a test): needs root and `rpcscope testbed up`.
 .PHONY: bench-capture
 bench-capture: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all
-	$(VENV)/bin/rpcscope capture-bench
+	$(VENV)/bin/rpcscope bench capture
 
 # Benchmark (not a test): what one recorded kernel event costs the thread that hits it, perf beside
 # ftrace, in one run (collectors/eventcost.py). Needs root, perf and tracefs.
 .PHONY: bench-event-cost
 bench-event-cost: $(VENV_STAMP)
-	$(VENV)/bin/rpcscope event-cost
+	$(VENV)/bin/rpcscope bench event-cost
 
 # Benchmark of the analysis (not a test): events/s and peak memory on a run directory,
 # by default the newest under runs/ that has traces (make bench-analysis BENCH_RUN=runs/NAME).
@@ -206,7 +206,7 @@ bench-event-cost: $(VENV_STAMP)
 BENCH_RUN ?= $(shell ls -td runs/*/manifest.json 2>/dev/null | head -n 1 | xargs -r dirname)
 bench-analysis: $(VENV_STAMP) all
 	@test -n "$(BENCH_RUN)" || { echo "bench-analysis: no run under runs/: make run first, or give BENCH_RUN=runs/NAME"; exit 2; }
-	$(VENV)/bin/rpcscope analyze-bench $(BENCH_RUN)
+	$(VENV)/bin/rpcscope bench analysis $(BENCH_RUN)
 
 fuzz-long: $(FUZZ_DIR)/fuzz_pdu $(FUZZ_DIR)/fuzz_ctfread $(FUZZ_DIR)/ctfread_seeds/.made
 	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/ctfread_corpus

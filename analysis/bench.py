@@ -1,4 +1,4 @@
-"""`rpcscope analyze-bench runs/NAME`: the analysis's throughput and memory.
+"""`rpcscope bench analysis runs/NAME`: the analysis's throughput and memory.
 
 Each measurement runs in a fresh Python process, so its peak RSS is its own; the native
 extractor's own peak RSS (VmHWM, as it reports it) is shown beside it wherever it decoded. The
@@ -48,9 +48,9 @@ from . import rpcs, traceread
 from .run import RunError, load_run
 
 EPILOG = """examples:
-  rpcscope analyze-bench runs/maxarg-udp                 throughput and peak memory of reading and analysing a run
-  rpcscope analyze-bench runs/maxarg-udp --no-analyze    decoding only (quicker)
-  rpcscope analyze-bench runs/maxarg-udp --json
+  rpcscope bench analysis runs/maxarg-udp                 throughput and peak memory of reading and analysing a run
+  rpcscope bench analysis runs/maxarg-udp --no-analyze    decoding only (quicker)
+  rpcscope bench analysis runs/maxarg-udp --json
 
 Goal: >= 1 M events/s end to end on the first run, and peak memory that does not
 grow with the trace's length beyond the tables. Reference points on the project's 2-vCPU VM:
@@ -139,7 +139,7 @@ def _anchor(dirs):
             proc.wait()
     wall = time.perf_counter() - t0
     if failed:
-        raise UserError(f"analyze-bench: babeltrace2 could not read {len(failed)} trace(s) of the run: "
+        raise UserError(f"babeltrace2 could not read {len(failed)} trace(s) of the run: "
                         f"{failed[0]}")
     return {"wall_s": wall, "processes": len(dirs)}
 
@@ -150,7 +150,7 @@ def _measure(mode, run_path, cache, target=None):
         argv.append(str(target))
     p = subprocess.run(argv, capture_output=True, text=True)
     if p.returncode != 0:
-        raise UserError(f"analyze-bench {mode} failed (exit {p.returncode}): {p.stderr.strip()[-400:]}")
+        raise UserError(f"the {mode} measurement failed (exit {p.returncode}): {p.stderr.strip()[-400:]}")
     r = json.loads(p.stdout.strip().splitlines()[-1])
     r["events_per_s"] = round(r["events"] / r["wall_s"]) if r["wall_s"] > 0 else None
     return r
@@ -173,7 +173,7 @@ def bench(run_path, do_analyze=True, progress=None):
     small, large = sizes[0], sizes[-1]
     plan += [("trace", small), ("trace", large), ("babeltrace2", "anchor")]
     rows = []
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="rpcscope-analyze-bench-"))
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="rpcscope-bench-analysis-"))
     try:
         for k, (mode, what) in enumerate(plan):
             if progress:
@@ -223,7 +223,7 @@ def cmd_bench(args):
     prog = None
     if not args.json and sys.stderr.isatty():
         def prog(k, n, what):
-            sys.stderr.write(f"\ranalyze-bench [{'#' * int(30 * k / n):<30}] {k}/{n} {what:<50}")
+            sys.stderr.write(f"\rbench analysis [{'#' * int(30 * k / n):<30}] {k}/{n} {what:<50}")
             sys.stderr.flush()
     try:
         res = bench(args.run, do_analyze=not args.no_analyze, progress=prog)
@@ -267,7 +267,7 @@ def cmd_bench(args):
 
 def register(subparsers):
     ap = subparsers.add_parser(
-        "analyze-bench", help="benchmark of the analysis: events/s first and cached, peak memory",
+        "analysis", help="the analysis's events/s, first and cached, and its peak memory",
         description="Throughput (events/s) and peak memory of decoding and analysing a run, first run "
                     "and cached, each in a fresh process; the run's own cache is not touched.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -282,4 +282,4 @@ if __name__ == "__main__":
     if len(sys.argv) >= 5 and sys.argv[1] == "--child":
         _child(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] if len(sys.argv) > 5 else None)
     else:
-        raise SystemExit("usage: rpcscope analyze-bench runs/NAME")
+        raise SystemExit("usage: rpcscope bench analysis runs/NAME")

@@ -676,7 +676,7 @@ def _chunks_all(f, dtype, test, size=1 << 18):
 
 # Events returned by read_trace in this process, of them those decoded rather than mapped from the
 # cache, the native extractor's largest own peak RSS, and how many traces each reader decoded
-# (for `rpcscope analyze-bench`).
+# (for `rpcscope bench analysis`).
 READ_STATS = {"events": 0, "decoded_events": 0, "extractor_peak_rss_kib": 0, "readers": {}}
 
 

@@ -1,4 +1,4 @@
-"""`rpcscope capture` and `rpcscope capture-bench`: traces of chosen payload sizes, and their cost."""
+"""`rpcscope capture` and `rpcscope bench capture`: traces of chosen payload sizes, and their cost."""
 import argparse
 import os
 import pathlib
@@ -30,8 +30,8 @@ run interrupted. On real hosts: ansible/capture.yml (see collectors/README.md).
 """
 
 BENCH_EPILOG = """examples:
-  rpcscope capture-bench                                 sizes 0,1392,4016,8032, UDP, 10000 calls each
-  rpcscope capture-bench --calls 2000 --sizes 0,4016 --transport udp,tcp --json
+  rpcscope bench capture                                 sizes 0,1392,4016,8032, UDP, 10000 calls each
+  rpcscope bench capture --calls 2000 --sizes 0,4016 --transport udp,tcp --json
 
 Reports, per size: traced and untraced p50 RTT, a plain rpc-client run's p50
 (same build, placement and waiting, no capture around it), user and kernel
@@ -59,7 +59,7 @@ def add_common(ap, default_calls, default_sizes):
     ap.add_argument("--aslr", choices=cap.ASLR_SETTINGS, default="off",
                     help="off: rpc-server and rpc-client run with address-space layout randomization off "
                          "(setarch -R), so every run of a build has the same addresses and the layout adds no "
-                         "spread between runs (default); on: the kernel's policy (rpcscope bench-layout compares)")
+                         "spread between runs (default); on: the kernel's policy (rpcscope bench layout compares)")
     ap.add_argument("--kernel-events", choices=perf.KERNEL_EVENT_SETS, default="lean",
                     help="lean: the kernel events the analysis needs, packets on each host's own interface (default); "
                          "full: also each device's start of transmit and sched_wakeup, and on the local testbed the "
@@ -286,7 +286,7 @@ def cmd_bench(args):
     if args.json:
         emit_json(result)
         return 0
-    print(f"capture-bench: {p['calls']} calls per size, placement {p['placement']}, wait {p['wait']}, "
+    print(f"bench capture: {p['calls']} calls per size, placement {p['placement']}, wait {p['wait']}, "
           f"idle {p['idle']}, "
           f"kernel collector {manifest['kernel_collector']} (run in {out})")
     table(rows, COLUMNS[:3] + ["plain_p50_us", "plain_range_us", "noise_%", "untraced/plain",
@@ -308,16 +308,20 @@ def register(subparsers):
     ap.add_argument("--inventory", default=None, metavar="PATH",
                     help="real hosts: run ansible/capture.yml per case on this inventory (default: the local testbed)")
     ap.set_defaults(func=cmd_capture)
+    return ap
 
+
+def register_bench(subparsers):
+    """`rpcscope bench capture` (subparsers: the bench group's, rpcscope/bench.py)."""
     b = subparsers.add_parser(
-        "capture-bench", help="benchmark of capture: probe effect, events per call, losses, bytes per call",
+        "capture", help="a capture's probe effect, events per call, losses, bytes per call",
         description="Capture, then a plain rpc-client run per size, and the figures side by side.",
         epilog=BENCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common(b, 10000, "0,1392,4016,8032")
     b.add_argument("--plain-rounds", type=int, default=5, help="plain rpc-client runs per size (default 5)")
     b.add_argument("--out", default=None, metavar="runs/NAME", help="run directory (default runs/capture-bench, replaced)")
     b.set_defaults(func=cmd_bench)
-    return ap
+    return b
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`rpcscope event-cost`: what one recorded kernel event costs the thread that hits it, per kernel
+"""`rpcscope bench event-cost`: what one recorded kernel event costs the thread that hits it, per kernel
 tracer, side by side in one run.
 
 Why: the probe correction's error grows with the probe effect it removes (analysis/probe.py). On
@@ -64,8 +64,8 @@ print((time.perf_counter_ns() - t0) / n)
 """
 
 EPILOG = """examples:
-  rpcscope event-cost                        200,000 calls, 5 rounds of each mode
-  rpcscope event-cost --calls 50000 --rounds 3 --cpu 1 --json
+  rpcscope bench event-cost                  200,000 calls, 5 rounds of each mode
+  rpcscope bench event-cost --calls 50000 --rounds 3 --cpu 1 --json
 
 Needs root, perf and tracefs (make bootstrap mounts it). Prints per mode the median ns per
 getppid() call over the rounds, the events recorded per call, and ns per recorded event.
@@ -88,13 +88,13 @@ def _ns_per_call(out):
     try:
         return float(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise UserError(f"event-cost: the syscall loop printed no timing: {out.strip()[-200:]!r}") from None
+        raise UserError(f"the syscall loop printed no timing: {out.strip()[-200:]!r}") from None
 
 
 def _run_child(argv, timeout):
     p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
-        raise UserError(f"event-cost: `{' '.join(argv[:3])} ...` failed ({p.returncode}): {p.stderr.strip()[-300:]}")
+        raise UserError(f"`{' '.join(argv[:3])} ...` failed ({p.returncode}): {p.stderr.strip()[-300:]}")
     return p.stdout
 
 
@@ -113,7 +113,7 @@ def _perf_count(calls, cpu, timeout):
         argv += ["-e", e, "--filter", _filter()]
     p = subprocess.run(argv + ["--", *_child_argv(calls, cpu)], capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
-        raise UserError(f"event-cost: perf stat failed ({p.returncode}): {p.stderr.strip()[-300:]}")
+        raise UserError(f"perf stat failed ({p.returncode}): {p.stderr.strip()[-300:]}")
     counted = 0
     for line in p.stderr.splitlines():
         parts = line.split(",")
@@ -149,16 +149,16 @@ class FtraceInstance(ftrace.FtraceRecorder):
 def measure(calls=200_000, rounds=5, cpu=1, progress=None):
     """{"rows": [per mode], ...}: median ns per call over the rounds, events per call, ns per event."""
     if os.geteuid() != 0:
-        raise UserError("event-cost: needs root (system-wide perf, tracefs)")
+        raise UserError("needs root (system-wide perf, tracefs)")
     if not shutil.which("perf"):
-        raise UserError("event-cost: perf is not installed; `make bootstrap` installs it")
+        raise UserError("perf is not installed; `make bootstrap` installs it")
     for e in EVENTS:
         if not perf.tracepoint_available(e):
-            raise UserError(f"event-cost: tracepoint {e} is not in {perf.TRACEFS}/events; is tracefs mounted?")
+            raise UserError(f"tracepoint {e} is not in {perf.TRACEFS}/events; is tracefs mounted?")
     if not (1 <= calls <= 10_000_000) or not (1 <= rounds <= 100):
-        raise UserError("event-cost: give --calls 1..10000000 and --rounds 1..100")
+        raise UserError("give --calls 1..10000000 and --rounds 1..100")
     if cpu not in os.sched_getaffinity(0):
-        raise UserError(f"event-cost: CPU {cpu} is not one this process may use ({sorted(os.sched_getaffinity(0))})")
+        raise UserError(f"CPU {cpu} is not one this process may use ({sorted(os.sched_getaffinity(0))})")
     timeout = 60 + calls * 20e-6
     res = {m: [] for m in MODES}
     with tempfile.TemporaryDirectory(prefix="rpcscope-evcost-") as tmp:
@@ -217,7 +217,7 @@ def cmd(args):
 
 def register(subparsers):
     ap = subparsers.add_parser(
-        "event-cost", help="benchmark: what one recorded kernel event costs, perf vs ftrace, side by side",
+        "event-cost", help="what one recorded kernel event costs, perf vs ftrace, side by side",
         description=__doc__.split("\n\n")[0], epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=200_000, help="getppid() calls per round (default 200000)")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of each mode, interleaved (default 5)")

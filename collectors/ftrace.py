@@ -2,7 +2,7 @@
 written as CTF in perf's dialect, so that the analysis reads it as it reads perf's.
 
 Why: on this VM a recorded perf event costs the thread that hits it ~970 ns, an ftrace event ~120
-ns (`rpcscope event-cost`, collectors/README.md), and the probe correction's error grows with the
+ns (`rpcscope bench event-cost`, collectors/README.md), and the probe correction's error grows with the
 probe effect it removes. The events and their filters are perf's (collectors/perf.py event_set,
 event_filter: tracefs filters either way), the clock is CLOCK_MONOTONIC (trace_clock mono, as
 `perf record -k mono` and LTTng-UST).

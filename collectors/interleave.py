@@ -4,7 +4,7 @@ and every slice the next one is continued (SIGCONT) and the last stopped.
 Why: this VM's speed moves on every scale from a tenth of a second to minutes, by ~10 % over the
 shortest (analysis/MODEL.md), so two runs one after the other differ by as much, however
 alike. Runs that take turns every few milliseconds see the same moments of the host and share its
-noise (`rpcscope bench-interleave` measures by how much). A call in flight when its client is stopped
+noise (`rpcscope bench interleave` measures by how much). A call in flight when its client is stopped
 takes a slice longer: one call a slice, far above the p50.
 
 Nothing is left stopped: whatever ends the turns (all exited, the deadline, an exception or an

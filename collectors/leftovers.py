@@ -230,11 +230,11 @@ def _our_server(pid, live_pids):
     return ppid not in live_pids and b"rpcscope" not in parent and b"pytest" not in parent
 
 
-CAPTURE_COMMANDS = (b"capture", b"run", b"capture-bench")
+CAPTURE_COMMANDS = (b"capture", b"run")
 
 
 def _capture_processes(skip):
-    """Pids of other rpcscope processes that may be capturing (`rpcscope capture|run|capture-bench`,
+    """Pids of other rpcscope processes that may be capturing (`rpcscope capture|run|bench capture`,
     under whatever wrapper), ours and our parents' left out."""
     mine, pid = set(skip), os.getpid()
     while pid > 1:                                   # `rpcscope run` calls `testbed down` in its own process

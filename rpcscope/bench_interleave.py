@@ -26,17 +26,17 @@ from .interrupts import interruptible, uninterrupted
 from .output import UserError, emit_json, table
 
 EPILOG = """examples:
-  rpcscope testbed up && rpcscope bench-interleave   UDP 4016 bytes, 8 rounds of 1 s a run, 5 ms turns
-  rpcscope bench-interleave --transport tcp --size 0 --slice-ms 2
-  rpcscope bench-interleave --rounds 12 --json
-  rpcscope bench-interleave --b-build clock         B of the clock build (make TRACE=clock): its marks' cost
+  rpcscope testbed up && rpcscope bench interleave   UDP 4016 bytes, 8 rounds of 1 s a run, 5 ms turns
+  rpcscope bench interleave --transport tcp --size 0 --slice-ms 2
+  rpcscope bench interleave --rounds 12 --json
+  rpcscope bench interleave --b-build clock         B of the clock build (make TRACE=clock): its marks' cost
 
-On a busy host (`rpcscope bench-interleave`, the defaults): the ln ratio's standard deviation was
+On a busy host (`rpcscope bench interleave`, the defaults): the ln ratio's standard deviation was
 7.27 % one after the other and 0.33 % taking turns, 22 times less, while A's p50s ranged over 37-55
 us. Over loopback (12 rounds): 7.8 % and 1.15 % with 10 ms turns, 4.7 % and 0.60 % with 2 ms turns.
 """
 
-PORT = 7392                        # beside bench-layout's (7390), below the capture's (7300 + ...)
+PORT = 7392                        # beside bench layout's (7390), below the capture's (7300 + ...)
 WAYS = ("one after the other", "taking turns")
 
 
@@ -106,7 +106,7 @@ def run(args):
     if not 1 <= args.slice_ms <= 1000:
         raise UserError(f"--slice-ms {args.slice_ms:g}: use 1 to 1000 ms")
     cap.check_sizes("maxarg", [args.size])
-    addrs, cpus = testbed_endpoints("bench-interleave")
+    addrs, cpus = testbed_endpoints("bench interleave")
     if args.b_build == "clock" and not (cap.CLOCK_BIN / "rpc-client").exists():
         raise UserError(f"{cap.CLOCK_BIN}/rpc-client is missing: run `make TRACE=clock`")
     # The servers' own bound: every round's runs, with room to spare.
@@ -121,7 +121,7 @@ def run(args):
                 bindir, env = _build(args.b_build, tmp, "server", port) if port == PORT + 1 else (None, ())
                 servers.append(start_server(addrs, cpus, args.transport, port, duration,
                                             pathlib.Path(tmp) / f"server-{port}.ready", bindir=bindir, env=env))
-            for _ in tqdm(range(args.rounds), desc="bench-interleave", unit="round",
+            for _ in tqdm(range(args.rounds), desc="bench interleave", unit="round",
                           disable=args.json or not sys.stderr.isatty()):
                 for way, pair in _round(addrs, cpus, args, tmp).items():
                     pairs[way].append(pair)
@@ -163,7 +163,7 @@ def run(args):
 
 
 def register(sub):
-    p = sub.add_parser("bench-interleave",
+    p = sub.add_parser("interleave",
                        help="how far two identical runs differ one after the other and taking turns",
                        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", type=int, default=4016, help="payload bytes (default 4016)")

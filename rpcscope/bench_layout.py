@@ -25,9 +25,9 @@ from .interrupts import interruptible
 from .output import UserError, emit_json, table
 
 EPILOG = """examples:
-  rpcscope testbed up && rpcscope bench-layout       UDP 0,1392,4016,8032,16064 bytes, 12 runs per setting
-  rpcscope bench-layout --sizes 8032 --runs 16 --json
-  rpcscope bench-layout --transport tcp --sizes 0,8032
+  rpcscope testbed up && rpcscope bench layout       UDP 0,1392,4016,8032,16064 bytes, 12 runs per setting
+  rpcscope bench layout --sizes 8032 --runs 16 --json
+  rpcscope bench layout --transport tcp --sizes 0,8032
 """
 
 PORT = 7390                       # below the capture's ports (collectors/capture.py BASE_PORT)
@@ -128,14 +128,14 @@ def run(args):
         raise UserError(f"--transport {args.transport!r}: use udp or tcp")
     if not 2 <= args.runs <= 100:
         raise UserError(f"--runs {args.runs}: use 2 to 100 runs per setting and size")
-    addrs, cpus = testbed_endpoints("bench-layout")
+    addrs, cpus = testbed_endpoints("bench layout")
     cap.check_sizes("maxarg", sizes)
     p50s = {(s, k): [] for s in sizes for k in SETTINGS}
     steps = [(s, k) for s in sizes for _ in range(args.runs) for k in SETTINGS]
     # SIGTERM as Ctrl-C (rpcscope/interrupts.py): the run's `finally` then ends its server.
     with interruptible(), IdlePolicy("poll"), tempfile.TemporaryDirectory(prefix="rpcscope-bench-layout-") as tmp:
         ready = pathlib.Path(tmp) / "server.ready"
-        for size, setting in tqdm(steps, desc="bench-layout", unit="run", disable=args.json or not sys.stderr.isatty()):
+        for size, setting in tqdm(steps, desc="bench layout", unit="run", disable=args.json or not sys.stderr.isatty()):
             p50s[(size, setting)].append(
                 _one_run(setting, args.transport, size, args.calls, args.warmup, cpus, addrs, ready))
     rows = []
@@ -159,7 +159,7 @@ def run(args):
 
 
 def register(sub):
-    p = sub.add_parser("bench-layout", help="run-to-run spread of p50 with the address layout random and fixed",
+    p = sub.add_parser("layout", help="run-to-run spread of p50 with the address layout random and fixed",
                        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="0,1392,4016,8032,16064", help="payload sizes (default 0,1392,4016,8032,16064)")
     p.add_argument("--transport", default="udp", help="udp or tcp (default udp)")

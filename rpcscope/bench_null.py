@@ -28,8 +28,8 @@ from . import ROOT
 from .output import UserError, emit_json, table
 
 EPILOG = """examples:
-  rpcscope bench-null                       3 rounds of 20000 calls, CPU 0
-  rpcscope bench-null --rounds 5 --json     machine-readable
+  rpcscope bench null                       3 rounds of 20000 calls, CPU 0
+  rpcscope bench null --rounds 5 --json     machine-readable
   make bench                                the same, after building
 """
 
@@ -104,7 +104,7 @@ def run(args):
              "pool": (args.executors, ()), "pool-recv": (args.executors, recv)}
     rows = {"sockperf": [], **{m: [] for m in modes}}
     steps = [(r, k) for r in range(args.rounds) for k in rows]
-    for _, kind in tqdm(steps, desc="bench-null", unit="run", disable=args.json or not sys.stderr.isatty()):
+    for _, kind in tqdm(steps, desc="bench null", unit="run", disable=args.json or not sys.stderr.isatty()):
         if kind == "sockperf":
             rows[kind].append(sockperf_p50_ns(args.cpu, args.seconds))
         else:
@@ -133,7 +133,7 @@ def run(args):
 
 
 def register(sub):
-    p = sub.add_parser("bench-null", help="null-RPC RTT next to sockperf's UDP ping-pong",
+    p = sub.add_parser("null", help="null-RPC RTT next to sockperf's UDP ping-pong",
                        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu", type=int, default=0, help="CPU for client and server (default 0)")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
@@ -145,18 +145,3 @@ def register(sub):
     p.set_defaults(func=run)
     return p
 
-
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m rpcscope.bench_null")
-    sub = ap.add_subparsers()
-    register(sub)
-    args = ap.parse_args(["bench-null", *(argv if argv is not None else sys.argv[1:])])
-    try:
-        return args.func(args)
-    except UserError as e:
-        print(f"bench-null: {e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

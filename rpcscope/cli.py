@@ -10,28 +10,31 @@ import sys
 
 from .output import ReaderGoneSafe, UserError
 
-# Modules that provide subcommands, in the order `rpcscope --help` lists them.
+# Modules that provide subcommands, in the order `rpcscope --help` lists them: the pipeline's stages
+# as a run goes through them (analysis.model_cli registers model, whatif and verify), then the rest.
 COMMAND_MODULES = [
-    "rpcscope.bench_null",
-    "rpcscope.bench_layout",
-    "rpcscope.bench_interleave",
-    "rpcscope.experiments.cli",
     "rpcscope.testbed",
     "rpcscope.deploy",
-    "rpcscope.stubs.cli",
     "rpcscope.collectors.cli",
-    "rpcscope.collectors.eventcost",
     "rpcscope.analysis.cli",
-    "rpcscope.analysis.bench",
-    "rpcscope.analysis.model_cli",
     "rpcscope.analysis.rtp_cli",
+    "rpcscope.analysis.model_cli",
     "rpcscope.reports.cli",
     "rpcscope.reports.export",
     "rpcscope.pipeline",
+    "rpcscope.experiments.cli",
+    "rpcscope.bench",
+    "rpcscope.stubs.cli",
 ]
 
-EPILOG = """examples:
-  rpcscope bench-null --calls 20000        null-RPC RTT next to sockperf
+EPILOG = """the pipeline (rpcscope run runs it all and prints each stage's command line):
+  testbed up -> deploy -> capture -> analyze -> rtp -> model -> report -> testbed down
+  then, on its run directory: whatif (the model on another link, at other sizes) -> verify (beside
+  a capture of that link); export (calls as a Perfetto trace)
+
+examples:
+  rpcscope run                             the main job on the local testbed (make run)
+  rpcscope bench null --calls 20000        null-RPC RTT next to sockperf
   rpcscope COMMAND --help                  help and examples for one command
 """
 

@@ -1,4 +1,4 @@
-"""`rpcscope analyze-bench` on the committed fixture run (tests/python/fixtures/run-udp-small):
+"""`rpcscope bench analysis` on the committed fixture run (tests/python/fixtures/run-udp-small):
 it measures in fresh processes, counts the events every trace holds, and leaves the run alone."""
 import json
 import pathlib
@@ -29,13 +29,13 @@ def test_bench_counts_every_event_and_leaves_the_run_alone(tmp_path, capsys):
     assert res["anchor_events_per_s"] == anchor["events_per_s"] and anchor["of_anchor"] == 1.0
     assert rows["decode (first)"]["of_anchor"] == round(rows["decode (first)"]["events_per_s"] / anchor["events_per_s"], 3)
     assert not (run / "analysis").exists()          # its own cache and outputs were not touched
-    assert cli_main(["analyze-bench", str(run), "--no-analyze", "--json"]) == 0
+    assert cli_main(["bench", "analysis", str(run), "--no-analyze", "--json"]) == 0
     j = json.loads(capsys.readouterr().out)
     assert j["goal_events_per_s"] == 1_000_000 and len(j["measurements"]) == 5
 
 
 def test_bench_on_a_directory_without_a_run_says_so(tmp_path, capsys):
-    assert cli_main(["analyze-bench", str(tmp_path)]) == 2
+    assert cli_main(["bench", "analysis", str(tmp_path)]) == 2
     assert "manifest" in capsys.readouterr().err
 
 

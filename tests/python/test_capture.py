@@ -143,10 +143,10 @@ def test_aslr_off_starts_every_run_with_one_address_layout():
 
 
 def test_bench_layout_runs_both_layouts_alternately_and_leaves_nothing(testbed):
-    """`rpcscope bench-layout`: fresh untraced processes per run, each setting's p50s and spread."""
-    bad = rpcscope("bench-layout", "--runs", "1", check=False)
+    """`rpcscope bench layout`: fresh untraced processes per run, each setting's p50s and spread."""
+    bad = rpcscope("bench", "layout", "--runs", "1", check=False)
     assert bad.returncode == 2 and "--runs 1" in bad.stderr, bad.stderr
-    p = rpcscope("bench-layout", "--sizes", "0,1392", "--runs", "3", "--calls", "300", "--warmup", "30", "--json",
+    p = rpcscope("bench", "layout", "--sizes", "0,1392", "--runs", "3", "--calls", "300", "--warmup", "30", "--json",
                  timeout=300)
     r = json.loads(p.stdout)
     assert r["build"] == "notrace" and r["runs"] == 3 and [s["size"] for s in r["sizes"]] == [0, 1392]
@@ -159,14 +159,14 @@ def test_bench_layout_runs_both_layouts_alternately_and_leaves_nothing(testbed):
 
 
 def test_bench_interleave_runs_both_ways_and_leaves_nothing(testbed):
-    """`rpcscope bench-interleave`: two identical pairs one after the other and taking turns, every
+    """`rpcscope bench interleave`: two identical pairs one after the other and taking turns, every
     round's p50s and the spread of their ratio; no process left, none stopped."""
     from rpcscope.bench_interleave import WAYS, pair_spread
     for args, words in [(["--rounds", "1"], "--rounds 1"), (["--slice-ms", "0"], "--slice-ms 0"),
                         (["--size", "999999"], "at most")]:
-        bad = rpcscope("bench-interleave", *args, check=False)
+        bad = rpcscope("bench", "interleave", *args, check=False)
         assert bad.returncode == 2 and words in bad.stderr and "Traceback" not in bad.stderr, (args, bad.stderr)
-    p = rpcscope("bench-interleave", "--rounds", "2", "--seconds", "0.2", "--slice-ms", "5", "--json", timeout=300)
+    p = rpcscope("bench", "interleave", "--rounds", "2", "--seconds", "0.2", "--slice-ms", "5", "--json", timeout=300)
     r = json.loads(p.stdout)
     assert r["build"] == "notrace" and r["rounds"] == 2 and [w["way"] for w in r["ways"]] == list(WAYS)
     assert r["b_build"] == "notrace"
@@ -174,7 +174,7 @@ def test_bench_interleave_runs_both_ways_and_leaves_nothing(testbed):
         assert len(w["p50_ns"]) == 2 and all(a > 0 and b > 0 for a, b in w["p50_ns"]), w
         assert (w["ln_ratio_mean_%"], w["ln_ratio_sd_%"], w["ln_ratio_spread_%"]) == pair_spread(w["p50_ns"])
     # B of the clock build: its marks' cost beside A, the probe effect's anchor (analysis/MODEL.md).
-    p = rpcscope("bench-interleave", "--rounds", "2", "--seconds", "0.2", "--b-build", "clock", "--json", timeout=300)
+    p = rpcscope("bench", "interleave", "--rounds", "2", "--seconds", "0.2", "--b-build", "clock", "--json", timeout=300)
     r = json.loads(p.stdout)
     assert r["b_build"] == "clock" and all(len(w["p50_ns"]) == 2 for w in r["ways"])
     for w in r["ways"]:
@@ -187,7 +187,7 @@ def test_bench_interleave_runs_both_ways_and_leaves_nothing(testbed):
 def test_bench_interleave_stopped_while_taking_turns_leaves_nothing(testbed, signal_when_ready):
     """SIGTERM while the two clients take turns (one of them stopped): the benchmark says it was
     interrupted, and no client or server is left, running or stopped."""
-    proc = subprocess.Popen(RPCSCOPE + ["bench-interleave", "--rounds", "2", "--seconds", "2"],
+    proc = subprocess.Popen(RPCSCOPE + ["bench", "interleave", "--rounds", "2", "--seconds", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def taking_turns():

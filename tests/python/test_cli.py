@@ -7,10 +7,20 @@ import pytest
 from rpcscope.cli import COMMAND_MODULES, build_parser
 
 
+def _choices(ap, dest):
+    return list(next(a for a in ap._actions if a.dest == dest).choices)
+
+
 def _subcommands():
-    ap = build_parser()
-    sub = next(a for a in ap._actions if a.dest == "command")
-    return sorted(sub.choices)
+    return sorted(_choices(build_parser(), "command"))
+
+
+def _benchmarks():
+    return _choices(_choices_parser("bench"), "benchmark")
+
+
+def _choices_parser(command):
+    return next(a for a in build_parser()._actions if a.dest == "command").choices[command]
 
 
 def test_top_level_help_lists_every_command():
@@ -27,6 +37,30 @@ def test_every_command_has_help_with_examples(command):
                        timeout=60)
     assert r.returncode == 0, r.stderr
     assert "example" in r.stdout.lower(), f"rpcscope {command} --help has no examples"
+
+
+def test_help_lists_the_pipeline_in_the_order_a_run_goes_through_it():
+    assert _choices(build_parser(), "command") == [
+        "testbed", "deploy", "capture", "analyze", "rtp", "model", "whatif", "verify", "report", "export", "run",
+        "experiment", "bench", "stubs"]
+
+
+@pytest.mark.parametrize("name", _benchmarks())
+def test_every_benchmark_is_under_bench_with_help_and_examples(name):
+    r = subprocess.run([sys.executable, "-m", "rpcscope.cli", "bench", name, "--help"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith(f"usage: rpcscope bench {name} "), r.stdout + r.stderr
+    assert f"rpcscope bench {name}" in r.stdout.split("example", 1)[-1], f"rpcscope bench {name} --help"
+
+
+def test_bench_names_the_benchmark_in_its_errors(tmp_path):
+    assert _benchmarks() == ["null", "capture", "event-cost", "analysis", "layout", "interleave"]
+    r = subprocess.run([sys.executable, "-m", "rpcscope.cli", "bench"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "null" in r.stdout and "interleave" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-m", "rpcscope.cli", "bench", "analysis", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith("rpcscope bench analysis: ") and "Traceback" not in r.stderr, \
+        r.stderr
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["model", "--help"], ["whatif", "--help"], ["verify", "--help"]])

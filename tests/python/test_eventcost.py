@@ -1,4 +1,4 @@
-"""`rpcscope event-cost` with real perf and a real tracefs instance (collectors/eventcost.py): every
+"""`rpcscope bench event-cost` with real perf and a real tracefs instance (collectors/eventcost.py): every
 tracer records exactly the child's two events per call (the filter matches it and nothing else),
 and nothing is left behind. No timing is asserted: the figures are the benchmark's to report."""
 import json
@@ -22,7 +22,7 @@ def _leftovers():
 
 
 def test_every_tracer_records_two_events_a_call_and_leaves_nothing():
-    out = subprocess.run([sys.executable, "-m", "rpcscope.cli", "event-cost", "--calls", "3000", "--rounds", "2",
+    out = subprocess.run([sys.executable, "-m", "rpcscope.cli", "bench", "event-cost", "--calls", "3000", "--rounds", "2",
                           "--json"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
@@ -44,7 +44,7 @@ def test_every_tracer_records_two_events_a_call_and_leaves_nothing():
 
 def test_bad_options_are_refused_before_anything_starts():
     for argv, msg in ((["--calls", "0"], "--calls"), (["--cpu", "99"], "CPU 99")):
-        p = subprocess.run([sys.executable, "-m", "rpcscope.cli", "event-cost", *argv], capture_output=True,
+        p = subprocess.run([sys.executable, "-m", "rpcscope.cli", "bench", "event-cost", *argv], capture_output=True,
                            text=True, timeout=60)
         assert p.returncode == 2 and msg in p.stderr, p.stderr
     assert _leftovers() == ([], [])

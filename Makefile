@@ -53,7 +53,7 @@ BINS := $(BUILD)/bin/rpc-server $(BUILD)/bin/rpc-client $(BUILD)/bin/rpc-wakecal
 C_TESTS := test_wire test_frag test_marshal test_reasm test_clockmark test_clockring test_turns test_reasm_share test_procs
 C_TEST_BINS := $(addprefix $(BUILD)/tests/,$(C_TESTS))
 
-GENERATED := $(GEN)/rpcscope_tp.h $(GEN)/rpcscope_tp.c tracepoints/catalog_gen.py
+GENERATED := $(GEN)/rpcscope_tp.h $(GEN)/rpcscope_tp.c $(GEN)/rpcscope_kernel.h tracepoints/catalog_gen.py
 
 # The stub study, and its procedures plugged into the RPC: RPC_PLUGIN_LIB, RPC_PLUGIN_CFLAGS
 # and RPC_PLUGIN_SRCS, which rpc-server, rpc-client and the PDU fuzz target link.
@@ -69,7 +69,8 @@ generate: $(GENERATED)
 
 $(GENERATED) &: tracepoints/steps.toml tracepoints/gen_catalog.py
 	/usr/bin/python3 tracepoints/gen_catalog.py tracepoints/steps.toml \
-	    --c-header $(GEN)/rpcscope_tp.h --c-probe $(GEN)/rpcscope_tp.c --python tracepoints/catalog_gen.py
+	    --c-header $(GEN)/rpcscope_tp.h --c-probe $(GEN)/rpcscope_tp.c --python tracepoints/catalog_gen.py \
+	    --c-kernel $(GEN)/rpcscope_kernel.h
 	@# The generator leaves unchanged files alone; touch them so make sees them up to date.
 	@touch $(GENERATED)
 

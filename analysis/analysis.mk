@@ -10,6 +10,6 @@ ANALYSIS_CFLAGS := -O2 -g -Wall -Wextra -Werror -std=gnu11
 all: analysis
 analysis: $(ANALYSIS_OUT)/ctfcols
 
-$(ANALYSIS_OUT)/ctfcols: analysis/ctfcols.c analysis/ctfread.c analysis/ctfread.h
+$(ANALYSIS_OUT)/ctfcols: analysis/ctfcols.c analysis/ctfread.c analysis/ctfread.h $(GEN)/rpcscope_kernel.h
 	@mkdir -p $(@D)
-	$(CC) $(ANALYSIS_CFLAGS) -o $@ analysis/ctfcols.c analysis/ctfread.c -lbabeltrace2
+	$(CC) $(ANALYSIS_CFLAGS) -I$(GEN) -o $@ analysis/ctfcols.c analysis/ctfread.c -lbabeltrace2

@@ -24,9 +24,9 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { K_OTHER, K_USER, K_SYS_ENTRY, K_SYS_EXIT, K_NET_QUEUE, K_NET_START_XMIT, K_NET_XMIT, K_NET_RECEIVE,
-       K_NET_RX, K_SOFTIRQ_ENTRY, K_SOFTIRQ_EXIT, K_SOFTIRQ_RAISE, K_IRQ_ENTRY, K_IRQ_EXIT, K_WAKING,
-       K_WAKEUP, K_SWITCH, K_COPY };
+/* The kinds of events and every spelling of each, from the step catalog (tracepoints/steps.toml
+ * [kernel_events], [kernel_syscalls]): the same numbering as rpcscope.analysis.traceread.KIND. */
+#include "rpcscope_kernel.h"
 
 /* ---------------------------------------------------------------- columns */
 
@@ -267,51 +267,24 @@ static int first_member(const struct lookup *l, const void *sc, const char *a, c
 
 static int starts(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
 
-static const struct { const char *raw; uint8_t kind; const char *name; } kernel_names[] = {
-	{"net_dev_queue", K_NET_QUEUE, "net_dev_queue"}, {"net:net_dev_queue", K_NET_QUEUE, "net_dev_queue"},
-	{"net:net_dev_start_xmit", K_NET_START_XMIT, "net_dev_start_xmit"},
-	{"net_dev_start_xmit", K_NET_START_XMIT, "net_dev_start_xmit"},
-	{"net_dev_xmit", K_NET_XMIT, "net_dev_xmit"}, {"net:net_dev_xmit", K_NET_XMIT, "net_dev_xmit"},
-	{"net_if_receive_skb", K_NET_RECEIVE, "netif_receive_skb"},
-	{"netif_receive_skb", K_NET_RECEIVE, "netif_receive_skb"},
-	{"net:netif_receive_skb", K_NET_RECEIVE, "netif_receive_skb"},
-	{"net_if_rx", K_NET_RX, "netif_rx"}, {"netif_rx", K_NET_RX, "netif_rx"}, {"net:netif_rx", K_NET_RX, "netif_rx"},
-	{"irq_softirq_entry", K_SOFTIRQ_ENTRY, "softirq_entry"}, {"softirq_entry", K_SOFTIRQ_ENTRY, "softirq_entry"},
-	{"irq:softirq_entry", K_SOFTIRQ_ENTRY, "softirq_entry"},
-	{"irq_softirq_exit", K_SOFTIRQ_EXIT, "softirq_exit"}, {"softirq_exit", K_SOFTIRQ_EXIT, "softirq_exit"},
-	{"irq:softirq_exit", K_SOFTIRQ_EXIT, "softirq_exit"},
-	{"irq_softirq_raise", K_SOFTIRQ_RAISE, "softirq_raise"}, {"softirq_raise", K_SOFTIRQ_RAISE, "softirq_raise"},
-	{"irq:softirq_raise", K_SOFTIRQ_RAISE, "softirq_raise"},
-	{"irq_handler_entry", K_IRQ_ENTRY, "irq_handler_entry"}, {"irq:irq_handler_entry", K_IRQ_ENTRY, "irq_handler_entry"},
-	{"irq_handler_exit", K_IRQ_EXIT, "irq_handler_exit"}, {"irq:irq_handler_exit", K_IRQ_EXIT, "irq_handler_exit"},
-	{"sched_waking", K_WAKING, "sched_waking"}, {"sched:sched_waking", K_WAKING, "sched_waking"},
-	{"sched_wakeup", K_WAKEUP, "sched_wakeup"}, {"sched:sched_wakeup", K_WAKEUP, "sched_wakeup"},
-	{"sched_switch", K_SWITCH, "sched_switch"}, {"sched:sched_switch", K_SWITCH, "sched_switch"},
-	{"skb_copy_datagram_iovec", K_COPY, "skb_copy_datagram_iovec"},
-	{"skb:skb_copy_datagram_iovec", K_COPY, "skb_copy_datagram_iovec"},
-};
 
 static void normalise(const char *raw, uint8_t *kind, int32_t *name)
 {
-	static const struct { const char *p; uint8_t k; } sys[] = {
-		{"syscalls:sys_enter_", K_SYS_ENTRY}, {"syscalls:sys_exit_", K_SYS_EXIT},
-		{"syscall_entry_", K_SYS_ENTRY}, {"syscall_exit_", K_SYS_EXIT},
-		{"compat_syscall_entry_", K_SYS_ENTRY}, {"compat_syscall_exit_", K_SYS_EXIT}};
 	if (starts(raw, "rpcscope:")) {
 		*kind = K_USER;
 		*name = intern(raw + strlen("rpcscope:"));
 		return;
 	}
-	for (size_t i = 0; i < sizeof sys / sizeof sys[0]; i++)
-		if (starts(raw, sys[i].p)) {
-			*kind = sys[i].k;
-			*name = intern(raw + strlen(sys[i].p));
+	for (size_t i = 0; i < sizeof rpcscope_syscall_prefixes / sizeof rpcscope_syscall_prefixes[0]; i++)
+		if (starts(raw, rpcscope_syscall_prefixes[i].prefix)) {
+			*kind = rpcscope_syscall_prefixes[i].kind;
+			*name = intern(raw + strlen(rpcscope_syscall_prefixes[i].prefix));
 			return;
 		}
-	for (size_t i = 0; i < sizeof kernel_names / sizeof kernel_names[0]; i++)
-		if (!strcmp(raw, kernel_names[i].raw)) {
-			*kind = kernel_names[i].kind;
-			*name = intern(kernel_names[i].name);
+	for (size_t i = 0; i < sizeof rpcscope_kernel_names / sizeof rpcscope_kernel_names[0]; i++)
+		if (!strcmp(raw, rpcscope_kernel_names[i].raw)) {
+			*kind = rpcscope_kernel_names[i].kind;
+			*name = intern(rpcscope_kernel_names[i].name);
 			return;
 		}
 	*kind = K_OTHER;
@@ -350,7 +323,7 @@ static struct decoder *decoder_of(const void *cls, const char *raw, const struct
 	case K_SYS_EXIT:
 		d->f_nbytes = member(l, p, "ret", 'i');
 		break;
-	case K_NET_QUEUE: case K_NET_START_XMIT: case K_NET_XMIT: case K_NET_RECEIVE: case K_NET_RX: case K_COPY:
+	case K_NET_QUEUE: case K_NET_START_XMIT: case K_NET_XMIT: case K_NET_RECEIVE: case K_NET_RX: case K_COPY_TO_USER:
 		d->f_skb = member(l, p, "skbaddr", 'i');
 		d->f_nbytes = member(l, p, "len", 'i');
 		d->f_dev = member(l, p, "name", 's');
@@ -361,12 +334,12 @@ static struct decoder *decoder_of(const void *cls, const char *raw, const struct
 	case K_IRQ_ENTRY: case K_IRQ_EXIT:
 		d->f_vec = member(l, p, "irq", 'i');
 		break;
-	case K_WAKING: case K_WAKEUP:
+	case K_SCHED_WAKING: case K_SCHED_WAKEUP:
 		d->f_tid2 = member(l, p, d->perf && member(l, p, "pid", 'i') != F_NONE ? "pid" : "tid", 'i');
 		d->f_vec = member(l, p, "target_cpu", 'i');
 		d->f_comm = member(l, p, "comm", 's');
 		break;
-	case K_SWITCH:
+	case K_SCHED_SWITCH:
 		d->f_tid2 = first_member(l, p, "next_pid", "next_tid", 'i');
 		d->f_prev = first_member(l, p, "prev_pid", "prev_tid", 'i');
 		d->f_state = member(l, p, "prev_state", 'i');
@@ -492,7 +465,7 @@ static void put_event(struct state *st, const struct decoder *d, uint64_t v, int
 	r.state = vals->ival(p, d->f_state, -1);
 	r.vec = (int32_t)vals->ival(p, d->f_vec, -1);
 	r.src = st->src;
-	if (d->kind == K_SWITCH && !d->perf && d->ctx_tid == F_NONE)
+	if (d->kind == K_SCHED_SWITCH && !d->perf && d->ctx_tid == F_NONE)
 		r.tid = (int32_t)vals->ival(p, d->f_prev, -1);
 	if (d->f_comm != F_NONE && r.tid2 >= 0) {
 		const char *comm = vals->sval(p, d->f_comm);

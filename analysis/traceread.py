@@ -48,29 +48,14 @@ from array import array
 
 import numpy as np
 
+from rpcscope.tracepoints import KERNEL_EVENTS, KERNEL_SYSCALLS
+
 READER_VERSION = 1
 
-# Kinds of events: the vocabulary the rest of the analysis uses.
-KIND = {
-    "other": 0,
-    "user": 1,              # an rpcscope LTTng-UST event
-    "syscall_entry": 2,
-    "syscall_exit": 3,
-    "net_queue": 4,         # net_dev_queue
-    "net_start_xmit": 5,    # net_dev_start_xmit (perf only)
-    "net_xmit": 6,          # net_dev_xmit: the device hand-off
-    "net_receive": 7,       # netif_receive_skb
-    "net_rx": 8,            # netif_rx
-    "softirq_entry": 9,
-    "softirq_exit": 10,
-    "softirq_raise": 11,
-    "irq_entry": 12,
-    "irq_exit": 13,
-    "sched_waking": 14,
-    "sched_wakeup": 15,
-    "sched_switch": 16,
-    "copy_to_user": 17,     # skb_copy_datagram_iovec
-}
+# Kinds of events: the vocabulary the rest of the analysis uses. The kernel's come from the step catalog
+# (tracepoints/steps.toml [kernel_events]), which also gives analysis/ctfcols.c its numbering.
+KIND = {"other": 0, "user": 1, "syscall_entry": 2, "syscall_exit": 3,
+        **{k: e["code"] for k, e in KERNEL_EVENTS.items() if "code" in e}}
 KIND_NAME = {v: k for k, v in KIND.items()}
 NET_RX_VEC = 3
 
@@ -80,24 +65,11 @@ COLUMNS = {
 }
 _NP = {"q": np.int64, "h": np.int16, "i": np.int32, "B": np.uint8, "Q": np.uint64}
 
-# Kernel events without a subsystem prefix, as LTTng's kernel tracer names them,
-# and with it, as perf/tracefs names them: both map to one kind.
-_KERNEL_NAMES = {
-    "net_dev_queue": "net_queue", "net:net_dev_queue": "net_queue",
-    "net:net_dev_start_xmit": "net_start_xmit", "net_dev_start_xmit": "net_start_xmit",
-    "net_dev_xmit": "net_xmit", "net:net_dev_xmit": "net_xmit",
-    "net_if_receive_skb": "net_receive", "netif_receive_skb": "net_receive", "net:netif_receive_skb": "net_receive",
-    "net_if_rx": "net_rx", "netif_rx": "net_rx", "net:netif_rx": "net_rx",
-    "irq_softirq_entry": "softirq_entry", "softirq_entry": "softirq_entry", "irq:softirq_entry": "softirq_entry",
-    "irq_softirq_exit": "softirq_exit", "softirq_exit": "softirq_exit", "irq:softirq_exit": "softirq_exit",
-    "irq_softirq_raise": "softirq_raise", "softirq_raise": "softirq_raise", "irq:softirq_raise": "softirq_raise",
-    "irq_handler_entry": "irq_entry", "irq:irq_handler_entry": "irq_entry",
-    "irq_handler_exit": "irq_exit", "irq:irq_handler_exit": "irq_exit",
-    "sched_waking": "sched_waking", "sched:sched_waking": "sched_waking",
-    "sched_wakeup": "sched_wakeup", "sched:sched_wakeup": "sched_wakeup",
-    "sched_switch": "sched_switch", "sched:sched_switch": "sched_switch",
-    "skb_copy_datagram_iovec": "copy_to_user", "skb:skb_copy_datagram_iovec": "copy_to_user",
-}
+# Every spelling of a kernel event kind (perf's and tracefs's subsystem:event, LTTng's, the bare name):
+# all map to one kind and one name.
+_KERNEL_NAMES = {raw: kind for kind, e in KERNEL_EVENTS.items() if "code" in e
+                 for raw in (e["perf"], e.get("lttng"), e["name"], *e.get("aliases", ())) if raw}
+_KERNEL_NAME = {kind: e["name"] for kind, e in KERNEL_EVENTS.items() if "code" in e}
 
 
 def normalise(raw):
@@ -108,19 +80,12 @@ def normalise(raw):
     """
     if raw.startswith("rpcscope:"):
         return "user", raw[len("rpcscope:"):]
-    for prefix, kind in (("syscalls:sys_enter_", "syscall_entry"), ("syscalls:sys_exit_", "syscall_exit"),
-                         ("syscall_entry_", "syscall_entry"), ("syscall_exit_", "syscall_exit"),
-                         ("compat_syscall_entry_", "syscall_entry"), ("compat_syscall_exit_", "syscall_exit")):
+    for prefix, kind in KERNEL_SYSCALLS.items():
         if raw.startswith(prefix):
             return kind, raw[len(prefix):]
     kind = _KERNEL_NAMES.get(raw)
     if kind is not None:
-        base = raw.split(":", 1)[-1]
-        # One name per kind whatever the tracer called it.
-        return kind, {"net_receive": "netif_receive_skb", "net_rx": "netif_rx",
-                      "softirq_entry": "softirq_entry", "softirq_exit": "softirq_exit",
-                      "softirq_raise": "softirq_raise", "irq_entry": "irq_handler_entry",
-                      "irq_exit": "irq_handler_exit"}.get(kind, base)
+        return kind, _KERNEL_NAME[kind]       # one name per kind whatever the tracer called it
     return "other", raw
 
 

@@ -17,6 +17,7 @@ import time
 import xml.etree.ElementTree as ET
 
 from rpcscope.output import UserError
+from rpcscope.tracepoints import lttng_kernel_names
 
 PROVIDER = "rpcscope"
 UST_CHANNEL = "rpcs_ust"
@@ -83,20 +84,9 @@ def ust_track_command(session, vpids):
 
 # ---------------------------------------------------------------- LTTng's kernel tracer
 
-# perf/tracefs name -> LTTng kernel tracer name (lttng-modules spells most of
-# them without the subsystem; syscalls are enabled with --syscall).
-LTTNG_KERNEL_NAMES = {
-    "sched:sched_switch": "sched_switch",
-    "sched:sched_waking": "sched_waking",
-    "sched:sched_wakeup": "sched_wakeup",
-    "net:net_dev_queue": "net_dev_queue",
-    "net:net_dev_start_xmit": "net_dev_start_xmit",
-    "net:net_dev_xmit": "net_dev_xmit",
-    "net:netif_receive_skb": "netif_receive_skb",
-    "irq:softirq_entry": "irq_softirq_entry",
-    "irq:softirq_exit": "irq_softirq_exit",
-    "skb:skb_copy_datagram_iovec": "skb_copy_datagram_iovec",
-}
+# perf/tracefs name -> LTTng kernel tracer name (lttng-modules spells most of them without the
+# subsystem; syscalls are enabled with --syscall), from the step catalog (steps.toml [kernel_events]).
+LTTNG_KERNEL_NAMES = lttng_kernel_names()
 
 
 def _procname_filter(names, field="$ctx.procname"):

@@ -14,6 +14,7 @@ import subprocess
 import time
 
 from rpcscope.output import UserError
+from rpcscope.tracepoints import kernel_group
 
 from . import leftovers
 
@@ -24,11 +25,12 @@ PROCNAMES = ("rpc-client", "rpc-server")
 # listener-to-executor hand-off when the server has executors).
 SYSCALLS = ("sendto", "sendmsg", "recvfrom", "recvmsg", "epoll_wait", "epoll_pwait", "read", "write", "writev")
 POOL_SYSCALLS = ("futex",)
-NET_EVENTS = ("net:net_dev_start_xmit", "net:net_dev_xmit", "net:netif_receive_skb")
-SCHED_EVENTS = ("sched:sched_waking", "sched:sched_wakeup", "sched:sched_switch")
-SOFTIRQ_EVENTS = ("irq:softirq_entry", "irq:softirq_exit")
-COPY_EVENTS = ("skb:skb_copy_datagram_iovec",)
-QDISC_EVENTS = ("qdisc:qdisc_enqueue", "qdisc:qdisc_dequeue")
+# The kernel events by group, as the step catalog names them (tracepoints/steps.toml [kernel_events]).
+NET_EVENTS = kernel_group("net")
+SCHED_EVENTS = kernel_group("sched")
+SOFTIRQ_EVENTS = kernel_group("softirq")
+COPY_EVENTS = kernel_group("copy")
+QDISC_EVENTS = kernel_group("qdisc")
 NET_RX_SOFTIRQ = 3
 # What `--kernel-events full` adds to the default "lean" set: the start of each device's transmit
 # beside its hand-off, and the wake-up's second event (the analysis takes sched_waking, and

@@ -3,7 +3,7 @@
     from rpcscope.tracepoints import STEPS, EVENTS, step
 """
 try:
-    from .catalog_gen import CLASSES, EVENTS, PROVIDER, SEGMENT_UNITS, SPLIT, STEPS
+    from .catalog_gen import CLASSES, EVENTS, KERNEL_EVENTS, KERNEL_SYSCALLS, PROVIDER, SEGMENT_UNITS, SPLIT, STEPS
 except ImportError as e:  # pragma: no cover - only before the first `make`
     raise ImportError("rpcscope.tracepoints.catalog_gen is missing: run `make` to generate it "
                       "from tracepoints/steps.toml") from e
@@ -47,10 +47,22 @@ def side_step(side, role):
     return got[0]
 
 
+def kernel_group(group):
+    """The perf/tracefs names of the kernel events of a collector group (steps.toml [kernel_events]),
+    in catalog order: kernel_group("sched") is ("sched:sched_waking", "sched:sched_wakeup",
+    "sched:sched_switch")."""
+    return tuple(e["perf"] for e in KERNEL_EVENTS.values() if e["group"] == group)
+
+
+def lttng_kernel_names():
+    """{perf/tracefs name: LTTng kernel tracer name} of every kernel event LTTng has a probe for."""
+    return {e["perf"]: e["lttng"] for e in KERNEL_EVENTS.values() if e.get("lttng")}
+
+
 def applicable(step_id, conditions):
     """Whether a step happens given a set of run conditions (e.g. {"tcp", "inline"})."""
     return not (set(step(step_id)["not_applicable"]) & set(conditions))
 
 
-__all__ = ["CLASSES", "EVENTS", "PROVIDER", "SEGMENT_UNITS", "SPLIT", "STEPS", "step", "unit_of", "with_role",
-           "side_step", "applicable"]
+__all__ = ["CLASSES", "EVENTS", "KERNEL_EVENTS", "KERNEL_SYSCALLS", "PROVIDER", "SEGMENT_UNITS", "SPLIT", "STEPS", "step", "unit_of", "with_role",
+           "side_step", "kernel_group", "lttng_kernel_names", "applicable"]

@@ -75,15 +75,16 @@ import types
 
 import numpy as np
 
-from rpcscope.tracepoints import EVENTS, SPLIT, STEPS, applicable
+from rpcscope.tracepoints import EVENTS, SPLIT, STEPS, applicable, syscalls_of
 
 from .traceread import KIND
 
 MEASURED, NOT_APPLICABLE, MISSING = 0, 1, 2
 
-SEND_SYSCALLS = {"sendto", "sendmsg", "write", "writev"}
-RECV_SYSCALLS = {"recvfrom", "recvmsg", "read"}
-EPOLL_SYSCALLS = {"epoll_wait", "epoll_pwait"}
+# The system calls that bound the send, receive and wait steps, as the catalog's kernel marks name them.
+SEND_SYSCALLS = set(syscalls_of("kernel_begin", "sendmsg"))
+RECV_SYSCALLS = set(syscalls_of("kernel_inside", "recv"))
+EPOLL_SYSCALLS = set(syscalls_of("kernel_begin", "select"))
 
 _SIDE_OF = {s["id"]: s["side"] for s in STEPS}
 # Rows beside the catalog's steps: the parts of a split step (the catalog's [split]), and spans of user

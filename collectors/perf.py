@@ -14,7 +14,7 @@ import subprocess
 import time
 
 from rpcscope.output import UserError
-from rpcscope.tracepoints import kernel_group
+from rpcscope.tracepoints import kernel_group, syscalls_of
 
 from . import leftovers
 
@@ -23,8 +23,10 @@ PROCNAMES = ("rpc-client", "rpc-server")
 
 # Syscalls the reference RPC makes on its call path (send/receive/poll, and the
 # listener-to-executor hand-off when the server has executors).
-SYSCALLS = ("sendto", "sendmsg", "recvfrom", "recvmsg", "epoll_wait", "epoll_pwait", "read", "write", "writev")
-POOL_SYSCALLS = ("futex",)
+SYSCALLS = tuple(dict.fromkeys(syscalls_of("kernel_begin", "sendmsg") + syscalls_of("kernel_inside", "recv")
+                               + syscalls_of("kernel_begin", "select")))
+POOL_SYSCALLS = tuple(x for f in ("kernel_begin", "kernel_inside", "kernel_end") for x in syscalls_of(f)
+                      if x not in SYSCALLS)
 # The kernel events by group, as the step catalog names them (tracepoints/steps.toml [kernel_events]).
 NET_EVENTS = kernel_group("net")
 SCHED_EVENTS = kernel_group("sched")

@@ -59,10 +59,24 @@ def lttng_kernel_names():
     return {e["perf"]: e["lttng"] for e in KERNEL_EVENTS.values() if e.get("lttng")}
 
 
+def syscalls_of(field, role=None):
+    """The system calls (bare names, e.g. "sendto") a kernel mark field ("kernel_begin",
+    "kernel_inside", "kernel_end") names, over the steps of a role or over every step."""
+    out = []
+    for s in STEPS:
+        if role is not None and s.get("role") != role:
+            continue
+        for raw in s[field]:
+            for prefix in KERNEL_SYSCALLS:
+                if raw.startswith(prefix) and raw[len(prefix):] not in out:
+                    out.append(raw[len(prefix):])
+    return out
+
+
 def applicable(step_id, conditions):
     """Whether a step happens given a set of run conditions (e.g. {"tcp", "inline"})."""
     return not (set(step(step_id)["not_applicable"]) & set(conditions))
 
 
 __all__ = ["CLASSES", "EVENTS", "KERNEL_EVENTS", "KERNEL_SYSCALLS", "PROVIDER", "SEGMENT_UNITS", "SPLIT", "STEPS", "step", "unit_of", "with_role",
-           "side_step", "kernel_group", "lttng_kernel_names", "applicable"]
+           "side_step", "syscalls_of", "kernel_group", "lttng_kernel_names", "applicable"]

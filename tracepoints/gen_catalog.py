@@ -21,7 +21,7 @@ MODEL_UNITS = ("call", "send", "packet", "receive", "wakeup", "ack")
 # The collectors' kernel event groups (steps.toml [kernel_events], a kind's `group`).
 KERNEL_GROUPS = ("net", "sched", "softirq", "copy", "qdisc", "none")
 # What a step can be to the path walk and the reconstruction (steps.toml, a step's `role`).
-ROLES = ("sendmsg", "softirq", "wake")
+ROLES = ("sendmsg", "softirq", "wake", "select", "recv")
 
 
 class CatalogError(Exception):

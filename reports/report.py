@@ -208,11 +208,6 @@ def steps_section(d: RunData):
 # --------------------------------------------------- RTP diagrams
 
 
-def _num(step):
-    m = re.match(r"[CS](\d+)", step)
-    return int(m.group(1)) if m else 0
-
-
 def _lane(step, given=None):
     if given in svg.LANES:
         return given
@@ -232,17 +227,15 @@ def _catalog_boxes(case_rows, packets_note):
         r = med.get(sid)
         return r is None or r["status"] != "n/a"
 
-    groups = [
-        ("client", [x for x in cat if x.startswith("C") and (_num(x) <= 8 or x == "C22")]),
-        ("network", ["request"]),
-        ("server", [x for x in cat if x.startswith("S")]),
-        ("network", ["reply"]),
-        ("client", [x for x in cat if x.startswith("C") and 15 <= _num(x) <= 21]),
-    ]
+    def phase(p):
+        return [x for x in cat if cat[x]["phase"] == p]
+
+    # The catalog's phases in Figure 5's order; a phase's steps off the path are drawn beside its send.
+    groups = [("client", phase("request")), ("network", ["request"]), ("server", phase("serve")),
+              ("network", ["reply"]), ("client", phase("reply"))]
     boxes, t = [], 0.0
-    side_over = {"client": [x for x in cat if x.startswith("C") and 9 <= _num(x) <= 14],
-                 "server": [x for x in cat if x.startswith("S") and 10 <= _num(x) <= 14]}
     anchor = {side: side_step(side, "sendmsg") for side in ("client", "server")}
+    side_over = {side: [x for x in phase(cat[a]["phase"]) if not cat[x]["rtp"]] for side, a in anchor.items()}
     for lane, ids in groups:
         for sid in ids:
             if lane == "network":

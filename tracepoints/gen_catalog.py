@@ -22,6 +22,8 @@ MODEL_UNITS = ("call", "send", "packet", "receive", "wakeup", "ack")
 KERNEL_GROUPS = ("net", "sched", "softirq", "copy", "qdisc", "none")
 # What a step can be to the path walk and the reconstruction (steps.toml, a step's `role`).
 ROLES = ("sendmsg", "softirq", "wake", "select", "recv")
+# Where a step falls in the report's drawing of the round trip (steps.toml, a step's `phase`).
+PHASES = ("request", "serve", "reply")
 
 
 class CatalogError(Exception):
@@ -76,6 +78,8 @@ def check(cat, path):
                 raise CatalogError(f"{where}: mark {m!r} must be lowercase letters")
         if s.get("unit") not in MODEL_UNITS:
             raise CatalogError(f"{where}: unit must be one of {', '.join(MODEL_UNITS)}, got {s.get('unit')!r}")
+        if s.get("phase") not in PHASES:
+            raise CatalogError(f"{where}: phase must be one of {', '.join(PHASES)}, got {s.get('phase')!r}")
         if s.get("role", "sendmsg") not in ROLES:
             raise CatalogError(f"{where}: role must be one of {', '.join(ROLES)}, got {s['role']!r}")
     kev = cat.get("kernel_events", {})
@@ -166,6 +170,7 @@ def python_module(cat):
             "rtp": s["rtp"], "not_applicable": s.get("not_applicable", []),
             "absent_marks": {c: [f"{s['id'].lower()}_{m}" for m in ms] for c, ms in s.get("absent_marks", {}).items()},
             "next": s.get("next", []), "per": s["per"], "unit": s["unit"], "role": s.get("role"),
+            "phase": s["phase"],
         })
     evs = [{"name": f"{cat['provider']}:{n}", "event_class": c, "step": sid, "mark": m}
            for n, c, sid, m in events(cat)]

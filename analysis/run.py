@@ -17,7 +17,7 @@ import pathlib
 
 import numpy as np
 
-from . import traceread
+from . import tracepack, traceread
 from .manifestcheck import manifest_problem
 from .packets import request_body_bytes  # noqa: F401  (re-exported: the reports use it from here)
 
@@ -398,6 +398,7 @@ class Case:
     # ------------------------------------------------------------ traces
     def _trace_dirs(self, kind):
         """[(host or None, path)] of the case's traces of one kind ("ust" or "kernel")."""
+        tracepack.unpack_case(self.dir, kind)          # `rpcscope run` leaves them packed
         d = self.dir / kind
         if d.exists():
             return [(None, d)]

@@ -12,7 +12,7 @@ PACKAGES=(
   python3-venv python3-dev sockperf
   chromium
   openssh-server openssh-client openssh-sftp-server iproute2 nftables procps psmisc
-  util-linux git tar python3-apt
+  util-linux git tar zstd python3-apt
   libtirpc-dev rpcbind protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev
   qemu-system-x86 busybox-static kmod patch
 )

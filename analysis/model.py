@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from . import network as N
-from . import packets as P
+from rpcscope import packets as P
 from .pathsim import BYTE_UNITS, CLASSES, UNIT_NAMES, UNITS, Workload, call_path
 
 MODEL_FORMAT = "rpcscope-model/2"

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from . import packets as P
+from rpcscope import packets as P
 
 ETH_PREAMBLE = 8        # preamble and start-of-frame delimiter
 ETH_HDR = 14            # destination, source, EtherType

@@ -33,7 +33,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from . import network as N
-from . import packets as P
+from rpcscope import packets as P
 
 # The unit costs: (name, unit, what one count is). The first six are classes of path segments (the
 # catalog's `unit` field); the last three are each a cost per byte of one of those classes.

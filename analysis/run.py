@@ -19,7 +19,7 @@ import numpy as np
 
 from . import tracepack, traceread
 from .manifestcheck import manifest_problem
-from .packets import request_body_bytes  # noqa: F401  (re-exported: the reports use it from here)
+from rpcscope.packets import request_body_bytes  # noqa: F401  (re-exported: the reports use it from here)
 
 # rpc/wire.h: 4096-byte PDUs with an 80-byte header; windows of 4096 bytes
 # doubling up to 32 KiB (1, 2, 4, 8 PDUs).

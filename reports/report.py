@@ -12,6 +12,7 @@ import re
 import statistics
 from pathlib import Path
 
+from rpcscope import packets as P
 from rpcscope.tracepoints import STEPS, side_step
 
 from . import first_screen as FS
@@ -324,7 +325,6 @@ def _rtp_entry(rtp, case):
 
 def _packets_note(proc, size):
     try:
-        from rpcscope.analysis import packets as P
         from rpcscope.analysis.run import request_body_bytes
     except ImportError:
         return {}
@@ -386,7 +386,6 @@ def rtp_section(d: RunData, calls=None, call_errors=None):
 def packet_marks(proc, max_size):
     """[(size, label)] where one more byte of request costs one more IP packet or fragment."""
     try:
-        from rpcscope.analysis import packets as P
         from rpcscope.analysis.run import request_body_bytes
     except ImportError:
         return []

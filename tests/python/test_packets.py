@@ -1,4 +1,4 @@
-"""rpcscope.analysis.packets against rpc/wire.c: a tiny C program compiled from the real sources
+"""rpcscope.packets against rpc/wire.c: a tiny C program compiled from the real sources
 prints every count for many sizes, and the Python must agree on each one."""
 import shutil
 import subprocess
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rpcscope.analysis import packets as P
+from rpcscope import packets as P
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -52,7 +52,7 @@ def _load():
         return dict(_DEFAULTS), False
     missing = set(_DEFAULTS) - set(c)
     if missing:
-        raise ImportError(f"{WIRE_H} lacks #defines {sorted(missing)} that rpcscope.analysis.packets needs")
+        raise ImportError(f"{WIRE_H} lacks #defines {sorted(missing)} that rpcscope.packets needs")
     return c, True
 
 

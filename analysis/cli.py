@@ -5,7 +5,9 @@ import sys
 
 from rpcscope.output import UserError, emit_json, table
 
+from .clocksync import summary_line
 from .run import RunError
+from .steps import analyze
 from .tracenotes import TraceNote, note_line
 
 EPILOG = """examples:
@@ -51,8 +53,6 @@ def _fmt(v):
 
 
 def cmd_analyze(args):
-    from .clocksync import summary_line
-    from .steps import analyze
     path = pathlib.Path(args.run)
     prog = None if args.quiet else _Progress()
     try:

@@ -22,14 +22,16 @@ import json
 
 import numpy as np
 
-PROBE_FORMAT = "rpcscope-probe/19"
+from rpcscope.rundir import PROBE_FORMAT, PROBE_JSON
+
+from .run import Case, level_p50_ns, level_rounds_p50s, path_shape
 
 
 def in_situ(run):
     """{"transports": {transport: costs}, "cases": {case id: costs}} where costs = {"source": "in-situ",
     "ust_event_ns", "kernel_event_ns": {"net", "other"}, "method", ...}; {} when the run has no usable
     in-situ calibration (the manifest's loopback calibration is used then). Cached in
-    runs/NAME/analysis/probe.json."""
+    RUN/analysis/probe.json."""
     meta = run.manifest.get("calibration_in_situ") or {}
     if meta.get("method") == "per case":
         return _per_case(run)
@@ -90,7 +92,7 @@ def _path_cost(ev, costs):
 
 def _cached(run, key):
     try:
-        got = json.loads((run.out_dir / "probe.json").read_text())
+        got = json.loads((run.out_dir / PROBE_JSON).read_text())
     except (OSError, ValueError):
         return None
     if got.get("format") == PROBE_FORMAT and got.get("key") == key:
@@ -100,8 +102,8 @@ def _cached(run, key):
 
 def _save(run, key, out):
     run.out_dir.mkdir(parents=True, exist_ok=True)
-    (run.out_dir / "probe.json").write_text(json.dumps({"format": PROBE_FORMAT, "key": key, **out}, indent=1,
-                                                       default=float) + "\n")
+    (run.out_dir / PROBE_JSON).write_text(json.dumps({"format": PROBE_FORMAT, "key": key, **out}, indent=1,
+                                                      default=float) + "\n")
     return out
 
 
@@ -132,7 +134,6 @@ def _point(case, untraced, ust, both, rounds=None):
     if n < PATH_SAMPLE_RPCS // 2:
         return None
     split = ust is not None
-    from .run import path_shape
     return {"transport": case.transport, "size": case.size, "rpcs_walked": n,
             "untraced_path": path_shape(case.meta),
             "noise_ns": point_noise(untraced, rounds),
@@ -194,7 +195,6 @@ def _inverse_variance(noise):
 def _rounds(meta, kinds=("untraced", "ust", "traced")):
     """Each kind's rounds' p50s in the kept round's speed level: a switch of the host's level between
     rounds is not noise of the kept round's differences (they come from one round, in one level)."""
-    from .run import level_rounds_p50s
     return {k: level_rounds_p50s(meta, k) for k in kinds}
 
 
@@ -249,7 +249,6 @@ def case_point(case):
     the medians of each kind's rounds in the kept round's speed level (run.level_p50_ns), where every kind
     has them: the events on the path come from the kept traced run, but how much they cost is a property
     of the level, and one round's differences move by 1-3 % of the RTT (ust - untraced is 4-8 us)."""
-    from .run import level_p50_ns
     p50 = {"untraced": case.meta["untraced"]["p50"], "traced": case.meta["traced"]["p50"]}
     if case.meta.get("ust_only"):
         p50["ust"] = case.meta["ust_only"]["p50"]
@@ -316,7 +315,6 @@ def _costs(points, source, transport, form=None):
 
 def _calibrate(run, meta, sizes):
     """An older run's separate calibration phase: one point per calibrated size."""
-    from .run import Case
     per = {}
     for size, v in sorted(sizes.items()):
         case = Case(run, {"id": f"calibration-in-situ-{meta['transport']}-{size}", "transport": meta["transport"],

@@ -5,6 +5,7 @@ import sys
 
 from rpcscope.output import UserError, emit_json
 
+from .rtp import analyze_rtp
 from .run import RunError
 
 EPILOG = """examples:
@@ -57,7 +58,6 @@ def _grid(rows, cols):
 
 
 def cmd_rtp(args):
-    from .rtp import analyze_rtp
     path = pathlib.Path(args.run)
     prog = None if args.quiet or args.json else _Progress()
     try:

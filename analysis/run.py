@@ -17,40 +17,16 @@ import pathlib
 
 import numpy as np
 
-from . import tracepack, traceread
-from .manifestcheck import manifest_problem
-from rpcscope.packets import request_body_bytes  # noqa: F401  (re-exported: the reports use it from here)
+from rpcscope.packets import request_body_bytes, window_count  # noqa: F401  (re-exported)
+from rpcscope.rundir import ManifestError, RunDir, case_factors, in_situ_calibrations
 
-# rpc/wire.h: 4096-byte PDUs with an 80-byte header; windows of 4096 bytes
-# doubling up to 32 KiB (1, 2, 4, 8 PDUs).
-MAX_PDU = 4096
-HDR_LEN = 80
-WINDOW_INITIAL = 4096
-WINDOW_MAX = 32768
+from . import tracepack, traceread
 
 ONEWAY_PROCS = {"courier_oneway"}
 
 
-def frag_count(total, max_pdu=MAX_PDU):
-    body = max_pdu - HDR_LEN
-    return 1 if total == 0 else -(-total // body)
-
-
-def window_count(total, max_pdu=MAX_PDU):
-    """Windows a request body of `total` bytes is sent in (wire_window_count)."""
-    nfrags, sent, windows, wbytes = frag_count(total, max_pdu), 0, 0, WINDOW_INITIAL
-    while sent < nfrags:
-        sent += max(1, wbytes // max_pdu)
-        windows += 1
-        if wbytes < WINDOW_MAX:
-            wbytes *= 2
-    return windows
-
-
-
-
-class RunError(Exception):
-    """A directory that is not a run (no or unreadable manifest)."""
+class RunError(ManifestError):
+    """A directory that is not a run (no, an unreadable or a damaged manifest: rpcscope/rundir.py)."""
 
 
 def level_rounds_p50s(case_meta, kind):
@@ -78,7 +54,6 @@ def case_round_factors(case_meta):
     so one factor a round leaves 3-6 % of noise at those sizes. The kinds of a case take turns side by
     side, so what moves them all is the host's; what moves one against the others is what the figures
     are about."""
-    from rpcscope.collectors.capture import case_factors      # the capture chose its kept round by them
     rep = case_meta.get("repeats") or {}
     if not rep.get("turns") or rep.get("kept_round") is None:
         return None
@@ -487,27 +462,18 @@ class Case:
 
 class Run:
     def __init__(self, path):
-        self.path = pathlib.Path(path)
-        mf = self.path / "manifest.json"
+        self.dir = RunDir(path)
+        self.path = self.dir.path
         try:
-            self.manifest = json.loads(mf.read_text())
-        except FileNotFoundError:
-            raise RunError(f"{self.path} is not a run directory: no manifest.json "
-                           f"(make one with `rpcscope capture --out {self.path}`)") from None
-        except (OSError, ValueError) as e:
-            raise RunError(f"{mf}: unreadable manifest: {e}") from None
-        problem = manifest_problem(self.manifest)
-        if problem:
-            raise RunError(f"{mf}: a damaged manifest: {problem}; re-capture the run "
-                           f"(`rpcscope capture --out {self.path} --replace`) or restore its manifest.json")
-        if self.manifest.get("format") != 1:
-            raise RunError(f"{mf}: manifest format {self.manifest.get('format')!r}, this analysis reads format 1")
+            self.manifest = self.dir.read_manifest()       # checked: its shape, its format
+        except ManifestError as e:
+            raise RunError(str(e)) from None
         self.params = self.manifest.get("params", {})
         self.hosts = self.manifest.get("hosts", {})
         self.testbed = self.manifest.get("testbed", {})
         self.cases = [Case(self, c) for c in self.manifest.get("cases", [])]
-        self.out_dir = self.path / "analysis"
-        self.cache_dir = self.out_dir / "cache"
+        self.out_dir = self.dir.analysis
+        self.cache_dir = self.dir.cache
         self._probe = None
         self._prefetch = None            # (thread pool, {trace dir: future}) while prefetch() decodes
 
@@ -521,15 +487,8 @@ class Run:
         return self._probe
 
     def in_situ_calibrations(self):
-        """{transport: {"transport", "proc", "calls", "warmup", "rounds", "sizes": {size: {...}}}} of the
-        manifest's in-situ probe calibration (one per transport; a run made before that had one, for
-        its first transport, at the top level of calibration_in_situ)."""
-        meta = self.manifest.get("calibration_in_situ") or {}
-        if not meta.get("complete"):
-            return {}
-        if "transports" in meta:
-            return {t: dict(v, rounds=v.get("rounds", meta.get("rounds"))) for t, v in meta["transports"].items()}
-        return {meta["transport"]: meta} if meta.get("sizes") and meta.get("transport") else {}
+        """The manifest's in-situ probe calibration runs per transport (rpcscope/rundir.py)."""
+        return in_situ_calibrations(self.manifest)
 
     def trace_dirs(self):
         """Every trace directory the analysis reads: [(label, path)]."""

@@ -10,7 +10,9 @@
     d.rtp              analysis/rtp.json (dict) or None
     d.latency(case)    per-case latency samples / percentiles for the distribution figures
 
-Nothing here writes; nothing here needs numpy unless per-RPC RTTs are rebuilt from the traces.
+Nothing here writes. It reads the run's outputs (rpcscope/rundir.py names them); the analysis's readings of
+the manifest (path_shape, cpu_losses, ...) are called for their words, and per_rpc=True rebuilds
+every RPC from the traces (rpcscope.analysis analyze).
 """
 from __future__ import annotations
 
@@ -18,6 +20,14 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from rpcscope.analysis.clocksync import summary_line
+from rpcscope.analysis.cpuspeed import cpu_losses, describe, describe_pace, pace_response
+from rpcscope.analysis.rpcs import MEASURED
+from rpcscope.analysis.run import path_shape, valid_histogram
+from rpcscope.analysis.steps import analyze
+from rpcscope.analysis.wakeup import run_wake_costs
+from rpcscope.rundir import MODEL_FORMAT, PROBE_FORMAT, RunDir, in_situ_calibrations, sweeps_summary
 
 # "(analysis/clocksync.py)" or "(analysis/run.py path_shape; ...)" in a value an analysis module words
 CODE_PATH = re.compile(r"\s*\((?:[\w-]+/)+[\w-]+\.(?:py|c)\b[^()]*\)")
@@ -48,6 +58,14 @@ class RunData:
     models: dict = field(default_factory=dict)       # transport -> (analysis/ file name, model dict)
     per_rpc: dict = field(default_factory=dict)      # case id -> [traced RTT us] (from traces)
     per_rpc_source: str = ""
+
+    @property
+    def probe(self):
+        """The in-situ probe calibration the analysis wrote (analysis/probe.json), {} where there is none."""
+        got = _read_json(RunDir(self.path).probe_json)
+        if not isinstance(got, dict) or got.get("format") != PROBE_FORMAT:
+            return {}
+        return {"transports": got.get("transports") or {}, "cases": got.get("cases") or {}}
 
     @property
     def name(self):
@@ -117,10 +135,8 @@ class RunData:
         add("trace readers", "; ".join(f"{v} of {len(self.rtt)} cases: {k}" for k, v in readers.items()),
             "analysis/steps.json rtt[].trace_readers (ctfread: rpcscope's own CTF reader)")
         add("untraced build", p.get("untraced"), "manifest.json params.untraced")
-        from rpcscope.collectors.capture import sweeps_summary
         add("rounds, kept round", sweeps_summary(m.get("sweeps")),
             "manifest.json sweeps; every round's p50s: cases[].repeats")
-        from rpcscope.analysis.run import path_shape
         shapes = [(c.get("id"), path_shape(c)) for c in m.get("cases") or []]
         counted = [(cid, sh) for cid, sh in shapes if sh]
         if counted:
@@ -135,7 +151,6 @@ class RunData:
                                         "(see the model section)") if other else
                 f"the traced run's path at all {len(counted)} cases (the same sleeps and IPIs per call)",
                 "manifest.json cases[].sleeps_per_call")
-        from rpcscope.analysis.wakeup import run_wake_costs
         wake = run_wake_costs(m)
         cal = m.get("wake_calibration") or {}
         if wake or cal:
@@ -148,7 +163,6 @@ class RunData:
                 for role, c in wake.items()) or "; ".join(f"{r}: {v.get('error') or v.get('skipped') or v}"
                                                           for r, v in cal.items()),
                 "manifest.json wake_calibration (rpc-wakecal)")
-        from rpcscope.analysis.cpuspeed import cpu_losses, describe, describe_pace, pace_response
         speed = describe(cpu_losses(m))
         if speed:
             add("CPU time lost", speed, "manifest.json cpu_speed.checks (rpc-cpuspeed)")
@@ -160,11 +174,9 @@ class RunData:
                                      f"{(c.get('kernel_event_ns') or {}).get('all')} ns"
                                      for h, c in (m.get("calibration") or {}).items()) or "none (corrected = raw)",
             "manifest.json calibration.HOST.ust_event_ns, kernel_event_ns.all")
-        from rpcscope.analysis.run import Run
-        run = Run(self.path) if (self.path / "manifest.json").exists() else None
-        ins = run.in_situ_calibrations() if run else {}
-        if run and (m.get("calibration_in_situ") or {}).get("method") == "per case":
-            probe = run.probe
+        ins = in_situ_calibrations(m)
+        if (m.get("calibration_in_situ") or {}).get("method") == "per case":
+            probe = self.probe
             models = "".join(f"; {t}: {v.get('method')}" for t, v in (probe.get("transports") or {}).items())
             add("in-situ probe calibration", "per transport: every case's path events charged at the costs of a user "
                 "and a kernel event solved from the fitted cases' probe effects (traced minus untraced p50) "
@@ -179,7 +191,6 @@ class RunData:
                 "manifest.json calibration_in_situ.transports.*.sizes.*.p50_median_ns")
         cs = m.get("clock_sync") or (self.steps_json or {}).get("clock_sync")
         if cs:
-            from rpcscope.analysis.clocksync import summary_line
             src = "manifest.json clock_sync" if m.get("clock_sync") else "analysis/steps.json clock_sync, rtt[].clock_sync"
             add("clock sync", cs if isinstance(cs, str) else summary_line(cs) if "cases" in cs else json.dumps(cs), src)
         elif tb.get("shared_kernel"):
@@ -210,7 +221,6 @@ class RunData:
         samples rebuilt from the traces ([us]), the client's histogram of every measured call
         ({"from_us", "bin_us", "counts", "above"}), or, from clients older than that histogram, its
         percentiles ({pct: us})."""
-        from rpcscope.analysis.run import valid_histogram
         out = {}
         cid = case["id"]
         if cid in self.per_rpc:
@@ -243,13 +253,13 @@ def load(run, per_rpc=False):
     """Read a run directory (and its analysis/ output when present). per_rpc: rebuild every RPC from the
     traces (rpcscope.analysis) for per-RPC traced RTT distributions."""
     path = Path(run)
-    manifest = _read_json(path / "manifest.json")
+    rd = RunDir(path)
+    manifest = _read_json(rd.manifest_path)
     if manifest is None:
         raise ReportError(f"{path} is not a run directory: no manifest.json (make one with `rpcscope capture`)")
-    a = path / "analysis"
-    sj = _read_json(a / "steps.json")
-    models = _models(a)
-    rtp = _read_json(a / "rtp.json")
+    sj = _read_json(rd.steps_json)
+    models = _models(rd)
+    rtp = _read_json(rd.rtp_json)
     missing = []
     if sj is None:
         missing.append(f"analysis/steps.json: run `rpcscope analyze {path}` for the per-step tables")
@@ -265,21 +275,20 @@ def load(run, per_rpc=False):
     return d
 
 
-def _models(a):
-    """{transport: (file name, model)} of analysis/model-TRANSPORT.json (rpcscope-model/2 files only)."""
+def _models(rd):
+    """{transport: (file name, model)} of analysis/model-TRANSPORT.json (MODEL_FORMAT files only)."""
     out = {}
-    for f in sorted(a.glob("model-*.json")):
+    for f in rd.model_jsons():
         m = _read_json(f)
-        if isinstance(m, dict) and m.get("format") == "rpcscope-model/2" and m.get("transport"):
+        if isinstance(m, dict) and m.get("format") == MODEL_FORMAT and m.get("transport"):
             out.setdefault(m["transport"], (f.name, m))
     return out
+
 
 def per_rpc_rtts(path):
     """Per-RPC traced RTT (c1_begin..c21_end, us) per case, rebuilt from the traces by rpcscope.analysis."""
     import numpy as np
 
-    from rpcscope.analysis.rpcs import MEASURED
-    from rpcscope.analysis.steps import analyze
     res = analyze(path, write=False)
     out = {}
     for cid, r in res["_rpcs"].items():

@@ -19,6 +19,7 @@ import time
 
 from . import ROOT
 from .output import UserError, emit_json, table
+from .testbed import INVENTORY
 
 ANSIBLE_DIR = ROOT / "ansible"
 RUNS_DIR = ROOT / "runs" / "deploy"
@@ -41,7 +42,6 @@ RESULT_RE = re.compile(r"^(?P<status>ok|changed|skipping|fatal|failed|unreachabl
 
 
 def default_inventory():
-    from .testbed import INVENTORY
     return INVENTORY
 
 

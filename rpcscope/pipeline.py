@@ -2,6 +2,9 @@
 
     testbed up -> deploy -> capture -> analyze -> rtp -> model (per transport) -> report -> testbed down
 
+then it leaves the run directory lean (lean(): the decoded-trace cache removed, the raw traces packed) and
+prints its size.
+
 Each stage is the same subcommand a user would type, run in this process with the
 arguments printed first, so any stage can be repeated by hand on the run directory.
 The testbed is taken down at the end if this command brought it up (also after a
@@ -12,6 +15,7 @@ import datetime
 import io
 import json
 import pathlib
+import shutil
 import time
 from contextlib import redirect_stdout
 
@@ -19,12 +23,17 @@ from . import ROOT
 from . import testbed
 from .testbed import fmt_rate
 from .analysis.model import Model
+from .analysis import tracepack
 from .analysis.model_cli import params_table, rows_table
+from .analysis.run import load_run
+from .analysis.run import path_shape, traced_noise_pct
+from .cli import main
 from .collectors.capture import (DEFAULT_REPEATS, EXTRA_SWEEP_SECONDS, MIN_TURNS_ROUNDS, TURNS_REPEATS,
                                  check_extra_sweep_seconds)
 from .collectors.perf import KERNEL_EVENT_SETS
 from .interrupts import interruptible, uninterrupted
 from .output import UserError, emit_json, table
+from .rundir import RunDir
 
 DCE_SIZES = (0, 1392, 4016, 8032, 16064, 24096)    # the DCE study's Table 2 and Figure 6 sizes
 # Predicted, not fitted: past the IP-packet boundary (maxarg's 4-byte length puts it at 1388/1389),
@@ -51,6 +60,9 @@ Stages (each printed with its command line, so it can be re-run by hand):
   rpcscope testbed up; rpcscope deploy; rpcscope capture ...; rpcscope analyze RUN;
   rpcscope rtp RUN; rpcscope model RUN --transport T --holdout ...; rpcscope report RUN;
   rpcscope testbed down (when this command brought the testbed up)
+Then the run directory is made lean and its size printed: the analysis's decoded-trace cache is
+removed and each case's raw traces packed (cases/ID/ust.tar.zst, kernel.tar.zst, about an eighth of
+the raw CTF); `rpcscope analyze|rtp|export` unpack a case's traces where they read them.
 """
 
 
@@ -73,7 +85,6 @@ class Stages:
 
     def run(self, name, argv, capture_output=False):
         """Run `rpcscope ARGV` in this process; a non-zero exit stops the pipeline with the stage named."""
-        from .cli import main
         self.k += 1
         if not self.quiet:
             print(f"\n[{self.k}/{self.total}] {name}: rpcscope {' '.join(argv)}", flush=True)
@@ -147,9 +158,9 @@ def cmd_run(args):
             st.run("analyze", ["analyze", str(out)])
             st.run("round-trip path", ["rtp", str(out), "--quiet"])
             result["corrected_vs_untraced"] = corrected_vs_untraced(out)
-            manifest = json.loads((out / "manifest.json").read_text())     # the capture's; nothing after it writes it
+            manifest = json.loads(RunDir(out).manifest_path.read_text())     # the capture's; nothing after it writes it
             for t in transports:
-                mfile = out / "analysis" / f"model-{t}.json"
+                mfile = RunDir(out).model_json(t)
                 argv = ["model", str(out), "--transport", t, "--holdout", ",".join(map(str, holdout)),
                         "--out", str(mfile)]
                 st.run(f"model ({t})", argv + ["--json"], capture_output=True)
@@ -157,15 +168,20 @@ def cmd_run(args):
             st.run("report", ["report", str(out)])
         finally:
             if started_testbed and not args.keep_testbed:
-                from .cli import main
                 if not args.json:
                     print("\n[end] testbed down: rpcscope testbed down", flush=True)
                 with uninterrupted(), redirect_stdout(io.StringIO()):
                     main(["testbed", "down"])
+    if not args.json:
+        print("\n[end] a lean run directory: the decoded-trace cache goes, the raw traces are packed", flush=True)
+    t1 = time.monotonic()
+    result["lean"] = lean(out)
+    st.timings.append({"stage": "pack", "seconds": round(time.monotonic() - t1, 1)})
+    result["run_dir_bytes"] = tracepack.disk_bytes(out)
     result["seconds"] = round(time.monotonic() - t0, 1)
     result["max_seconds"] = args.max_seconds or None
     result["stages"] = st.timings
-    result["report"] = str(out / "report" / "index.html")
+    result["report"] = str(RunDir(out).report_html)
     if args.json:
         emit_json(result)
         return 0
@@ -203,7 +219,31 @@ def cmd_run(args):
     print(f"        {out / 'report' / 'report.md'}")
     if started_testbed and not args.keep_testbed:
         print("testbed: down again (it was down when this run started)")
+    print_lean(out, result["lean"], result["run_dir_bytes"])
     return 0
+
+
+def lean(out):
+    """Leave the run directory lean: remove the analysis's decoded-trace cache (every reader rebuilds it from
+    the traces) and pack each raw trace directory into its archive (analysis/tracepack.py; a reader unpacks a
+    case's traces when it first needs them). {what was done, in bytes on disk}."""
+    cache = load_run(out).cache_dir
+    cache_bytes = tracepack.disk_bytes(cache)
+    shutil.rmtree(cache, ignore_errors=True)
+    packed = tracepack.pack(out)
+    return {"cache_removed_bytes": cache_bytes, "traces_packed": packed.traces,
+            "traces_raw_bytes": packed.raw_bytes, "traces_packed_bytes": packed.packed_bytes}
+
+
+def print_lean(out, done, size):
+    mb = 1e6
+    print(f"run directory: {out}, {size / mb:.0f} MB on disk: {done['traces_packed']} traces packed "
+          f"({done['traces_raw_bytes'] / mb:.0f} MB -> {done['traces_packed_bytes'] / mb:.0f} MB, "
+          f"cases/*/{{ust,kernel}}{tracepack.SUFFIX}), the decoded-trace cache ({done['cache_removed_bytes'] / mb:.0f} MB) "
+          "removed")
+    print("        `rpcscope analyze|rtp|export RUN` unpack a case's traces where they read them and decode them "
+          "into analysis/cache again (the directory grows back towards its size before packing); "
+          "the report, steps, path and models need neither")
 
 
 def link_options(args, state):
@@ -241,10 +281,9 @@ def capture_deadline(max_seconds, elapsed):
 def corrected_vs_untraced(out):
     """Per case: traced, probe-corrected and untraced p50 RTT (analysis/rtp.json), and the noise of one
     traced run (half the spread of the traced rounds that agree with the kept one, manifest.json cases[].repeats)."""
-    from .analysis.run import path_shape, traced_noise_pct
     try:
-        rtp = json.loads((out / "analysis" / "rtp.json").read_text())
-        cases = {c["id"]: c for c in json.loads((out / "manifest.json").read_text())["cases"]}
+        rtp = json.loads(RunDir(out).rtp_json.read_text())
+        cases = {c["id"]: c for c in json.loads(RunDir(out).manifest_path.read_text())["cases"]}
     except (OSError, ValueError, KeyError):
         return []
     rows = []

@@ -12,13 +12,17 @@ import pathlib
 
 import yaml
 
+from rpcscope.deploy import run_playbook
 from rpcscope.output import UserError
+from rpcscope.rundir import MANIFEST_FORMAT, RunDir
 
-from . import capture as cap
+from .manifest import git_commit
+from .options import BASE_PORT, case_id
+from .processes import aslr_record, bt_count, dir_bytes, placement_cpus
+from .rounds import rtt_record
 
 
 def run(p, out, inventory, progress=None, echo=lambda s: None):
-    from rpcscope.deploy import run_playbook
     inventory = pathlib.Path(inventory)
     if not inventory.exists():
         raise UserError(f"inventory {inventory} does not exist; see ansible/inventories/example/hosts.yml")
@@ -32,33 +36,33 @@ def run(p, out, inventory, progress=None, echo=lambda s: None):
                         "LTTng on real hosts): pass --kernel perf, lttng or none")
     out.mkdir(parents=True)
     manifest = {
-        "format": cap.FORMAT, "complete": False, "interrupted": False,
+        "format": MANIFEST_FORMAT, "complete": False, "interrupted": False,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "finished": None, "git_commit": cap.git_commit(), "params": p,
+        "finished": None, "git_commit": git_commit(), "params": p,
         "testbed": {"kind": "inventory", "inventory": str(inventory), "shared_kernel": False,
                     "shared_sessiond": False, "link": {"rate": None, "mtu": None, "loss": None}},
         "hosts": {}, "placement": p["placement"], "wait": p["wait"], "server_executors": p["executors"],
         # capture.yml does not hold a PM QoS request on the hosts: their idle policy is the OS's.
         "idle": {"policy": "os", "requested": p.get("idle", "poll"),
                  "mechanism": "not applied on real hosts by this driver: set C-states on the hosts themselves"},
-        "aslr": cap.aslr_record(p.get("aslr", "off"), local=False),
+        "aslr": aslr_record(p.get("aslr", "off"), local=False),
         "kernel_collector": p["kernel"], "clock": "monotonic", "kernel_clock_aligned_to_ust": False,
         "kernel_collectors": per_host if p["kernel"] == "auto" else {},
         "tools": {}, "calibration": {}, "cases": [],
     }
-    cpus = cap.placement_cpus(p["placement"])
+    cpus = placement_cpus(p["placement"])
 
     def write():
-        (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        RunDir(out).write_manifest(manifest)
 
     write()
     try:
-        port = cap.BASE_PORT
+        port = BASE_PORT
         for transport in p["transports"]:
             for size in p["sizes"]:
                 port += 1
-                cid = cap.case_id(transport, p["proc"], size)
-                cdir = out / "cases" / cid
+                cid = case_id(transport, p["proc"], size)
+                cdir = RunDir(out).case_dir(cid)
                 cdir.mkdir(parents=True)
                 if progress is not None:
                     progress.set_description(f"{cid}: ansible capture.yml")
@@ -119,7 +123,6 @@ def inventory_collectors(inventory):
 
 
 def _cleanup(inventory, extra_vars, echo):
-    from rpcscope.deploy import run_playbook
     try:
         run_playbook("capture_cleanup.yml", inventory, extra_vars=extra_vars, timeout=600, echo=echo)
     except (UserError, OSError):
@@ -128,7 +131,7 @@ def _cleanup(inventory, extra_vars, echo):
 
 def _case(p, cid, transport, size, cdir, manifest, cpus):
     case = {"id": cid, "transport": transport, "proc": p["proc"], "size": size, "calls": p["calls"],
-            "warmup": p["warmup"], "dir": f"cases/{cid}", "complete": True, "pids": {},
+            "warmup": p["warmup"], "dir": RunDir.case_rel(cid), "complete": True, "pids": {},
             "traced": {}, "untraced": {}, "events": {"ust": 0, "kernel": 0},
             "losses": {"ust_discarded": 0, "ust_lost_packets": 0, "kernel_lost": 0},
             "trace_bytes": {"ust": 0, "kernel": 0}, "per_host": {}}
@@ -139,8 +142,8 @@ def _case(p, cid, transport, size, cdir, manifest, cpus):
                                    "cpu_model": facts.get("cpu_model"), "cpus": [int(c) for c in h.get("cpus", [])],
                                    "clocksource": facts.get("clocksource")}
         manifest["tools"] = {k: facts.get(k) for k in ("lttng", "perf", "babeltrace2")}
-        n_ust = cap.bt_count(cdir / f"ust-{name}")[0] if (cdir / f"ust-{name}").exists() else 0
-        n_k = cap.bt_count(cdir / f"kernel-{name}")[0] if (cdir / f"kernel-{name}").exists() else 0
+        n_ust = bt_count(cdir / f"ust-{name}")[0] if (cdir / f"ust-{name}").exists() else 0
+        n_k = bt_count(cdir / f"kernel-{name}")[0] if (cdir / f"kernel-{name}").exists() else 0
         lost = {"ust_discarded": int(h.get("ust_discarded", 0)), "ust_lost_packets": int(h.get("ust_lost_packets", 0)),
                 "kernel_lost": int(h.get("kernel_lost", 0))}
         case["per_host"][name] = {"events": {"ust": n_ust, "kernel": n_k}, "losses": lost}
@@ -148,14 +151,14 @@ def _case(p, cid, transport, size, cdir, manifest, cpus):
         case["events"]["kernel"] += n_k
         for k, v in lost.items():
             case["losses"][k] += v
-        case["trace_bytes"]["ust"] += cap.dir_bytes(cdir / f"ust-{name}")
-        case["trace_bytes"]["kernel"] += cap.dir_bytes(cdir / f"kernel-{name}")
+        case["trace_bytes"]["ust"] += dir_bytes(cdir / f"ust-{name}")
+        case["trace_bytes"]["kernel"] += dir_bytes(cdir / f"kernel-{name}")
     for kind in ("traced", "untraced"):
         files = sorted(cdir.glob(f"client-{kind}-*.json"))
         if files:
-            case[kind] = cap._rtt(json.loads(files[0].read_text()))
+            case[kind] = rtt_record(json.loads(files[0].read_text()))
             if len(files) > 1:
-                case[f"{kind}_per_client"] = {f.stem.split(f"client-{kind}-", 1)[1]: cap._rtt(json.loads(f.read_text()))
+                case[f"{kind}_per_client"] = {f.stem.split(f"client-{kind}-", 1)[1]: rtt_record(json.loads(f.read_text()))
                                               for f in files}
     total = p["calls"] + p["warmup"]
     case["events_per_call"] = {k: round(v / total, 2) for k, v in case["events"].items()}

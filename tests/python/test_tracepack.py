@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from rpcscope.analysis import tracepack
+from rpcscope.pipeline import lean
 
 RUN = pathlib.Path(__file__).parent / "fixtures" / "run-e2e"
 RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
@@ -31,20 +32,25 @@ def _analyze(d):
     return json.loads(p.stdout)
 
 
-def test_packed_run_reads_as_the_raw_one_and_unpacks_byte_for_byte(tmp_path):
+def test_a_lean_run_reads_as_the_raw_one_and_unpacks_byte_for_byte(tmp_path):
+    """pipeline.lean, as `rpcscope run` ends: the cache goes, every trace is packed; the next analysis
+    unpacks the cases it reads and finds the same figures."""
     d = tmp_path / "run"
     shutil.copytree(RUN, d)
     before = _files(d)
     raw_dirs = tracepack.trace_dirs(d)
     assert len(raw_dirs) == 2 * len(list((d / "cases").iterdir()))         # ust and kernel per case
     first = _analyze(d)
-    shutil.rmtree(d / "analysis")
+    cache = d / "analysis" / "cache"
+    assert cache.is_dir()
+    size = tracepack.disk_bytes(d)
 
-    done = tracepack.pack(d)
-    assert done.traces == len(raw_dirs) and not tracepack.trace_dirs(d)
+    done = lean(d)
+    assert not cache.exists() and not tracepack.trace_dirs(d)
+    assert done["traces_packed"] == len(raw_dirs) and done["cache_removed_bytes"] > 0
     assert tracepack.archives(d) == [tracepack.archive_of(x) for x in raw_dirs]
-    assert 0 < done.packed_bytes < done.raw_bytes / 3, done
-    assert tracepack.disk_bytes(d / "cases") < done.raw_bytes
+    assert 0 < done["traces_packed_bytes"] < done["traces_raw_bytes"] / 3, done
+    assert tracepack.disk_bytes(d) < size - done["cache_removed_bytes"] - done["traces_raw_bytes"] / 2
     assert not list(d.rglob(".tracepack-*"))
 
     again = _analyze(d)                     # the analysis unpacks each case where it reads it

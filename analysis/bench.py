@@ -44,8 +44,9 @@ import time
 
 from rpcscope.output import UserError, emit_json, table
 
-from . import rpcs, traceread
+from . import native, rpcs, traceread
 from .run import RunError, load_run
+from .steps import analyze
 
 EPILOG = """examples:
   rpcscope bench analysis runs/maxarg-udp                 throughput and peak memory of reading and analysing a run
@@ -77,7 +78,6 @@ def _child(mode, run_path, cache, target=None):
     elif mode == "trace":
         traceread.read_trace(target, cache_dir=cache)
     elif mode in ("analyze", "analyze-one", "analyze-whole"):
-        from .steps import analyze
         if mode == "analyze-whole":
             rpcs.WINDOW_EVENTS = 1 << 62            # one window per case: the whole trace at once
         run = load_run(run_path)
@@ -164,7 +164,6 @@ def bench(run_path, do_analyze=True, progress=None):
     traces = run.trace_dirs()
     if not traces:
         raise UserError(f"{run_path}: no traces to read (capture with `rpcscope capture --out {run_path}`)")
-    from . import native
     plan = [("decode", "first"), ("decode", "cached")]
     if do_analyze:
         plan += [("analyze", "first"), ("analyze-one", "first"), ("analyze", "cached"), ("analyze-one", "cached"),

@@ -24,6 +24,7 @@ import numpy as np
 
 from rpcscope.rundir import PROBE_FORMAT, PROBE_JSON
 
+from .rtp import analyze_case
 from .run import Case, level_p50_ns, level_rounds_p50s, path_shape
 
 
@@ -116,7 +117,6 @@ PATH_SAMPLE_RPCS = 32
 def _path_events(case):
     """Events per class on the round-trip path of a case's clean RPCs, over an evenly spaced sample:
     (n RPCs walked, median [user, net, other], [25th, 75th percentile])."""
-    from .rtp import analyze_case
     res, rpcs = analyze_case(case, sample=PATH_SAMPLE_RPCS, detail=False)
     rpcs.release()
     ev = np.array([p["path_events"] for p in res["per_rpc"] if p.get("ok")], float)

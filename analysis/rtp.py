@@ -48,7 +48,6 @@ import numpy as np
 from rpcscope.tracepoints import SPLIT, STEPS, side_step, with_role
 
 from .graph import Graph
-from .probe import case_costs
 from .rpcs import EXTRA_ROWS, KERNEL_COLUMNS, MEASURED, reconstruct
 from .run import call_edges_ns, load_run
 
@@ -719,11 +718,13 @@ def _case_in_worker(k, per_rpc):
     return _case_result(_FORKED_RUN.cases[k], per_rpc)[0]
 
 
-def analyze_rtp(path, progress=None, keep_rpcs=False, per_rpc=False, workers=None):
+def analyze_rtp(path, progress=None, keep_rpcs=False, per_rpc=False, workers=None, calibrate=None):
     """Walk every RPC of every case; writes rtp.json. The cases are walked in parallel, one forked
-    worker per CPU (workers=1: in this process; keep_rpcs, which keeps the reconstructions, implies it)."""
+    worker per CPU (workers=1: in this process; keep_rpcs, which keeps the reconstructions, implies it).
+    calibrate: the in-situ probe calibration (analysis/probe.py in_situ; `rpcscope rtp` passes it), else
+    every case is corrected with the manifest's loopback costs."""
     global _FORKED_RUN
-    run = load_run(path)
+    run = load_run(path, calibrate)
     out = {"format": RTP_FORMAT, "run": str(path), "placement": run.manifest.get("placement"),
            "virtual_link": run.virtual_link, "cases": [], "notes": DCE_NOTES}
     kept = []

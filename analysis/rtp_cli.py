@@ -5,6 +5,7 @@ import sys
 
 from rpcscope.output import UserError, emit_json
 
+from .probe import in_situ
 from .rtp import analyze_rtp
 from .run import RunError
 
@@ -61,7 +62,7 @@ def cmd_rtp(args):
     path = pathlib.Path(args.run)
     prog = None if args.quiet or args.json else _Progress()
     try:
-        res = analyze_rtp(path, progress=prog, per_rpc=args.rpc is not None or args.per_rpc)
+        res = analyze_rtp(path, progress=prog, per_rpc=args.rpc is not None or args.per_rpc, calibrate=in_situ)
     except RunError as e:
         raise UserError(str(e)) from None
     finally:

@@ -461,7 +461,11 @@ class Case:
 
 
 class Run:
-    def __init__(self, path):
+    """A run directory as the analysis reads it. calibrate(run) -> {"transports", "cases"}: the in-situ
+    probe calibration (analysis/probe.py in_situ), computed the first time Run.probe is read; without
+    it, Run.probe is {} and every case is corrected with the manifest's loopback costs."""
+
+    def __init__(self, path, calibrate=None):
         self.dir = RunDir(path)
         self.path = self.dir.path
         try:
@@ -475,15 +479,15 @@ class Run:
         self.out_dir = self.dir.analysis
         self.cache_dir = self.dir.cache
         self._probe = None
+        self.calibrate = calibrate
         self._prefetch = None            # (thread pool, {trace dir: future}) while prefetch() decodes
 
     @property
     def probe(self):
-        """The in-situ probe calibration (analysis/probe.py) per transport, {} when there is none."""
+        """The in-situ probe calibration per transport and case (calibrate's), {} when there is none."""
         if self._probe is None:
             self._probe = {}                  # while it is computed, the calibration cases use none
-            from .probe import in_situ
-            self._probe = in_situ(self) or {}
+            self._probe = (self.calibrate(self) if self.calibrate else {}) or {}
         return self._probe
 
     def in_situ_calibrations(self):
@@ -548,5 +552,5 @@ class Run:
         return self.testbed.get("kind", "local") == "local"
 
 
-def load_run(path):
-    return Run(path)
+def load_run(path, calibrate=None):
+    return Run(path, calibrate)

@@ -305,6 +305,8 @@ def analyze(run_path, progress=None, write=True, kernel=True, workers=None):
     workers: processes for the cases (default one per CPU; 1: all in this process). progress(k,
     ncases, case id, done, total, what=None) as cases are rebuilt."""
     run = run_path if isinstance(run_path, Run) else load_run(run_path)
+    if run.calibrate is None:
+        run.calibrate = probe_mod.in_situ     # the probe costs every case is corrected with
     cases = [c for c in run.cases if c.complete]
     if not cases:
         raise RunError(_no_case_message(run))

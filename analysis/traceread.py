@@ -50,6 +50,8 @@ import numpy as np
 
 from rpcscope.tracepoints import KERNEL_EVENTS, KERNEL_SYSCALLS
 
+from . import native
+
 READER_VERSION = 1
 
 # Kinds of events: the vocabulary the rest of the analysis uses. The kernel's come from the step catalog
@@ -443,7 +445,6 @@ def _salvage(trace_dir, b, src, problems):
 def _cut_short(d, tmp):
     """ctfread's word that the one stream in trace directory d ends inside a packet (the file shorter
     than the packet it declares), or None."""
-    from . import native
     if not native.available():
         return None
     out = pathlib.Path(tmp) / f"cut-{d.name}"
@@ -583,7 +584,6 @@ def _load(cache_dir, key):
 def _read_native(path, src, cache_dir, key):
     """Decode with the native extractor straight into the cache directory (or a
     temporary one); None when it stopped on an error (the Python path salvages)."""
-    from . import native
     base = pathlib.Path(cache_dir) if key else pathlib.Path(tempfile.mkdtemp(prefix="rpcscope-ctfcols-"))
     tmp = base / f".tmp-native-{os.getpid()}-{threading.get_ident()}" if key else base
     try:
@@ -693,7 +693,6 @@ def _read_trace(path, cache_dir, src, backend):
         if cached is not None:
             return _with_src(cached, src), False
     if backend in ("auto", "native"):
-        from . import native
         if native.available():
             ev = _read_native(path, src, cache_dir, key)
             if ev is not None:

@@ -6,10 +6,10 @@ import shutil
 import statistics
 import sys
 
-from rpcscope import ROOT
+from rpcscope import ROOT, testbed
 from rpcscope.output import UserError, emit_json, table
 
-from . import capture as cap, perf
+from . import capture as cap, perf, remote
 
 EPILOG = """examples:
   rpcscope testbed up && make && make TRACE=0
@@ -147,9 +147,7 @@ def _progress(total, disable):
 
 
 def do_capture(p, out, quiet=False, inventory=None, after_case=None, extra_steps=0):
-    from rpcscope import testbed
     if inventory:
-        from . import remote
         cap.require_tool("babeltrace2", "install babeltrace2 on the control node (make bootstrap does)")
         out = cap.prepare_out(out, p["replace"])
         p["out"], p["inventory"] = str(out), str(inventory)

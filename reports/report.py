@@ -13,6 +13,8 @@ import statistics
 from pathlib import Path
 
 from rpcscope import packets as P
+from rpcscope.analysis.run import modes_label, path_shape, traced_noise_pct, untraced_modes
+from rpcscope.packets import request_body_bytes
 from rpcscope.tracepoints import STEPS, side_step
 
 from . import first_screen as FS
@@ -324,10 +326,6 @@ def _rtp_entry(rtp, case):
 
 
 def _packets_note(proc, size):
-    try:
-        from rpcscope.analysis.run import request_body_bytes
-    except ImportError:
-        return {}
     body = request_body_bytes(proc, size)
     if body is None:
         return {}
@@ -385,10 +383,6 @@ def rtp_section(d: RunData, calls=None, call_errors=None):
 
 def packet_marks(proc, max_size):
     """[(size, label)] where one more byte of request costs one more IP packet or fragment."""
-    try:
-        from rpcscope.analysis.run import request_body_bytes
-    except ImportError:
-        return []
     body = (lambda z: request_body_bytes(proc, z)) if request_body_bytes(proc, 0) is not None else (lambda z: z)
     marks, prev = [], None
     for z in range(0, int(max_size) + 1):
@@ -435,7 +429,6 @@ def rtt_section(d: RunData):
             path_corr[c["case"]] = c["rtt_corrected_median_ns"] / 1000
         if (c.get("probe_retimed") or {}).get("absorbed_median_ns") is not None:
             absorbed[c["case"]] = c["probe_retimed"]["absorbed_median_ns"] / 1000
-    from rpcscope.analysis.run import modes_label, path_shape, traced_noise_pct, untraced_modes
     shapes, modes = {}, {}
     for c in d.cases:
         noise[c.get("id")] = traced_noise_pct(c)

@@ -4,6 +4,8 @@ import sys
 
 from rpcscope.output import UserError, emit_json
 
+from . import bench
+
 EPILOG = """examples:
   rpcscope stubs bench                      Tables 2-6 and the paper's conclusions, this machine
   rpcscope stubs bench --reps 1001          more batches per cell: slower, steadier medians
@@ -38,8 +40,6 @@ def run_bench(args):
     import os
 
     from tqdm import tqdm
-
-    from . import bench
 
     if args.reps < 5 or args.batch_us <= 0:
         raise UserError("--reps must be at least 5 and --batch-us positive")

@@ -234,7 +234,8 @@ def test_in_situ_calibrations_per_transport_and_in_the_older_form(tmp_path):
         assert set(got) == want
         assert all(v["rounds"] == 3 and "0" in v["sizes"] for v in got.values())
     # No calibration traces on disk: no in-situ costs, and the loopback calibration stands.
-    assert Run(tmp_path).probe == {}
+    assert Run(tmp_path, calibrate=probe.in_situ).probe == {}
+    assert Run(tmp_path).probe == {}          # without the calibration, none either
 
 
 # Events per class (user, kernel net, kernel other) on the path of each UDP size of the per-case tests.

@@ -1,0 +1,175 @@
+"""Two kernels: `rpcscope testbed up --server vm` (a QEMU guest booting `make vm`'s Debian kernel),
+`rpcscope deploy` through the roles, a capture through ansible/capture.yml with LTTng's kernel tracer
+in the guest and perf on the namespace client, `rpcscope analyze`; then `testbed down`.
+
+Reduced to keep `make test` short: 200 calls (+20 warm-up) of maxarg at 4016 bytes (two PDUs) over UDP
+and TCP. The guest is emulated (TCG here), many times slower than this machine: these tests check
+what the traces hold and how they line up, never how fast anything is.
+"""
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rpcscope import vmhost
+from rpcscope.analysis.clocksync import estimate
+from rpcscope.analysis.rpcs import MEASURED, reconstruct
+from rpcscope.analysis.run import load_run
+from rpcscope.testbed import held_by_tests
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
+STATE_DIR = pathlib.Path("/run/rpcscope/testbed")
+INVENTORY = REPO / "ansible" / "inventories" / "local" / "hosts.yml"
+CLIENT, SERVER = "rpcs-client", "rpcs-server"
+CALLS, WARMUP, SIZES, TRANSPORTS = 200, 20, "4016", "udp,tcp"
+
+pytestmark = [
+    pytest.mark.testbed,
+    pytest.mark.tracing,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root"),
+    pytest.mark.skipif(not all(shutil.which(t) for t in ("ip", "sshd", "perf", "lttng", "babeltrace2",
+                                                         vmhost.QEMU)),
+                       reason="needs iproute2, openssh-server, perf, lttng-tools, babeltrace2, qemu-system-x86 "
+                              "(make bootstrap)"),
+    pytest.mark.skipif(not vmhost.VM_JSON.exists(),
+                       reason="the VM host's kernel, lttng-modules and initramfs are not built: run `make vm` "
+                              "(make test does)"),
+]
+
+
+def rpcscope(*args, timeout=300, check=True):
+    p = subprocess.run(RPCSCOPE + list(args), capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    if check:
+        assert p.returncode == 0, f"rpcscope {' '.join(args)} exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return p
+
+
+def _teardown_playbook():
+    """Stop what deploy started on the hosts (the client's lttng-sessiond runs on this machine)."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
+           "PATH": f"{pathlib.Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    subprocess.run([str(pathlib.Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY),
+                    "teardown.yml"], cwd=REPO / "ansible", env=env, capture_output=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def vm_run(tmp_path_factory):
+    """Up with a VM server, deploy, capture, analyze, down: (run dir, status JSON, what down left)."""
+    out = tmp_path_factory.mktemp("vm") / "run"
+    with held_by_tests(wait=1200):
+        if STATE_DIR.exists():
+            pytest.skip("a testbed is already up on this machine; this test would replace it "
+                        "(run `rpcscope testbed down` first)")
+        try:
+            rpcscope("testbed", "up", "--server", "vm", "--json", timeout=400)
+            status = json.loads(rpcscope("testbed", "status", "--json", timeout=120).stdout)
+            d = rpcscope("deploy", "--json", timeout=1200)
+            assert json.loads(d.stdout)["ok"], d.stdout[-3000:]
+            rpcscope("capture", "--inventory", str(INVENTORY), "--kernel", "auto", "--sizes", SIZES,
+                     "--transport", TRANSPORTS, "--calls", str(CALLS), "--warmup", str(WARMUP),
+                     "--calibration", "none", "--out", str(out), timeout=1800)
+        finally:
+            if INVENTORY.exists():
+                _teardown_playbook()
+            rpcscope("testbed", "down", check=False, timeout=300)
+        left = {"qemu": vmhost.stray_qemus(STATE_DIR),
+                "tap": subprocess.run(["ip", "link", "show", "dev", "rpcs-s0-br"], capture_output=True).returncode == 0,
+                "state": STATE_DIR.exists()}
+    rpcscope("analyze", str(out), timeout=900)
+    yield out, status, left
+
+
+def test_status_says_the_server_is_a_guest_and_its_acceleration(vm_run):
+    _, status, _ = vm_run
+    rows = {r["host"]: r for r in status["hosts"]}
+    assert status["healthy"] and status["host_to_host"], status
+    assert rows[SERVER]["kind"] == f"vm {vmhost.acceleration()}" and rows[SERVER]["ssh"] == "ok", rows
+    assert rows[CLIENT]["kind"] == "netns", rows
+
+
+def test_down_leaves_no_process_tap_or_file(vm_run):
+    assert vm_run[2] == {"qemu": [], "tap": False, "state": False}
+
+
+def test_two_kernels_each_with_its_own_tracer(vm_run):
+    out, _, _ = vm_run
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["complete"] and not m["testbed"]["shared_kernel"]
+    assert m["hosts"][SERVER]["kernel"] == vmhost.artifacts().kernel_release
+    assert m["hosts"][CLIENT]["kernel"] == os.uname().release != m["hosts"][SERVER]["kernel"]
+    assert m["kernel_collectors"] == {CLIENT: "perf", SERVER: "lttng"}
+    assert len(m["cases"]) == 2
+    for case in m["cases"]:
+        assert case["losses"] == {"ust_discarded": 0, "ust_lost_packets": 0, "kernel_lost": 0}, case["id"]
+        for h in (CLIENT, SERVER):
+            assert case["per_host"][h]["events"]["kernel"] > CALLS, (case["id"], h, case["per_host"][h])
+            assert case["per_host"][h]["events"]["ust"] > CALLS, (case["id"], h, case["per_host"][h])
+
+
+@pytest.fixture(scope="module")
+def rebuilt(vm_run):
+    """{case id: (CaseRPCs, the case's clock fit from steps.json)}."""
+    out = vm_run[0]
+    steps = json.loads((out / "analysis" / "steps.json").read_text())
+    fits = {r["case"]: r["clock_sync"] for r in steps["rtt"]}
+    run = load_run(out)
+    return {c.id: (reconstruct(c), fits[c.id]) for c in run.cases}
+
+
+def test_every_rpc_has_kernel_steps_from_both_hosts(rebuilt):
+    """The client's send (perf on this machine's kernel) and the server's send (LTTng in the guest's)
+    are bounded by kernel events in every RPC, as are the client's request hand-off to its device,
+    the server's reply hand-off to its own, and both hosts' recvfrom."""
+    for cid, (r, _) in rebuilt.items():
+        assert len(r) == CALLS, (cid, len(r), r.excluded)
+        for step in ("C8", "C8'", "C18", "S4", "S9", "S9'"):
+            st = r.rows[step].status
+            assert (st == MEASURED).all(), (cid, step, r.rows[step].reasons)
+
+
+def _packets(r):
+    """Per RPC, in each host's own clock: when the request's send syscall began on the client (C8's
+    first occurrence) and when the server's first recvfrom returned (S4's end), and when the reply's
+    send syscall began on the server (S9's last occurrence) and when the client's last recvfrom
+    returned (C18's end): each packet left after the first and was there by the second.
+
+    The device hand-off (net_dev_xmit, the end of C8' and S9') is no such bound on a VM: the virtio
+    kick hands the frame to QEMU, and this machine's whole receive path (tap, bridge, veth, the
+    client's wake-up) can run before the guest's tracepoint fires after the driver returns."""
+    occ = lambda step, i, k, j: r.rows[step].occurrences(i)[k][j]      # noqa: E731
+    n = range(len(r))
+    a = (np.array([occ("C8", i, 0, 0) for i in n], np.float64), np.array([occ("S4", i, 0, 1) for i in n], np.float64))
+    b = (np.array([occ("S9", i, -1, 0) for i in n], np.float64), np.array([occ("C18", i, -1, 1) for i in n], np.float64))
+    return {"a_to_b": a, "b_to_a": b}
+
+
+def test_no_negative_one_way_delay(rebuilt):
+    """With the server's clock mapped onto the client's by the analysis's own estimate (offset and
+    drift, convex hull over the RPC's user send/receive marks), every request is received by the
+    server after the client began sending it, and every reply by the client after the server began
+    sending it."""
+    for cid, (r, fit) in rebuilt.items():
+        assert fit["quality"] in ("accurate", "approximate"), (cid, fit)
+        x0, y0, a = fit["reference_ns"], fit["reference_ns"] + fit["offset_ns"], fit["slope"]
+        pk = _packets(r)
+        req = x0 + (pk["a_to_b"][1] - y0) / a - pk["a_to_b"][0]
+        rep = pk["b_to_a"][1] - (x0 + (pk["b_to_a"][0] - y0) / a)
+        assert (req > 0).all() and (rep > 0).all(), (cid, req.min(), rep.min(), fit)
+
+
+def test_kernel_packets_confirm_the_clock_estimate(rebuilt):
+    """An estimate from the kernel's syscall events (independent of the user marks the analysis fits)
+    exists, so both kernels' events are consistent with one linear clock relation, and it agrees with
+    the analysis's estimate within the analysis's bound."""
+    for cid, (r, fit) in rebuilt.items():
+        pk = _packets(r)
+        k = estimate(pk["a_to_b"], pk["b_to_a"])
+        assert k.quality != "failed", (cid, k.reason)
+        user_at_x0 = fit["reference_ns"] + fit["offset_ns"] + (k.x0 - fit["reference_ns"]) * fit["slope"]
+        assert abs(user_at_x0 - k.y0) <= fit["accuracy_ns"], (cid, user_at_x0 - k.y0, fit["accuracy_ns"])

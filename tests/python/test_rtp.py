@@ -357,7 +357,7 @@ def test_a_reply_not_waited_for_leaves_the_call_whole():
     call 1 (the blocking wait's return) and does not apply to call 2."""
     import types
 
-    from rpcscope.analysis import rpcs
+    from rpcscope.analysis import rpcs, rpcsteps
     rows = [
         (100, 1, CLIENT, "sched_switch", dict(tid2=IDLE, state=1)),
         (300, 0, SERVER, "softirq_entry", dict(vec=3)),
@@ -375,13 +375,13 @@ def test_a_reply_not_waited_for_leaves_the_call_whole():
               np.array([None, None, rpcs.NOT_TAKEN_REPLY], object))
     q = np.array([0, 1])
     ctx._to_next_end = (q, np.array([50, 1000]), None, np.array([600, 1200]), np.array([1, 1]), np.ones(2, bool))
-    orig_to, orig_sends = rpcs._to_next_end, rpcs._sends
-    rpcs._to_next_end = lambda c, a, b: c._to_next_end
-    rpcs._sends = lambda *a: None
+    orig_to, orig_sends = rpcsteps._to_next_end, rpcsteps._sends      # the rules' module looks them up
+    rpcsteps._to_next_end = lambda c, a, b: c._to_next_end
+    rpcsteps._sends = lambda *a: None
     try:
         rpcs._client_kernel(ctx, np.array([CLIENT] * 3))
     finally:
-        rpcs._to_next_end, rpcs._sends = orig_to, orig_sends
+        rpcsteps._to_next_end, rpcsteps._sends = orig_to, orig_sends
     st = {k: ctx.rows[k].status.tolist() for k in names}
     M, NA, X = rpcs.MEASURED, rpcs.NOT_APPLICABLE, rpcs.MISSING
     assert st["C14"] == st["C15"] == st["C16"] == [M, NA, NA], st

@@ -36,30 +36,30 @@ struct ctfread_reader;
  * value of member i is ival[i] (integers and enumerations) or sval[i] (strings and character arrays,
  * NULL otherwise). */
 struct ctfread_scope {
-	const struct ctfread_type *type;  /* NULL: the event has no such structure */
-	int64_t *ival;
-	const char **sval;
+    const struct ctfread_type *type; /* NULL: the event has no such structure */
+    int64_t *ival;
+    const char **sval;
 };
 
 struct ctfread_event {
-	uint64_t ts;                      /* raw value of the stream's clock */
-	int cpu;                          /* packet context's cpu_id; -1 without one */
-	const struct ctfread_class *cls;
-	struct ctfread_scope payload, common;
+    uint64_t ts; /* raw value of the stream's clock */
+    int cpu;     /* packet context's cpu_id; -1 without one */
+    const struct ctfread_class *cls;
+    struct ctfread_scope payload, common;
 };
 
 struct ctfread_clock {
-	const char *name;
-	int have_uuid;
-	uint8_t uuid[16];
-	uint64_t freq;
-	int64_t offset_s;
-	uint64_t offset_cycles;
-	int origin_is_unix_epoch;
+    const char *name;
+    int have_uuid;
+    uint8_t uuid[16];
+    uint64_t freq;
+    int64_t offset_s;
+    uint64_t offset_cycles;
+    int origin_is_unix_epoch;
 };
 
 struct ctfread_discarded {
-	uint64_t count, begin, end;       /* raw clock values: previous packet's end, this packet's end */
+    uint64_t count, begin, end; /* raw clock values: previous packet's end, this packet's end */
 };
 
 int ctfread_open(char *const *dirs, int n_dirs, struct ctfread_reader **out, char *why, size_t why_size);

@@ -22,8 +22,8 @@ struct bench_thread {
     /* Context switches over the measured calls: voluntary ones are the thread's sleeps, so
      * per call they show which waits blocked (the path's shape) without tracing anything. */
     uint64_t vol_switches, invol_switches;
-    struct cpuspeed_pace pace_before, pace_after;    /* the first thread's (bench_config.pace_slices) */
-    uint64_t turns, turn_waits;                      /* the first thread's (bench_config.turn_in_fd) */
+    struct cpuspeed_pace pace_before, pace_after; /* the first thread's (bench_config.pace_slices) */
+    uint64_t turns, turn_waits;                   /* the first thread's (bench_config.turn_in_fd) */
 };
 
 /* The calling thread's voluntary and involuntary context switches so far. */
@@ -44,7 +44,7 @@ struct workload {
     int32_t *ints;
     char *s1, *s2;
     int64_t int_sum;
-    void *value;           /* a plugged-in procedure's argument value */
+    void *value; /* a plugged-in procedure's argument value */
     uint32_t value_sum, value_len;
 };
 
@@ -92,9 +92,20 @@ static void make_args(struct workload *w, int proc, uint32_t size, uint32_t seq,
     a->value = w->value;
     switch (proc) {
     case PROC_MAXRESULT: a->n = size; break;
-    case PROC_ADD: a->a = (int32_t)seq; a->b = 1000; break;
-    case PROC_SUM: a->ints = w->ints; a->nints = size; break;
-    case PROC_CONCAT: a->s1 = w->s1; a->len1 = size / 2; a->s2 = w->s2; a->len2 = size - size / 2; break;
+    case PROC_ADD:
+        a->a = (int32_t)seq;
+        a->b = 1000;
+        break;
+    case PROC_SUM:
+        a->ints = w->ints;
+        a->nints = size;
+        break;
+    case PROC_CONCAT:
+        a->s1 = w->s1;
+        a->len1 = size / 2;
+        a->s2 = w->s2;
+        a->len2 = size - size / 2;
+        break;
     default:
         if (size >= 4)
             memcpy(w->data, &seq, 4);
@@ -123,13 +134,13 @@ static int check_result(const struct workload *w, int proc, const struct proc_ar
                 return util_fail(UTIL_EMISMATCH, "maxresult byte %u differs", i);
         return UTIL_OK;
     case PROC_ADD:
-        return r->i == (int32_t)((uint32_t)a->a + (uint32_t)a->b) ? UTIL_OK
-               : util_fail(UTIL_EMISMATCH, "add(%d, %d) returned %d", a->a, a->b, r->i);
+        return r->i == (int32_t)((uint32_t)a->a + (uint32_t)a->b)
+                   ? UTIL_OK
+                   : util_fail(UTIL_EMISMATCH, "add(%d, %d) returned %d", a->a, a->b, r->i);
     case PROC_SUM:
         return r->sum == w->int_sum ? UTIL_OK : util_fail(UTIL_EMISMATCH, "sum returned %lld", (long long)r->sum);
     case PROC_CONCAT:
-        if (r->len != a->len1 + a->len2 || memcmp(r->data, a->s1, a->len1) ||
-            memcmp(r->data + a->len1, a->s2, a->len2))
+        if (r->len != a->len1 + a->len2 || memcmp(r->data, a->s1, a->len1) || memcmp(r->data + a->len1, a->s2, a->len2))
             return util_fail(UTIL_EMISMATCH, "concat returned the wrong string (%u bytes)", r->len);
         return UTIL_OK;
     case PROC_ECHO:
@@ -140,9 +151,10 @@ static int check_result(const struct workload *w, int proc, const struct proc_ar
         return (uint32_t)r->i == a->len ? UTIL_OK : util_fail(UTIL_EMISMATCH, "courier returned %d", r->i);
     default:
         if (proc_is_plugin(proc) && (r->checksum != w->value_sum || r->len != w->value_len))
-            return util_fail(UTIL_EMISMATCH, "%s: the server unmarshalled another value (checksum %08x of %u "
-                                             "bytes, expected %08x of %u)", proc_name(proc), r->checksum,
-                             r->len, w->value_sum, w->value_len);
+            return util_fail(UTIL_EMISMATCH,
+                             "%s: the server unmarshalled another value (checksum %08x of %u "
+                             "bytes, expected %08x of %u)",
+                             proc_name(proc), r->checksum, r->len, w->value_sum, w->value_len);
         return UTIL_OK;
     }
 }
@@ -175,8 +187,8 @@ static void *bench_thread_main(void *arg)
         t->errors++;
         goto out;
     }
-    if (cfg->pace_slices && t->index == 0 && cpuspeed_pace(BENCH_PACE_SLICE_ITERATIONS, cfg->pace_slices,
-                                                           &t->pace_before))
+    if (cfg->pace_slices && t->index == 0 &&
+        cpuspeed_pace(BENCH_PACE_SLICE_ITERATIONS, cfg->pace_slices, &t->pace_before))
         snprintf(t->error, sizeof t->error, "%s", util_error());
     stop_at = util_now_ns() + (uint64_t)(cfg->max_seconds * 1e9);
     for (uint64_t i = 0; i < 1 + cfg->warmup + cfg->calls; i++) {
@@ -221,8 +233,8 @@ static void *bench_thread_main(void *arg)
         t->turn_waits += (uint64_t)(yielded && counting);
     }
     thread_switches(&vol1, &invol1);
-    if (cfg->pace_slices && t->index == 0 && cpuspeed_pace(BENCH_PACE_SLICE_ITERATIONS, cfg->pace_slices,
-                                                           &t->pace_after) && !t->error[0])
+    if (cfg->pace_slices && t->index == 0 &&
+        cpuspeed_pace(BENCH_PACE_SLICE_ITERATIONS, cfg->pace_slices, &t->pace_after) && !t->error[0])
         snprintf(t->error, sizeof t->error, "%s", util_error());
     if (counting) {
         t->vol_switches = vol1 - vol0;
@@ -355,26 +367,26 @@ void bench_print(const struct bench_config *cfg, const struct bench_result *r, F
     const char *wire = cfg->client.drep == WIRE_DREP_BIG ? "network" : "native";
     const char *wait = client_wait_name(cfg->client.wait);
     if (json) {
-        fprintf(f, "{\"transport\": \"%s\", \"proc\": \"%s\", \"size\": %u, \"calls\": %llu, \"errors\": %llu, "
-                   "\"mismatches\": %llu, \"threads\": %d, \"wait\": \"%s\", \"wire\": \"%s\", \"max_pdu\": %u, \"nb_select\": %s, "
-                   "\"first_call_ns\": %llu, \"rtt_ns\": {\"min\": %llu, \"p50\": %llu, \"mean\": %.1f, "
-                   "\"p90\": %llu, \"p99\": %llu, \"max\": %llu}, \"calls_per_s\": %.1f, \"wall_s\": %.6f, "
-                   "\"last_counter\": %llu, \"client_stats\": {\"timeouts\": %llu, \"pings\": %llu, "
-                   "\"retransmitted_frags\": %llu, \"stale_packets\": %llu, \"bad_packets\": %llu, "
-                   "\"acks\": %llu, \"rejects\": %llu}, \"switches\": {\"voluntary\": %llu, "
-                   "\"involuntary\": %llu}, \"aslr\": \"%s\", \"cpus\": [",
-                xport_kind_name(cfg->client.transport), proc_name(cfg->proc), cfg->size,
-                (unsigned long long)r->calls, (unsigned long long)r->errors, (unsigned long long)r->mismatches,
-                cfg->threads, wait, wire, cfg->client.max_pdu, cfg->client.nb_select ? "true" : "false",
-                (unsigned long long)r->first_call_ns,
-                (unsigned long long)r->min_ns, (unsigned long long)r->p50_ns, r->mean_ns,
-                (unsigned long long)r->p90_ns, (unsigned long long)r->p99_ns, (unsigned long long)r->max_ns,
-                r->calls_per_s, r->wall_s, (unsigned long long)r->last_counter,
-                (unsigned long long)r->client.timeouts, (unsigned long long)r->client.pings,
-                (unsigned long long)r->client.retransmitted_frags, (unsigned long long)r->client.stale_packets,
-                (unsigned long long)r->client.bad_packets, (unsigned long long)r->client.acks,
-                (unsigned long long)r->client.rejects, (unsigned long long)r->vol_switches,
-                (unsigned long long)r->invol_switches, r->aslr_off ? "off" : "on");
+        fprintf(
+            f,
+            "{\"transport\": \"%s\", \"proc\": \"%s\", \"size\": %u, \"calls\": %llu, \"errors\": %llu, "
+            "\"mismatches\": %llu, \"threads\": %d, \"wait\": \"%s\", \"wire\": \"%s\", \"max_pdu\": %u, \"nb_select\": %s, "
+            "\"first_call_ns\": %llu, \"rtt_ns\": {\"min\": %llu, \"p50\": %llu, \"mean\": %.1f, "
+            "\"p90\": %llu, \"p99\": %llu, \"max\": %llu}, \"calls_per_s\": %.1f, \"wall_s\": %.6f, "
+            "\"last_counter\": %llu, \"client_stats\": {\"timeouts\": %llu, \"pings\": %llu, "
+            "\"retransmitted_frags\": %llu, \"stale_packets\": %llu, \"bad_packets\": %llu, "
+            "\"acks\": %llu, \"rejects\": %llu}, \"switches\": {\"voluntary\": %llu, "
+            "\"involuntary\": %llu}, \"aslr\": \"%s\", \"cpus\": [",
+            xport_kind_name(cfg->client.transport), proc_name(cfg->proc), cfg->size, (unsigned long long)r->calls,
+            (unsigned long long)r->errors, (unsigned long long)r->mismatches, cfg->threads, wait, wire,
+            cfg->client.max_pdu, cfg->client.nb_select ? "true" : "false", (unsigned long long)r->first_call_ns,
+            (unsigned long long)r->min_ns, (unsigned long long)r->p50_ns, r->mean_ns, (unsigned long long)r->p90_ns,
+            (unsigned long long)r->p99_ns, (unsigned long long)r->max_ns, r->calls_per_s, r->wall_s,
+            (unsigned long long)r->last_counter, (unsigned long long)r->client.timeouts,
+            (unsigned long long)r->client.pings, (unsigned long long)r->client.retransmitted_frags,
+            (unsigned long long)r->client.stale_packets, (unsigned long long)r->client.bad_packets,
+            (unsigned long long)r->client.acks, (unsigned long long)r->client.rejects,
+            (unsigned long long)r->vol_switches, (unsigned long long)r->invol_switches, r->aslr_off ? "off" : "on");
         for (int i = 0; i < cfg->threads; i++)
             fprintf(f, "%s%d", i ? ", " : "", r->placement[i]);
         fprintf(f, "], \"first_error\": ");
@@ -390,8 +402,10 @@ void bench_print(const struct bench_config *cfg, const struct bench_result *r, F
             fprintf(f, "}");
         }
         if (cfg->turn_in_fd >= 0)
-            fprintf(f, ", \"turns\": {\"count\": %llu, \"waits_measured\": %llu, \"turn_calls\": %llu, "
-                       "\"turn_us\": %.1f}", (unsigned long long)r->turns, (unsigned long long)r->turn_waits,
+            fprintf(f,
+                    ", \"turns\": {\"count\": %llu, \"waits_measured\": %llu, \"turn_calls\": %llu, "
+                    "\"turn_us\": %.1f}",
+                    (unsigned long long)r->turns, (unsigned long long)r->turn_waits,
                     (unsigned long long)cfg->turn_calls, cfg->turn_calls ? 0.0 : (double)cfg->turn_ns / 1e3);
         if (r->hist_bin_ns) {
             fprintf(f, ", \"rtt_hist\": {\"bin_ns\": %u, \"from_ns\": %llu, \"above\": %llu, \"counts\": [",

@@ -32,16 +32,16 @@ struct bench_config {
     int threads;
     int cpus[BENCH_MAX_THREADS];
     int ncpus;
-    int check;             /* verify every result byte for byte */
-    double max_seconds;    /* stop measuring after this long, whatever the count */
-    uint32_t hist_bin_ns;  /* width of a histogram bin; 0: no histogram */
+    int check;            /* verify every result byte for byte */
+    double max_seconds;   /* stop measuring after this long, whatever the count */
+    uint32_t hist_bin_ns; /* width of a histogram bin; 0: no histogram */
     /* The first thread's CPU pace (cpuspeed.h) in this many slices before the warm-up and after the
      * measured calls; 0: none. Why: a VM's CPUs change pace from run to run, and a capture's rounds
      * move with them (analysis/cpuspeed.py). */
     uint32_t pace_slices;
     /* Calls only in the turns a coordinator gives (turns.h; one thread): turn_in_fd < 0 for none. */
     int turn_in_fd, turn_out_fd;
-    uint64_t turn_calls, turn_ns;   /* a turn: turn_calls calls, or with 0 turn_ns long */
+    uint64_t turn_calls, turn_ns; /* a turn: turn_calls calls, or with 0 turn_ns long */
 };
 
 struct bench_result {
@@ -59,8 +59,8 @@ struct bench_result {
     /* Context switches of the client threads over the measured calls (not the warm-up). */
     uint64_t vol_switches, invol_switches;
     int placement[BENCH_MAX_THREADS]; /* CPU each thread ran on at the end */
-    int aslr_off; /* address-space layout randomization was off for this process (setarch -R) */
-    struct cpuspeed_pace pace_before, pace_after;   /* slices 0: not measured */
+    int aslr_off;                     /* address-space layout randomization was off for this process (setarch -R) */
+    struct cpuspeed_pace pace_before, pace_after; /* slices 0: not measured */
     /* With turns: how many the client had, and how many of its voluntary switches were waits for a
      * turn while it counted them (a sleep that is no part of a call). */
     uint64_t turns, turn_waits;

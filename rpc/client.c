@@ -51,8 +51,8 @@ int client_open(struct client *c, const struct client_config *cfg, uint64_t seed
     util_rng_seed(&c->drop.rng, cfg->drop_seed ^ (seed * 0x9e3779b97f4a7c15ull));
     c->drop.rate = cfg->drop_rate;
     max_frags = wire_frag_count(cfg->max_msg, cfg->max_pdu);
-    c->tx_cap = cfg->transport == XPORT_TCP ? WIRE_TCP_MARK + WIRE_HDR_LEN + cfg->max_msg
-                                            : (size_t)max_frags * cfg->max_pdu;
+    c->tx_cap =
+        cfg->transport == XPORT_TCP ? WIRE_TCP_MARK + WIRE_HDR_LEN + cfg->max_msg : (size_t)max_frags * cfg->max_pdu;
     c->pkt_cap = cfg->transport == XPORT_TCP ? WIRE_TCP_MARK + WIRE_HDR_LEN + cfg->max_msg : 65536;
     c->rx_cap = cfg->max_msg;
     c->tx = malloc(c->tx_cap);
@@ -103,10 +103,14 @@ void client_close(struct client *c)
 
 int client_parse_wait(const char *s, int *wait)
 {
-    if (!strcmp(s, "select") || !strcmp(s, "block")) *wait = CLIENT_WAIT_SELECT;
-    else if (!strcmp(s, "recv")) *wait = CLIENT_WAIT_RECV;
-    else if (!strcmp(s, "busy")) *wait = CLIENT_WAIT_BUSY;
-    else return util_fail(UTIL_EINVAL, "'%s' is not a wait mode (select, recv or busy)", s);
+    if (!strcmp(s, "select") || !strcmp(s, "block"))
+        *wait = CLIENT_WAIT_SELECT;
+    else if (!strcmp(s, "recv"))
+        *wait = CLIENT_WAIT_RECV;
+    else if (!strcmp(s, "busy"))
+        *wait = CLIENT_WAIT_BUSY;
+    else
+        return util_fail(UTIL_EINVAL, "'%s' is not a wait mode (select, recv or busy)", s);
     return UTIL_OK;
 }
 
@@ -312,12 +316,14 @@ static int invoke_udp(struct client *c, uint32_t total, uint32_t nfrags, struct 
                     return util_fail(UTIL_EREJECT, "call %u (udp): %s (%u busy rejects within %u ms)", c->seq,
                                      reject_name(WIRE_REJ_BUSY, busy_detail), busy, c->cfg.deadline_ms);
                 if (now >= call_deadline && c->stats.bad_packets)
-                    return util_fail(UTIL_ETIMEDOUT, "call %u (udp): no reply within %u ms; %llu bad packets came "
-                                     "in, the first: %s", c->seq, c->cfg.deadline_ms,
-                                     (unsigned long long)c->stats.bad_packets, c->stats.first_bad);
+                    return util_fail(UTIL_ETIMEDOUT,
+                                     "call %u (udp): no reply within %u ms; %llu bad packets came "
+                                     "in, the first: %s",
+                                     c->seq, c->cfg.deadline_ms, (unsigned long long)c->stats.bad_packets,
+                                     c->stats.first_bad);
                 if (now >= call_deadline)
-                    return util_fail(UTIL_ETIMEDOUT, "call %u (%s): no reply within %u ms", c->seq,
-                                     "udp", c->cfg.deadline_ms);
+                    return util_fail(UTIL_ETIMEDOUT, "call %u (%s): no reply within %u ms", c->seq, "udp",
+                                     c->cfg.deadline_ms);
                 if (retry) { /* the server was busy: send the request again from its start */
                     retry = 0;
                     resend = 1;
@@ -340,8 +346,7 @@ static int invoke_udp(struct client *c, uint32_t total, uint32_t nfrags, struct 
                     continue;
                 return util_fail_errno("recv(udp reply)");
             }
-            if (wire_decode_hdr(c->pkt, (size_t)n, &h) || memcmp(h.activity, c->activity, 16) ||
-                h.seq != c->seq) {
+            if (wire_decode_hdr(c->pkt, (size_t)n, &h) || memcmp(h.activity, c->activity, 16) || h.seq != c->seq) {
                 RPCS_TRACE(c18_end, c->call_id, 0, (uint32_t)n);
                 if (wire_decode_hdr(c->pkt, (size_t)n, &h))
                     bad_packet(c, "%zd-byte datagram: %s", n, util_error());
@@ -431,9 +436,7 @@ static int invoke_udp(struct client *c, uint32_t total, uint32_t nfrags, struct 
                 }
                 return util_fail(UTIL_EREJECT, "call %u rejected by the server (reason %u): %s", c->seq, h.status,
                                  reject_name(h.status, h.window));
-            default:
-                bad_packet(c, "PDU type %u in reply to a request", h.type);
-                break;
+            default: bad_packet(c, "PDU type %u in reply to a request", h.type); break;
             }
         }
     }
@@ -490,7 +493,8 @@ static int invoke_tcp(struct client *c, uint32_t total, struct marshal_dec *resu
         if (have < WIRE_TCP_MARK + rec)
             continue;
         if (have > WIRE_TCP_MARK + rec)
-            return util_fail(UTIL_EPROTO, "recv(tcp): %zu unexpected bytes after the reply", have - WIRE_TCP_MARK - rec);
+            return util_fail(UTIL_EPROTO, "recv(tcp): %zu unexpected bytes after the reply",
+                             have - WIRE_TCP_MARK - rec);
         rc = wire_decode_hdr(c->pkt + WIRE_TCP_MARK, rec, &h);
         if (rc)
             return rc;

@@ -27,16 +27,16 @@ const char *client_wait_name(int wait);
 struct client_config {
     const char *server;
     uint16_t port;
-    int transport;          /* XPORT_UDP or XPORT_TCP */
-    uint32_t max_pdu;       /* UDP PDU limit, header included */
-    uint32_t max_msg;       /* largest request or reply body */
-    uint8_t drep;           /* wire byte order */
-    int wait;               /* CLIENT_WAIT_*: how the client waits for a reply */
-    int stub_variant;       /* the variant plugged-in procedures marshal with (procs.h) */
-    int nb_select;          /* DCE's zero-timeout select before the blocking wait (C11) */
-    uint32_t rexmit_ms;     /* wait this long before asking the server what it has */
-    uint32_t deadline_ms;   /* give a call up after this long */
-    double drop_rate;       /* test only: drop this share of datagrams sent */
+    int transport;        /* XPORT_UDP or XPORT_TCP */
+    uint32_t max_pdu;     /* UDP PDU limit, header included */
+    uint32_t max_msg;     /* largest request or reply body */
+    uint8_t drep;         /* wire byte order */
+    int wait;             /* CLIENT_WAIT_*: how the client waits for a reply */
+    int stub_variant;     /* the variant plugged-in procedures marshal with (procs.h) */
+    int nb_select;        /* DCE's zero-timeout select before the blocking wait (C11) */
+    uint32_t rexmit_ms;   /* wait this long before asking the server what it has */
+    uint32_t deadline_ms; /* give a call up after this long */
+    double drop_rate;     /* test only: drop this share of datagrams sent */
     uint64_t drop_seed;
 };
 

@@ -58,14 +58,34 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        { "server", 1, 0, 's' },     { "port", 1, 0, 'p' },       { "transport", 1, 0, 't' },
-        { "proc", 1, 0, 'P' },       { "size", 1, 0, 'n' },       { "calls", 1, 0, 'c' },
-        { "warmup", 1, 0, 'w' },     { "threads", 1, 0, 'T' },    { "cpu", 1, 0, 'C' },
-        { "wait", 1, 0, 'W' },       { "wire", 1, 0, 'o' },       { "max-pdu", 1, 0, 'm' },
-        { "max-msg", 1, 0, 'M' },    { "rexmit-ms", 1, 0, 'r' },  { "deadline-ms", 1, 0, 'd' },
-        { "max-seconds", 1, 0, 'S' }, { "hist-bin-ns", 1, 0, 'H' }, { "pace-slices", 1, 0, 'A' }, { "no-check", 0, 0, 'k' },  { "no-nb-select", 0, 0, 'N' }, { "stub", 1, 0, 'V' },  { "json", 0, 0, 'j' },
-        { "turn-fds", 1, 0, 'F' },  { "turn-us", 1, 0, 'U' },  { "turn-calls", 1, 0, 'L' },
-        { "drop-rate", 1, 0, 'D' },  { "drop-seed", 1, 0, 'E' },  { "help", 0, 0, 'h' },
+        { "server", 1, 0, 's' },
+        { "port", 1, 0, 'p' },
+        { "transport", 1, 0, 't' },
+        { "proc", 1, 0, 'P' },
+        { "size", 1, 0, 'n' },
+        { "calls", 1, 0, 'c' },
+        { "warmup", 1, 0, 'w' },
+        { "threads", 1, 0, 'T' },
+        { "cpu", 1, 0, 'C' },
+        { "wait", 1, 0, 'W' },
+        { "wire", 1, 0, 'o' },
+        { "max-pdu", 1, 0, 'm' },
+        { "max-msg", 1, 0, 'M' },
+        { "rexmit-ms", 1, 0, 'r' },
+        { "deadline-ms", 1, 0, 'd' },
+        { "max-seconds", 1, 0, 'S' },
+        { "hist-bin-ns", 1, 0, 'H' },
+        { "pace-slices", 1, 0, 'A' },
+        { "no-check", 0, 0, 'k' },
+        { "no-nb-select", 0, 0, 'N' },
+        { "stub", 1, 0, 'V' },
+        { "json", 0, 0, 'j' },
+        { "turn-fds", 1, 0, 'F' },
+        { "turn-us", 1, 0, 'U' },
+        { "turn-calls", 1, 0, 'L' },
+        { "drop-rate", 1, 0, 'D' },
+        { "drop-seed", 1, 0, 'E' },
+        { "help", 0, 0, 'h' },
         { 0, 0, 0, 0 },
     };
     struct bench_config cfg;
@@ -91,18 +111,32 @@ int main(int argc, char **argv)
 
     while ((opt = getopt_long(argc, argv, "h", opts, &longindex)) != -1) {
         switch (opt) {
-        case 's': { struct sockaddr_in sa; cfg.client.server = optarg; rc = xport_resolve(optarg, 0, &sa); break; }
-        case 'p': rc = util_parse_u64(optarg, 1, 65535, &v); cfg.client.port = (uint16_t)v; break;
+        case 's': {
+            struct sockaddr_in sa;
+            cfg.client.server = optarg;
+            rc = xport_resolve(optarg, 0, &sa);
+            break;
+        }
+        case 'p':
+            rc = util_parse_u64(optarg, 1, 65535, &v);
+            cfg.client.port = (uint16_t)v;
+            break;
         case 't': rc = xport_parse_kind(optarg, &cfg.client.transport); break;
         case 'P':
             cfg.proc = proc_by_name(optarg);
             if (cfg.proc < 0)
                 rc = util_fail(UTIL_EINVAL, "unknown procedure '%s' (see --help)", optarg);
             break;
-        case 'n': rc = util_parse_u64(optarg, 0, 1u << 30, &v); cfg.size = (uint32_t)v; break;
+        case 'n':
+            rc = util_parse_u64(optarg, 0, 1u << 30, &v);
+            cfg.size = (uint32_t)v;
+            break;
         case 'c': rc = util_parse_u64(optarg, 1, BENCH_MAX_CALLS, &cfg.calls); break;
         case 'w': rc = util_parse_u64(optarg, 0, BENCH_MAX_CALLS, &cfg.warmup); break;
-        case 'T': rc = util_parse_u64(optarg, 1, BENCH_MAX_THREADS, &v); cfg.threads = (int)v; break;
+        case 'T':
+            rc = util_parse_u64(optarg, 1, BENCH_MAX_THREADS, &v);
+            cfg.threads = (int)v;
+            break;
         case 'C':
             rc = util_parse_cpu_list(optarg, cfg.cpus, BENCH_MAX_THREADS);
             if (rc > 0) {
@@ -110,26 +144,47 @@ int main(int argc, char **argv)
                 rc = UTIL_OK;
             }
             break;
-        case 'W':
-            rc = client_parse_wait(optarg, &cfg.client.wait);
-            break;
+        case 'W': rc = client_parse_wait(optarg, &cfg.client.wait); break;
         case 'o':
-            if (!strcmp(optarg, "native")) cfg.client.drep = wire_native_drep();
-            else if (strcmp(optarg, "network")) rc = util_fail(UTIL_EINVAL, "--wire must be network or native");
+            if (!strcmp(optarg, "native"))
+                cfg.client.drep = wire_native_drep();
+            else if (strcmp(optarg, "network"))
+                rc = util_fail(UTIL_EINVAL, "--wire must be network or native");
             break;
-        case 'm': rc = util_parse_u64(optarg, WIRE_MIN_MAX_PDU, WIRE_MAX_MAX_PDU, &v); cfg.client.max_pdu = (uint32_t)v; break;
-        case 'M': rc = util_parse_u64(optarg, 64, 64u << 20, &v); cfg.client.max_msg = (uint32_t)v; break;
-        case 'r': rc = util_parse_u64(optarg, 1, 60000, &v); cfg.client.rexmit_ms = (uint32_t)v; break;
-        case 'd': rc = util_parse_u64(optarg, 1, 3600000, &v); cfg.client.deadline_ms = (uint32_t)v; break;
+        case 'm':
+            rc = util_parse_u64(optarg, WIRE_MIN_MAX_PDU, WIRE_MAX_MAX_PDU, &v);
+            cfg.client.max_pdu = (uint32_t)v;
+            break;
+        case 'M':
+            rc = util_parse_u64(optarg, 64, 64u << 20, &v);
+            cfg.client.max_msg = (uint32_t)v;
+            break;
+        case 'r':
+            rc = util_parse_u64(optarg, 1, 60000, &v);
+            cfg.client.rexmit_ms = (uint32_t)v;
+            break;
+        case 'd':
+            rc = util_parse_u64(optarg, 1, 3600000, &v);
+            cfg.client.deadline_ms = (uint32_t)v;
+            break;
         case 'S': rc = util_parse_double(optarg, 0.001, 86400, &cfg.max_seconds); break;
-        case 'H': rc = util_parse_u64(optarg, 0, 1000000, &v); cfg.hist_bin_ns = (uint32_t)v; break;
-        case 'A': rc = util_parse_u64(optarg, 0, CPUSPEED_PACE_MAX_SLICES, &v); cfg.pace_slices = (uint32_t)v; break;
+        case 'H':
+            rc = util_parse_u64(optarg, 0, 1000000, &v);
+            cfg.hist_bin_ns = (uint32_t)v;
+            break;
+        case 'A':
+            rc = util_parse_u64(optarg, 0, CPUSPEED_PACE_MAX_SLICES, &v);
+            cfg.pace_slices = (uint32_t)v;
+            break;
         case 'k': cfg.check = 0; break;
         case 'N': cfg.client.nb_select = 0; break;
         case 'V': rc = proc_parse_variant(optarg, &cfg.client.stub_variant); break;
         case 'j': json = 1; break;
         case 'F': rc = turns_parse_fds(optarg, &cfg.turn_in_fd, &cfg.turn_out_fd); break;
-        case 'U': rc = util_parse_u64(optarg, TURNS_MIN_US, TURNS_MAX_US, &v); cfg.turn_ns = v * 1000; break;
+        case 'U':
+            rc = util_parse_u64(optarg, TURNS_MIN_US, TURNS_MAX_US, &v);
+            cfg.turn_ns = v * 1000;
+            break;
         case 'L': rc = util_parse_u64(optarg, 0, TURNS_MAX_CALLS, &cfg.turn_calls); break;
         case 'D': rc = util_parse_double(optarg, 0, 0.5, &cfg.client.drop_rate); break;
         case 'E': rc = util_parse_u64(optarg, 0, UINT64_MAX, &cfg.client.drop_seed); break;

@@ -18,28 +18,22 @@ struct clockmark {
 };
 
 static struct clockmark clockmark_buf[CLOCKMARK_CAPACITY];
-static size_t clockmark_next;     /* marks recorded; past the capacity (or the ring) they are dropped */
+static size_t clockmark_next; /* marks recorded; past the capacity (or the ring) they are dropped */
 static int clockmark_on;
-static int clockmark_ring;        /* keep the latest CLOCKMARK_RING_SLOTS only */
+static int clockmark_ring; /* keep the latest CLOCKMARK_RING_SLOTS only */
 static __thread int32_t clockmark_tid;
 
-void clockmark_set_ring(int on)
-{
-    clockmark_ring = on;
-}
+void clockmark_set_ring(int on) { clockmark_ring = on; }
 
 void clockmark_enable(int on)
 {
-    if (on && !clockmark_on)      /* fault every page in now, not in a call */
+    if (on && !clockmark_on) /* fault every page in now, not in a call */
         memset(clockmark_buf, 0, clockmark_ring ? CLOCKMARK_RING_SLOTS * sizeof *clockmark_buf : sizeof clockmark_buf);
     __atomic_store_n(&clockmark_on, on, __ATOMIC_RELEASE);
 }
 
 /* The slots that hold marks: the capacity, or the ring. */
-static size_t clockmark_slots(void)
-{
-    return clockmark_ring ? CLOCKMARK_RING_SLOTS : CLOCKMARK_CAPACITY;
-}
+static size_t clockmark_slots(void) { return clockmark_ring ? CLOCKMARK_RING_SLOTS : CLOCKMARK_CAPACITY; }
 
 void clockmark_record(const char *event, uint64_t call_id)
 {
@@ -56,8 +50,8 @@ void clockmark_record(const char *event, uint64_t call_id)
         return;
     if (!clockmark_tid)
         clockmark_tid = (int32_t)syscall(SYS_gettid);
-    clockmark_buf[i] = (struct clockmark){event, call_id, (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec,
-                                          clockmark_tid};
+    clockmark_buf[i] =
+        (struct clockmark){ event, call_id, (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec, clockmark_tid };
 }
 
 size_t clockmark_count(void)
@@ -76,7 +70,7 @@ int clockmark_write(const char *path)
 {
     int status = UTIL_OK;
     size_t n = clockmark_count();
-    size_t first = clockmark_dropped() % clockmark_slots();     /* the oldest kept: past a full ring, the next to go */
+    size_t first = clockmark_dropped() % clockmark_slots(); /* the oldest kept: past a full ring, the next to go */
     FILE *f = fopen(path, "w");
 
     if (!f)
@@ -85,7 +79,7 @@ int clockmark_write(const char *path)
     for (size_t k = 0; k < n; k++) {
         const struct clockmark *m = &clockmark_buf[clockmark_ring ? (first + k) % CLOCKMARK_RING_SLOTS : k];
         if (!m->event)
-            continue;                 /* a slot taken by a thread still writing it at exit */
+            continue; /* a slot taken by a thread still writing it at exit */
         fprintf(f, "%s %d %llu %llu\n", m->event, (int)m->tid, (unsigned long long)m->call_id,
                 (unsigned long long)m->ts_ns);
     }

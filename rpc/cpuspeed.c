@@ -13,10 +13,10 @@
 struct cpuspeed_worker {
     const struct cpuspeed_config *cfg;
     struct cpuspeed_cpu *out;
-    _Atomic int *go;           /* 0: wait; 1: run; -1: give up (a thread could not be started) */
+    _Atomic int *go; /* 0: wait; 1: run; -1: give up (a thread could not be started) */
     uint64_t deadline_ns;
     int bounded;
-    char error[160];           /* why the thread failed ("" if it did not) */
+    char error[160]; /* why the thread failed ("" if it did not) */
 };
 
 void cpuspeed_config_defaults(struct cpuspeed_config *cfg)
@@ -137,8 +137,9 @@ int cpuspeed_run(const struct cpuspeed_config *cfg, struct cpuspeed_result *out)
         }
     }
     for (int i = 0; i < cfg->ncpus; i++)
-        w[i] = (struct cpuspeed_worker){ .cfg = cfg, .out = &out->cpu[i], .go = &go,
-                                         .deadline_ns = t0 + (uint64_t)(cfg->max_seconds * 1e9) };
+        w[i] = (struct cpuspeed_worker){
+            .cfg = cfg, .out = &out->cpu[i], .go = &go, .deadline_ns = t0 + (uint64_t)(cfg->max_seconds * 1e9)
+        };
     for (; started < cfg->ncpus; started++) {
         if ((err = pthread_create(&th[started], NULL, cpuspeed_thread, &w[started]))) {
             errno = err;
@@ -163,15 +164,18 @@ out:
 void cpuspeed_print(const struct cpuspeed_config *cfg, const struct cpuspeed_result *r, FILE *f, int json)
 {
     if (json) {
-        fprintf(f, "{\"slice_iterations\": %llu, \"slices\": %u, \"max_seconds\": %g, \"bounded\": %s, "
-                "\"seconds\": %.3f, \"cpus\": [", (unsigned long long)cfg->slice_iterations, cfg->slices,
-                cfg->max_seconds, r->bounded ? "true" : "false", r->seconds);
+        fprintf(f,
+                "{\"slice_iterations\": %llu, \"slices\": %u, \"max_seconds\": %g, \"bounded\": %s, "
+                "\"seconds\": %.3f, \"cpus\": [",
+                (unsigned long long)cfg->slice_iterations, cfg->slices, cfg->max_seconds, r->bounded ? "true" : "false",
+                r->seconds);
         for (int i = 0; i < r->ncpus; i++) {
             const struct cpuspeed_cpu *c = &r->cpu[i];
-            fprintf(f, "%s{\"cpu\": %d, \"slices\": %u, \"min_ns\": %llu, \"p50_ns\": %llu, \"p90_ns\": %llu, "
-                    "\"max_ns\": %llu, \"slice_ns\": [", i ? ", " : "", c->cpu, c->slices,
-                    (unsigned long long)c->min_ns, (unsigned long long)c->p50_ns, (unsigned long long)c->p90_ns,
-                    (unsigned long long)c->max_ns);
+            fprintf(f,
+                    "%s{\"cpu\": %d, \"slices\": %u, \"min_ns\": %llu, \"p50_ns\": %llu, \"p90_ns\": %llu, "
+                    "\"max_ns\": %llu, \"slice_ns\": [",
+                    i ? ", " : "", c->cpu, c->slices, (unsigned long long)c->min_ns, (unsigned long long)c->p50_ns,
+                    (unsigned long long)c->p90_ns, (unsigned long long)c->max_ns);
             for (uint32_t s = 0; s < c->slices; s++)
                 fprintf(f, "%s%llu", s ? ", " : "", (unsigned long long)c->slice_ns[s]);
             fprintf(f, "]}");
@@ -179,9 +183,8 @@ void cpuspeed_print(const struct cpuspeed_config *cfg, const struct cpuspeed_res
         fprintf(f, "]}\n");
         return;
     }
-    fprintf(f, "%llu multiply-adds a slice, %u slices a CPU, %.2f s%s\n",
-            (unsigned long long)cfg->slice_iterations, cfg->slices, r->seconds,
-            r->bounded ? " (--max-seconds ended some CPU's slices early)" : "");
+    fprintf(f, "%llu multiply-adds a slice, %u slices a CPU, %.2f s%s\n", (unsigned long long)cfg->slice_iterations,
+            cfg->slices, r->seconds, r->bounded ? " (--max-seconds ended some CPU's slices early)" : "");
     fprintf(f, "%4s %7s %10s %10s %10s %10s %9s %7s\n", "cpu", "slices", "min_us", "p50_us", "p90_us", "max_us",
             "max/min", "lost_%");
     for (int i = 0; i < r->ncpus; i++) {
@@ -204,8 +207,8 @@ int cpuspeed_pace(uint64_t slice_iterations, uint32_t slices, struct cpuspeed_pa
 
     memset(out, 0, sizeof *out);
     if (slices < 1 || slices > CPUSPEED_PACE_MAX_SLICES || slice_iterations < 1000)
-        return util_fail(UTIL_EINVAL, "%u pace slices of %llu iterations: give 1 to %d slices of 1000 or more",
-                         slices, (unsigned long long)slice_iterations, CPUSPEED_PACE_MAX_SLICES);
+        return util_fail(UTIL_EINVAL, "%u pace slices of %llu iterations: give 1 to %d slices of 1000 or more", slices,
+                         (unsigned long long)slice_iterations, CPUSPEED_PACE_MAX_SLICES);
     out->slices = cpuspeed_time_slices(slice_iterations, slices, UINT64_MAX, ns);
     util_sort_u64(ns, out->slices);
     out->min_ns = ns[0];

@@ -23,30 +23,30 @@
 struct cpuspeed_config {
     int cpus[CPUSPEED_MAX_CPUS];
     int ncpus;
-    uint32_t slices;              /* per CPU */
-    uint64_t slice_iterations;    /* multiply-adds per slice */
-    double max_seconds;           /* the whole run's bound: a CPU stops at it with fewer slices */
+    uint32_t slices;           /* per CPU */
+    uint64_t slice_iterations; /* multiply-adds per slice */
+    double max_seconds;        /* the whole run's bound: a CPU stops at it with fewer slices */
 };
 
 struct cpuspeed_cpu {
     int cpu;
-    uint32_t slices;              /* slices done (fewer than asked where max_seconds ended them) */
-    uint64_t *slice_ns;           /* each slice's time, in the order run */
-    uint64_t min_ns, p50_ns, p90_ns, max_ns;   /* over slice_ns; 0 where no slice ran */
+    uint32_t slices;                         /* slices done (fewer than asked where max_seconds ended them) */
+    uint64_t *slice_ns;                      /* each slice's time, in the order run */
+    uint64_t min_ns, p50_ns, p90_ns, max_ns; /* over slice_ns; 0 where no slice ran */
 };
 
 struct cpuspeed_result {
     int ncpus;
     struct cpuspeed_cpu cpu[CPUSPEED_MAX_CPUS];
-    int bounded;                  /* 1: max_seconds ended a CPU's slices early */
-    double seconds;               /* the run's wall time */
+    int bounded;    /* 1: max_seconds ended a CPU's slices early */
+    double seconds; /* the run's wall time */
 };
 
 /* A short check on the calling thread's own CPU (rpc-client --pace-slices: before its calls and after
  * them, so that every run of a capture carries the pace its CPU ran at). */
 #define CPUSPEED_PACE_MAX_SLICES 64
 struct cpuspeed_pace {
-    uint32_t slices;              /* 0: not measured */
+    uint32_t slices; /* 0: not measured */
     uint64_t min_ns, p50_ns;
 };
 

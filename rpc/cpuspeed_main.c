@@ -29,9 +29,12 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        { "cpu", required_argument, NULL, 'c' },          { "slices", required_argument, NULL, 's' },
-        { "slice-iterations", required_argument, NULL, 'i' }, { "max-seconds", required_argument, NULL, 'm' },
-        { "json", no_argument, NULL, 'j' },               { "help", no_argument, NULL, 'h' },
+        { "cpu", required_argument, NULL, 'c' },
+        { "slices", required_argument, NULL, 's' },
+        { "slice-iterations", required_argument, NULL, 'i' },
+        { "max-seconds", required_argument, NULL, 'm' },
+        { "json", no_argument, NULL, 'j' },
+        { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     struct cpuspeed_config cfg;
@@ -49,7 +52,10 @@ int main(int argc, char **argv)
                 rc = 0;
             }
             break;
-        case 's': rc = util_parse_u64(optarg, 1, CPUSPEED_MAX_SLICES, &v); cfg.slices = (uint32_t)v; break;
+        case 's':
+            rc = util_parse_u64(optarg, 1, CPUSPEED_MAX_SLICES, &v);
+            cfg.slices = (uint32_t)v;
+            break;
         case 'i': rc = util_parse_u64(optarg, 1000, 1000000000ULL, &cfg.slice_iterations); break;
         case 'm': rc = util_parse_double(optarg, 0.001, 3600, &cfg.max_seconds); break;
         case 'j': json = 1; break;

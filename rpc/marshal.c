@@ -42,8 +42,8 @@ static uint8_t *scratch_take(struct marshal_enc *e, size_t len)
     if (e->status)
         return NULL;
     if (e->scratch_cap - e->scratch_len < len) {
-        e->status = util_fail(UTIL_ENOMEM, "marshal: %zu more bytes exceed the %zu-byte scratch buffer", len,
-                              e->scratch_cap);
+        e->status =
+            util_fail(UTIL_ENOMEM, "marshal: %zu more bytes exceed the %zu-byte scratch buffer", len, e->scratch_cap);
         return NULL;
     }
     p = e->scratch + e->scratch_len;

@@ -29,10 +29,7 @@ int procs_register(const struct procs_table *t)
 
 const struct procs_table *procs_plugin(void) { return plugin; }
 
-int proc_is_plugin(int proc)
-{
-    return plugin && proc >= PROCS_PLUGIN_BASE && proc < PROCS_PLUGIN_BASE + plugin_count;
-}
+int proc_is_plugin(int proc) { return plugin && proc >= PROCS_PLUGIN_BASE && proc < PROCS_PLUGIN_BASE + plugin_count; }
 
 int proc_parse_variant(const char *s, int *variant)
 {
@@ -63,8 +60,15 @@ int proc_is_oneway(int proc) { return proc == PROC_COURIER_ONEWAY; }
 uint32_t proc_max_size(int proc, uint32_t max_msg)
 {
     switch (proc) {
-    case PROC_NULL: case PROC_INCR: case PROC_ADD: return 0;
-    case PROC_SUM: case PROC_CONCAT: case PROC_MAXARG: case PROC_MAXRESULT: case PROC_ECHO: case PROC_COURIER:
+    case PROC_NULL:
+    case PROC_INCR:
+    case PROC_ADD: return 0;
+    case PROC_SUM:
+    case PROC_CONCAT:
+    case PROC_MAXARG:
+    case PROC_MAXRESULT:
+    case PROC_ECHO:
+    case PROC_COURIER:
     case PROC_COURIER_ONEWAY: break;
     default: return 0; /* a plugged-in procedure's argument is its value */
     }
@@ -92,11 +96,18 @@ static void marshal_args(struct client *c, struct marshal_enc *e, int proc, cons
         return;
     }
     switch (proc) {
-    case PROC_NULL: case PROC_INCR: break;
+    case PROC_NULL:
+    case PROC_INCR: break;
     case PROC_MAXRESULT: marshal_put_u32(e, a->n); break;
-    case PROC_ADD: marshal_put_i32(e, a->a); marshal_put_i32(e, a->b); break;
+    case PROC_ADD:
+        marshal_put_i32(e, a->a);
+        marshal_put_i32(e, a->b);
+        break;
     case PROC_SUM: marshal_put_i32_array(e, a->ints, a->nints); break;
-    case PROC_CONCAT: marshal_put_string(e, a->s1, a->len1); marshal_put_string(e, a->s2, a->len2); break;
+    case PROC_CONCAT:
+        marshal_put_string(e, a->s1, a->len1);
+        marshal_put_string(e, a->s2, a->len2);
+        break;
     default: marshal_put_opaque(e, a->data, a->len, 0); break;
     }
 }
@@ -110,12 +121,19 @@ static int unmarshal_result(struct marshal_dec *d, int proc, struct proc_result 
         return marshal_dec_end(d);
     }
     switch (proc) {
-    case PROC_NULL: case PROC_MAXARG: case PROC_COURIER_ONEWAY: break;
+    case PROC_NULL:
+    case PROC_MAXARG:
+    case PROC_COURIER_ONEWAY: break;
     case PROC_INCR: marshal_get_u64(d, &r->counter); break;
-    case PROC_MAXRESULT: case PROC_CONCAT: marshal_get_opaque(d, &r->data, &r->len, max); break;
-    case PROC_ADD: case PROC_COURIER: marshal_get_i32(d, &r->i); break;
+    case PROC_MAXRESULT:
+    case PROC_CONCAT: marshal_get_opaque(d, &r->data, &r->len, max); break;
+    case PROC_ADD:
+    case PROC_COURIER: marshal_get_i32(d, &r->i); break;
     case PROC_SUM: marshal_get_i64(d, &r->sum); break;
-    case PROC_ECHO: marshal_get_opaque(d, &r->data, &r->len, max); marshal_get_i32(d, &r->i); break;
+    case PROC_ECHO:
+        marshal_get_opaque(d, &r->data, &r->len, max);
+        marshal_get_i32(d, &r->i);
+        break;
     default: return util_fail(UTIL_EINVAL, "unknown procedure %d", proc);
     }
     return marshal_dec_end(d);
@@ -126,7 +144,10 @@ static uint32_t arg_bytes(int proc, const struct proc_args *a)
     switch (proc) {
     case PROC_SUM: return a->nints * 4;
     case PROC_CONCAT: return a->len1 + a->len2;
-    case PROC_MAXARG: case PROC_ECHO: case PROC_COURIER: case PROC_COURIER_ONEWAY: return a->len;
+    case PROC_MAXARG:
+    case PROC_ECHO:
+    case PROC_COURIER:
+    case PROC_COURIER_ONEWAY: return a->len;
     default: return proc_is_plugin(proc) ? (uint32_t)plugin->wire_max(proc) : 0;
     }
 }
@@ -202,10 +223,17 @@ int proc_serve(struct proc_server *srv, int proc, uint64_t call_id, struct marsh
         return e->status;
     }
     switch (proc) {
-    case PROC_NULL: case PROC_INCR: break;
+    case PROC_NULL:
+    case PROC_INCR: break;
     case PROC_MAXRESULT: marshal_get_u32(d, &a.n); break;
-    case PROC_ADD: marshal_get_i32(d, &a.a); marshal_get_i32(d, &a.b); break;
-    case PROC_SUM: marshal_get_i32_array(d, ints, int_cap, &a.nints); a.ints = ints; break;
+    case PROC_ADD:
+        marshal_get_i32(d, &a.a);
+        marshal_get_i32(d, &a.b);
+        break;
+    case PROC_SUM:
+        marshal_get_i32_array(d, ints, int_cap, &a.nints);
+        a.ints = ints;
+        break;
     case PROC_CONCAT:
         marshal_get_string(d, &a.s1, &a.len1, max);
         marshal_get_string(d, &a.s2, &a.len2, max);
@@ -241,7 +269,11 @@ int proc_serve(struct proc_server *srv, int proc, uint64_t call_id, struct marsh
         r.data = bytes;
         r.len = a.len1 + a.len2;
         break;
-    case PROC_ECHO: r.data = a.data; r.len = a.len; r.i = (int32_t)a.len; break;
+    case PROC_ECHO:
+        r.data = a.data;
+        r.len = a.len;
+        r.i = (int32_t)a.len;
+        break;
     case PROC_COURIER: r.i = (int32_t)a.len; break;
     default: break;
     }
@@ -252,10 +284,15 @@ int proc_serve(struct proc_server *srv, int proc, uint64_t call_id, struct marsh
     RPCS_TRACE(s7_begin, call_id, r.len);
     switch (proc) {
     case PROC_INCR: marshal_put_u64(e, r.counter); break;
-    case PROC_MAXRESULT: case PROC_CONCAT: marshal_put_opaque(e, r.data, r.len, 0); break;
-    case PROC_ADD: case PROC_COURIER: marshal_put_i32(e, r.i); break;
+    case PROC_MAXRESULT:
+    case PROC_CONCAT: marshal_put_opaque(e, r.data, r.len, 0); break;
+    case PROC_ADD:
+    case PROC_COURIER: marshal_put_i32(e, r.i); break;
     case PROC_SUM: marshal_put_i64(e, r.sum); break;
-    case PROC_ECHO: marshal_put_opaque(e, r.data, r.len, 0); marshal_put_i32(e, r.i); break;
+    case PROC_ECHO:
+        marshal_put_opaque(e, r.data, r.len, 0);
+        marshal_put_i32(e, r.i);
+        break;
     default: break;
     }
     RPCS_TRACE(s7_end, call_id, (uint32_t)e->total);

@@ -41,24 +41,24 @@ enum proc_id {
 };
 
 struct proc_args {
-    uint32_t n;           /* maxresult: bytes wanted */
-    int32_t a, b;         /* add */
-    const int32_t *ints;  /* sum */
+    uint32_t n;          /* maxresult: bytes wanted */
+    int32_t a, b;        /* add */
+    const int32_t *ints; /* sum */
     uint32_t nints;
-    const char *s1, *s2;  /* concat */
+    const char *s1, *s2; /* concat */
     uint32_t len1, len2;
-    const uint8_t *data;  /* maxarg, echo, courier */
+    const uint8_t *data; /* maxarg, echo, courier */
     uint32_t len;
-    const void *value;    /* a plugged-in procedure's argument value */
+    const void *value; /* a plugged-in procedure's argument value */
 };
 
 struct proc_result {
-    uint64_t counter;     /* incr */
-    int32_t i;            /* add, echo (length), courier */
-    int64_t sum;          /* sum */
-    const uint8_t *data;  /* maxresult, echo, concat: points into the reply buffer */
+    uint64_t counter;    /* incr */
+    int32_t i;           /* add, echo (length), courier */
+    int64_t sum;         /* sum */
+    const uint8_t *data; /* maxresult, echo, concat: points into the reply buffer */
     uint32_t len;
-    uint32_t checksum;    /* plugged-in procedures: of the value the server unmarshalled */
+    uint32_t checksum; /* plugged-in procedures: of the value the server unmarshalled */
 };
 
 struct client;
@@ -112,9 +112,8 @@ struct proc_server {
 };
 /* A procedure id the RPC serves: its own ones, or a plugged-in one. */
 int proc_valid(int proc);
-int proc_serve(struct proc_server *srv, int proc, uint64_t call_id, struct marshal_dec *args,
-               struct marshal_enc *res, int32_t *int_scratch, uint32_t int_cap, uint8_t *byte_scratch,
-               uint32_t byte_cap);
+int proc_serve(struct proc_server *srv, int proc, uint64_t call_id, struct marshal_dec *args, struct marshal_enc *res,
+               int32_t *int_scratch, uint32_t int_cap, uint8_t *byte_scratch, uint32_t byte_cap);
 
 /* The bytes maxresult(n) returns: a fixed pattern both sides can check. */
 uint8_t proc_pattern_byte(uint32_t i);

@@ -148,8 +148,7 @@ int reasm_add_from(struct reasm *r, const struct wire_hdr *h, const uint8_t *bod
     }
     if (s && (s->src.addr != src->addr || s->src.port != src->port)) {
         r->stats.wrong_source++;
-        return util_fail(UTIL_EINVAL, "fragment %u of call %u from another source than its first", h->frag_num,
-                         h->seq);
+        return util_fail(UTIL_EINVAL, "fragment %u of call %u from another source than its first", h->frag_num, h->seq);
     }
     if (!s) {
         uint32_t nfrags = wire_frag_count(h->total_len, r->max_pdu);

@@ -39,15 +39,17 @@ struct reasm_slot {
 
 /* full: new calls that found a bound (their source's share, the slots or the bytes) reached; of
  * them, evicted took an idle call's place and the rest got no slot. */
-struct reasm_stats { uint64_t stored, completed, duplicates, conflicts, full, expired, evicted, wrong_source; };
+struct reasm_stats {
+    uint64_t stored, completed, duplicates, conflicts, full, expired, evicted, wrong_source;
+};
 
 struct reasm {
     struct reasm_slot *slots;
     uint32_t nslots, max_pdu;
     size_t bytes, max_bytes;
     uint64_t timeout_ns;
-    uint32_t per_source;   /* slots one source address may hold (default: all) */
-    uint64_t evict_idle_ns; /* a slot idle this long may be evicted for a new call (default: never) */
+    uint32_t per_source;            /* slots one source address may hold (default: all) */
+    uint64_t evict_idle_ns;         /* a slot idle this long may be evicted for a new call (default: never) */
     uint32_t *count_addr, *count_n; /* scratch: slots per source address (count_cap entries) */
     size_t count_cap;
     struct reasm_stats stats;

@@ -118,8 +118,8 @@ int replycache_lookup(struct replycache *rc, const uint8_t activity[16], uint32_
     return state;
 }
 
-void replycache_begin_from(struct replycache *rc, const uint8_t activity[16], uint32_t seq, uint16_t proc,
-                           uint8_t drep, const struct sockaddr_in *from)
+void replycache_begin_from(struct replycache *rc, const uint8_t activity[16], uint32_t seq, uint16_t proc, uint8_t drep,
+                           const struct sockaddr_in *from)
 {
     pthread_mutex_lock(&rc->lock);
     struct replycache_entry *e = find(rc, activity);

@@ -30,21 +30,21 @@ struct replycache_entry {
     uint8_t drep, flags;
     uint8_t *reply;
     uint32_t reply_len;
-    int reply_lost; /* it ran, but its reply was over the byte bound */
-    uint32_t src_addr;  /* where the call came from (network order) */
+    int reply_lost;    /* it ran, but its reply was over the byte bound */
+    uint32_t src_addr; /* where the call came from (network order) */
     uint16_t src_port;
-    uint8_t validated;  /* that source acknowledged a reply of this activity */
+    uint8_t validated; /* that source acknowledged a reply of this activity */
     uint64_t used;
 };
 
 /* What replycache_get found. */
 struct replycache_view {
-    int state;           /* enum replycache_state */
-    int same_source;     /* the asking source is the one the call came from */
-    int validated;       /* and it has acknowledged a reply of this activity */
+    int state;       /* enum replycache_state */
+    int same_source; /* the asking source is the one the call came from */
+    int validated;   /* and it has acknowledged a reply of this activity */
     uint16_t proc;
     uint8_t drep, flags;
-    uint32_t reply_len;  /* DONE: the whole reply */
+    uint32_t reply_len; /* DONE: the whole reply */
 };
 
 struct replycache {
@@ -69,14 +69,15 @@ int replycache_get(struct replycache *rc, const uint8_t activity[16], uint32_t s
 /* Mark (activity, seq) running; it replaces the activity's earlier call. */
 void replycache_begin(struct replycache *rc, const uint8_t activity[16], uint32_t seq, uint16_t proc, uint8_t drep);
 /* The same for a call from `from`; the activity stays validated if its source is unchanged. */
-void replycache_begin_from(struct replycache *rc, const uint8_t activity[16], uint32_t seq, uint16_t proc,
-                           uint8_t drep, const struct sockaddr_in *from);
+void replycache_begin_from(struct replycache *rc, const uint8_t activity[16], uint32_t seq, uint16_t proc, uint8_t drep,
+                           const struct sockaddr_in *from);
 /* Record the reply body of a call that ran; returns 1 if the reply is kept. */
 int replycache_finish(struct replycache *rc, const uint8_t activity[16], uint32_t seq, const uint8_t *reply,
                       uint32_t len, uint8_t flags);
 /* Whether `from` has acknowledged a reply of this activity. */
 int replycache_validated(struct replycache *rc, const uint8_t activity[16], const struct sockaddr_in *from);
 /* Record that `from` acknowledged a reply of (activity, seq); 0 if that call is not known from there. */
-int replycache_validate(struct replycache *rc, const uint8_t activity[16], uint32_t seq, const struct sockaddr_in *from);
+int replycache_validate(struct replycache *rc, const uint8_t activity[16], uint32_t seq,
+                        const struct sockaddr_in *from);
 
 #endif

@@ -335,8 +335,7 @@ static void run_call(struct server *s, struct server_ctx *x, struct server_work 
 
     marshal_dec_init(&dec, w->body, w->len, w->hdr.drep);
     marshal_enc_init(&enc, x->scratch, (size_t)s->cfg.max_msg + 64, w->hdr.drep);
-    int rc = proc_serve(&s->procs, w->hdr.proc, id, &dec, &enc, x->ints, s->cfg.max_msg / 4, x->bytes,
-                        s->cfg.max_msg);
+    int rc = proc_serve(&s->procs, w->hdr.proc, id, &dec, &enc, x->ints, s->cfg.max_msg / 4, x->bytes, s->cfg.max_msg);
     STAT_ADD(s, executed);
     if (!rc && enc.total > s->cfg.max_msg)
         rc = util_fail(UTIL_ENOMEM, "reply of %zu bytes exceeds the limit", enc.total);
@@ -444,8 +443,9 @@ static void *executor_main(void *arg)
 static void dispatch(struct server *s, const struct wire_hdr *h, uint8_t *body, uint32_t len,
                      const struct sockaddr_in *from, struct server_conn *conn)
 {
-    struct server_work w = { .hdr = *h, .call_id = wire_call_id(h->activity, h->seq), .body = body, .len = len,
-                             .conn = conn };
+    struct server_work w = {
+        .hdr = *h, .call_id = wire_call_id(h->activity, h->seq), .body = body, .len = len, .conn = conn
+    };
     if (from)
         w.from = *from;
     RPCS_TRACE(s5_begin, w.call_id, h->proc, len);
@@ -488,8 +488,8 @@ static void dispatch(struct server *s, const struct wire_hdr *h, uint8_t *body, 
  * echoed the cookie. A source that has not acknowledged gets the whole reply
  * only if it is at most SERVER_AMPLIFY_MAX times `asked`, else an ACKREQ; one
  * that has gets one window from `first`. */
-static void resend_cached(struct server *s, const struct wire_hdr *h, const struct sockaddr_in *from,
-                          uint64_t call_id, const struct replycache_view *v, uint32_t asked, uint32_t first, int acked)
+static void resend_cached(struct server *s, const struct wire_hdr *h, const struct sockaddr_in *from, uint64_t call_id,
+                          const struct replycache_view *v, uint32_t asked, uint32_t first, int acked)
 {
     struct server_ctx *x = &s->listener_ctx;
     struct replycache_view now;
@@ -565,11 +565,8 @@ static void handle_request(struct server *s, const struct wire_hdr *h, const uin
         else
             STAT_ADD(s, duplicate_while_running);
         return;
-    case REPLYCACHE_OLD:
-        STAT_ADD(s, old_calls);
-        return;
-    default:
-        break;
+    case REPLYCACHE_OLD: STAT_ADD(s, old_calls); return;
+    default: break;
     }
     if (h->total_len <= wire_frag_body(s->cfg.max_pdu)) {
         uint8_t *copy = malloc(h->frag_len ? h->frag_len : 1);
@@ -632,14 +629,11 @@ static void handle_ping(struct server *s, const struct wire_hdr *h, const struct
         return;
     }
     switch (state) {
-    case REPLYCACHE_DONE:
-        resend_cached(s, h, from, id, &v, WIRE_HDR_LEN, h->window, 0);
-        return;
+    case REPLYCACHE_DONE: resend_cached(s, h, from, id, &v, WIRE_HDR_LEN, h->window, 0); return;
     case REPLYCACHE_RUNNING:
         send_ack(s, &s->listener_ctx, h, wire_frag_count(h->total_len, s->cfg.max_pdu), from, id);
         return;
-    case REPLYCACHE_OLD:
-        return;
+    case REPLYCACHE_OLD: return;
     default:
         slot = reasm_find(&s->reasm, h->activity, h->seq);
         if (slot && !same_src(slot, from)) {
@@ -692,18 +686,10 @@ static uint64_t handle_udp(struct server *s)
     id = wire_call_id(h.activity, h.seq);
     RPCS_TRACE(s4_end, id, h.frag_num, (uint32_t)n);
     switch (h.type) {
-    case WIRE_REQUEST:
-        handle_request(s, &h, x->pkt + WIRE_HDR_LEN, &from, id);
-        break;
-    case WIRE_ACKREQ:
-        handle_ping(s, &h, &from, id);
-        break;
-    case WIRE_ACK:
-        handle_reply_ack(s, &h, &from, id);
-        break;
-    default:
-        STAT_ADD(s, unexpected_type);
-        break;
+    case WIRE_REQUEST: handle_request(s, &h, x->pkt + WIRE_HDR_LEN, &from, id); break;
+    case WIRE_ACKREQ: handle_ping(s, &h, &from, id); break;
+    case WIRE_ACK: handle_reply_ack(s, &h, &from, id); break;
+    default: STAT_ADD(s, unexpected_type); break;
     }
     return id;
 }
@@ -1040,21 +1026,21 @@ void server_print_stats(const struct server_stats *st, const struct server_confi
     const char *sep = "";
     if (json)
         fputc('{', f);
-#define SERVER_STAT_PRINT(name)                                                         \
-    if (json)                                                                           \
-        fprintf(f, "%s\"%s\": %llu", sep, #name, (unsigned long long)st->name);         \
-    else                                                                                \
-        fprintf(f, "  %-26s %llu\n", #name, (unsigned long long)st->name);             \
+#define SERVER_STAT_PRINT(name)                                                 \
+    if (json)                                                                   \
+        fprintf(f, "%s\"%s\": %llu", sep, #name, (unsigned long long)st->name); \
+    else                                                                        \
+        fprintf(f, "  %-26s %llu\n", #name, (unsigned long long)st->name);      \
     sep = ", ";
     SERVER_STATS(SERVER_STAT_PRINT)
 #undef SERVER_STAT_PRINT
     if (json && cfg)
-        fprintf(f, ", \"limits\": {\"reasm_slots\": %u, \"reasm_per_source\": %u, \"reasm_evict_ms\": %u, "
+        fprintf(f,
+                ", \"limits\": {\"reasm_slots\": %u, \"reasm_per_source\": %u, \"reasm_evict_ms\": %u, "
                 "\"reasm_timeout_ms\": %u, \"max_conns\": %u, \"conns_per_source\": %u, \"tcp_idle_ms\": %u, "
                 "\"tcp_progress_ms\": %u, \"tcp_evict_ms\": %u, \"amplify_max\": %u}",
                 cfg->reasm_slots, cfg->reasm_per_source, cfg->reasm_evict_ms, cfg->reasm_timeout_ms, cfg->max_conns,
-                cfg->conns_per_source, cfg->tcp_idle_ms, cfg->tcp_progress_ms, cfg->tcp_evict_ms,
-                SERVER_AMPLIFY_MAX);
+                cfg->conns_per_source, cfg->tcp_idle_ms, cfg->tcp_progress_ms, cfg->tcp_evict_ms, SERVER_AMPLIFY_MAX);
     if (json)
         fputs("}\n", f);
     if (f != out) {

@@ -39,30 +39,30 @@
 struct server_config {
     const char *bind;
     uint16_t port;
-    int udp, tcp;               /* which transports to serve */
-    int executors;              /* 0: inline mode */
-    int nb_select;              /* DCE's zero-timeout select before the blocking one (S12) */
-    int stub_variant;           /* stubcall variant for the stub study's procedures */
-    int wait_recv;              /* UDP only: the listener sleeps in a blocking recvfrom, no select */
-    int cpus[SERVER_MAX_CPUS];  /* listener first, then executors, round robin */
+    int udp, tcp;              /* which transports to serve */
+    int executors;             /* 0: inline mode */
+    int nb_select;             /* DCE's zero-timeout select before the blocking one (S12) */
+    int stub_variant;          /* stubcall variant for the stub study's procedures */
+    int wait_recv;             /* UDP only: the listener sleeps in a blocking recvfrom, no select */
+    int cpus[SERVER_MAX_CPUS]; /* listener first, then executors, round robin */
     int ncpus;
     uint32_t max_pdu, max_msg;
-    uint32_t reply_cache;       /* entries */
-    size_t reply_bytes;         /* bytes of cached replies */
+    uint32_t reply_cache; /* entries */
+    size_t reply_bytes;   /* bytes of cached replies */
     uint32_t reasm_slots;
     size_t reasm_bytes;
     uint32_t reasm_timeout_ms;
-    uint32_t queue;             /* calls waiting for an executor */
-    uint32_t reasm_per_source;  /* reassembly slots one source address may hold */
-    uint32_t reasm_evict_ms;    /* a partial request idle this long may be evicted for a new one */
-    uint32_t max_conns;         /* TCP connections */
-    uint32_t conns_per_source;  /* TCP connections one source address may hold */
-    uint32_t tcp_idle_ms;       /* close a connection with no byte for this long (0: never) */
-    uint32_t tcp_progress_ms;   /* close a connection whose partial record gets no byte for this long (0: never) */
-    uint32_t tcp_evict_ms;      /* a connection with no complete record for this long may make room for a new one */
-    double duration;            /* seconds; 0 = until signalled */
+    uint32_t queue;            /* calls waiting for an executor */
+    uint32_t reasm_per_source; /* reassembly slots one source address may hold */
+    uint32_t reasm_evict_ms;   /* a partial request idle this long may be evicted for a new one */
+    uint32_t max_conns;        /* TCP connections */
+    uint32_t conns_per_source; /* TCP connections one source address may hold */
+    uint32_t tcp_idle_ms;      /* close a connection with no byte for this long (0: never) */
+    uint32_t tcp_progress_ms;  /* close a connection whose partial record gets no byte for this long (0: never) */
+    uint32_t tcp_evict_ms;     /* a connection with no complete record for this long may make room for a new one */
+    double duration;           /* seconds; 0 = until signalled */
     const char *ready_file, *stats_json;
-    double drop_rate;           /* test only */
+    double drop_rate; /* test only */
     uint64_t drop_seed;
 };
 
@@ -78,6 +78,8 @@ struct server_config {
  *                         tcp_progress_timeouts + tcp_evicted + tcp_no_memory + tcp_closed_at_exit
  *   tcp_refused           connections refused (all bounds); tcp_refused_per_source: of them, at the
  *                         per-source bound */
+/* One counter after another, as many to a line as fit (clang-format would stair-step them). */
+/* clang-format off */
 #define SERVER_STATS(X)                                                                    \
     X(datagrams) X(requests) X(executed) X(replies_sent) X(oneway) X(answered_from_cache) \
     X(duplicate_while_running) X(old_calls) X(malformed) X(bad_fragment) X(too_big)      \
@@ -90,6 +92,7 @@ struct server_config {
     X(tcp_evicted) X(tcp_idle_timeouts) X(tcp_progress_timeouts) X(tcp_peer_closed)      \
     X(tcp_no_memory) X(tcp_closed_at_exit) X(dropped_by_test_option)                     \
     X(voluntary_switches) X(involuntary_switches)
+/* clang-format on */
 
 struct server_stats {
 #define SERVER_STAT_FIELD(name) uint64_t name;

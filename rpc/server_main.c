@@ -76,15 +76,35 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        { "bind", 1, 0, 'b' },          { "port", 1, 0, 'p' },          { "transport", 1, 0, 't' },
-        { "executors", 1, 0, 'e' },     { "cpu", 1, 0, 'C' },           { "max-pdu", 1, 0, 'm' },
-        { "max-msg", 1, 0, 'M' },       { "reply-cache", 1, 0, 'r' },   { "reply-cache-bytes", 1, 0, 'R' },
-        { "reasm-slots", 1, 0, 'a' },   { "reasm-bytes", 1, 0, 'A' },   { "reasm-timeout-ms", 1, 0, 'o' },
-        { "queue", 1, 0, 'q' },         { "max-conns", 1, 0, 'c' },     { "duration", 1, 0, 'd' },
-        { "ready-file", 1, 0, 'y' },    { "stats-json", 1, 0, 'J' },    { "drop-rate", 1, 0, 'D' },
-        { "drop-seed", 1, 0, 'E' },     { "help", 0, 0, 'h' },          { "no-nb-select", 0, 0, 'N' },          { "wait", 1, 0, 'w' },          { "stub", 1, 0, 'V' },
-        { "reasm-per-source", 1, 0, 'S' }, { "reasm-evict-ms", 1, 0, 'v' }, { "conns-per-source", 1, 0, 'P' },
-        { "tcp-idle-ms", 1, 0, 'i' },   { "tcp-progress-ms", 1, 0, 'g' }, { "tcp-evict-ms", 1, 0, 'x' },
+        { "bind", 1, 0, 'b' },
+        { "port", 1, 0, 'p' },
+        { "transport", 1, 0, 't' },
+        { "executors", 1, 0, 'e' },
+        { "cpu", 1, 0, 'C' },
+        { "max-pdu", 1, 0, 'm' },
+        { "max-msg", 1, 0, 'M' },
+        { "reply-cache", 1, 0, 'r' },
+        { "reply-cache-bytes", 1, 0, 'R' },
+        { "reasm-slots", 1, 0, 'a' },
+        { "reasm-bytes", 1, 0, 'A' },
+        { "reasm-timeout-ms", 1, 0, 'o' },
+        { "queue", 1, 0, 'q' },
+        { "max-conns", 1, 0, 'c' },
+        { "duration", 1, 0, 'd' },
+        { "ready-file", 1, 0, 'y' },
+        { "stats-json", 1, 0, 'J' },
+        { "drop-rate", 1, 0, 'D' },
+        { "drop-seed", 1, 0, 'E' },
+        { "help", 0, 0, 'h' },
+        { "no-nb-select", 0, 0, 'N' },
+        { "wait", 1, 0, 'w' },
+        { "stub", 1, 0, 'V' },
+        { "reasm-per-source", 1, 0, 'S' },
+        { "reasm-evict-ms", 1, 0, 'v' },
+        { "conns-per-source", 1, 0, 'P' },
+        { "tcp-idle-ms", 1, 0, 'i' },
+        { "tcp-progress-ms", 1, 0, 'g' },
+        { "tcp-evict-ms", 1, 0, 'x' },
         { 0, 0, 0, 0 },
     };
     struct server_config cfg;
@@ -100,15 +120,32 @@ int main(int argc, char **argv)
     server_config_defaults(&cfg);
     while ((opt = getopt_long(argc, argv, "h", opts, &longindex)) != -1) {
         switch (opt) {
-        case 'b': { struct sockaddr_in sa; cfg.bind = optarg; rc = xport_resolve(optarg, 0, &sa); break; }
-        case 'p': rc = util_parse_u64(optarg, 1, 65535, &v); cfg.port = (uint16_t)v; break;
-        case 't':
-            if (!strcmp(optarg, "both")) cfg.udp = cfg.tcp = 1;
-            else if (!strcmp(optarg, "udp")) { cfg.udp = 1; cfg.tcp = 0; }
-            else if (!strcmp(optarg, "tcp")) { cfg.udp = 0; cfg.tcp = 1; }
-            else rc = util_fail(UTIL_EINVAL, "--transport must be udp, tcp or both");
+        case 'b': {
+            struct sockaddr_in sa;
+            cfg.bind = optarg;
+            rc = xport_resolve(optarg, 0, &sa);
             break;
-        case 'e': rc = util_parse_u64(optarg, 0, 64, &v); cfg.executors = (int)v; break;
+        }
+        case 'p':
+            rc = util_parse_u64(optarg, 1, 65535, &v);
+            cfg.port = (uint16_t)v;
+            break;
+        case 't':
+            if (!strcmp(optarg, "both"))
+                cfg.udp = cfg.tcp = 1;
+            else if (!strcmp(optarg, "udp")) {
+                cfg.udp = 1;
+                cfg.tcp = 0;
+            } else if (!strcmp(optarg, "tcp")) {
+                cfg.udp = 0;
+                cfg.tcp = 1;
+            } else
+                rc = util_fail(UTIL_EINVAL, "--transport must be udp, tcp or both");
+            break;
+        case 'e':
+            rc = util_parse_u64(optarg, 0, 64, &v);
+            cfg.executors = (int)v;
+            break;
         case 'C':
             rc = util_parse_cpu_list(optarg, cfg.cpus, SERVER_MAX_CPUS);
             if (rc > 0) {
@@ -116,27 +153,73 @@ int main(int argc, char **argv)
                 rc = UTIL_OK;
             }
             break;
-        case 'm': rc = util_parse_u64(optarg, WIRE_MIN_MAX_PDU, WIRE_MAX_MAX_PDU, &v); cfg.max_pdu = (uint32_t)v; break;
-        case 'M': rc = util_parse_u64(optarg, 64, 64u << 20, &v); cfg.max_msg = (uint32_t)v; break;
-        case 'r': rc = util_parse_u64(optarg, 1, 1u << 24, &v); cfg.reply_cache = (uint32_t)v; break;
-        case 'R': rc = util_parse_u64(optarg, 0, 1ull << 34, &v); cfg.reply_bytes = v; break;
-        case 'a': rc = util_parse_u64(optarg, 1, 1u << 16, &v); cfg.reasm_slots = (uint32_t)v; break;
-        case 'A': rc = util_parse_u64(optarg, 0, 1ull << 34, &v); cfg.reasm_bytes = v; break;
-        case 'o': rc = util_parse_u64(optarg, 1, 3600000, &v); cfg.reasm_timeout_ms = (uint32_t)v; break;
-        case 'q': rc = util_parse_u64(optarg, 1, 1u << 20, &v); cfg.queue = (uint32_t)v; break;
-        case 'c': rc = util_parse_u64(optarg, 0, 4096, &v); cfg.max_conns = (uint32_t)v; break;
-        case 'S': rc = util_parse_u64(optarg, 1, 1u << 16, &v); cfg.reasm_per_source = (uint32_t)v; break;
-        case 'v': rc = util_parse_u64(optarg, 0, 3600000, &v); cfg.reasm_evict_ms = (uint32_t)v; break;
-        case 'P': rc = util_parse_u64(optarg, 1, 4096, &v); cfg.conns_per_source = (uint32_t)v; break;
-        case 'i': rc = util_parse_u64(optarg, 0, 86400000, &v); cfg.tcp_idle_ms = (uint32_t)v; break;
-        case 'g': rc = util_parse_u64(optarg, 0, 86400000, &v); cfg.tcp_progress_ms = (uint32_t)v; break;
-        case 'x': rc = util_parse_u64(optarg, 0, 86400000, &v); cfg.tcp_evict_ms = (uint32_t)v; break;
+        case 'm':
+            rc = util_parse_u64(optarg, WIRE_MIN_MAX_PDU, WIRE_MAX_MAX_PDU, &v);
+            cfg.max_pdu = (uint32_t)v;
+            break;
+        case 'M':
+            rc = util_parse_u64(optarg, 64, 64u << 20, &v);
+            cfg.max_msg = (uint32_t)v;
+            break;
+        case 'r':
+            rc = util_parse_u64(optarg, 1, 1u << 24, &v);
+            cfg.reply_cache = (uint32_t)v;
+            break;
+        case 'R':
+            rc = util_parse_u64(optarg, 0, 1ull << 34, &v);
+            cfg.reply_bytes = v;
+            break;
+        case 'a':
+            rc = util_parse_u64(optarg, 1, 1u << 16, &v);
+            cfg.reasm_slots = (uint32_t)v;
+            break;
+        case 'A':
+            rc = util_parse_u64(optarg, 0, 1ull << 34, &v);
+            cfg.reasm_bytes = v;
+            break;
+        case 'o':
+            rc = util_parse_u64(optarg, 1, 3600000, &v);
+            cfg.reasm_timeout_ms = (uint32_t)v;
+            break;
+        case 'q':
+            rc = util_parse_u64(optarg, 1, 1u << 20, &v);
+            cfg.queue = (uint32_t)v;
+            break;
+        case 'c':
+            rc = util_parse_u64(optarg, 0, 4096, &v);
+            cfg.max_conns = (uint32_t)v;
+            break;
+        case 'S':
+            rc = util_parse_u64(optarg, 1, 1u << 16, &v);
+            cfg.reasm_per_source = (uint32_t)v;
+            break;
+        case 'v':
+            rc = util_parse_u64(optarg, 0, 3600000, &v);
+            cfg.reasm_evict_ms = (uint32_t)v;
+            break;
+        case 'P':
+            rc = util_parse_u64(optarg, 1, 4096, &v);
+            cfg.conns_per_source = (uint32_t)v;
+            break;
+        case 'i':
+            rc = util_parse_u64(optarg, 0, 86400000, &v);
+            cfg.tcp_idle_ms = (uint32_t)v;
+            break;
+        case 'g':
+            rc = util_parse_u64(optarg, 0, 86400000, &v);
+            cfg.tcp_progress_ms = (uint32_t)v;
+            break;
+        case 'x':
+            rc = util_parse_u64(optarg, 0, 86400000, &v);
+            cfg.tcp_evict_ms = (uint32_t)v;
+            break;
         case 'd': rc = util_parse_double(optarg, 0, 86400 * 7, &cfg.duration); break;
         case 'y': cfg.ready_file = optarg; break;
         case 'N': cfg.nb_select = 0; break;
         case 'V': rc = proc_parse_variant(optarg, &cfg.stub_variant); break;
         case 'w':
-            if (!strcmp(optarg, "recv")) cfg.wait_recv = 1;
+            if (!strcmp(optarg, "recv"))
+                cfg.wait_recv = 1;
             else if (strcmp(optarg, "select") && strcmp(optarg, "block"))
                 rc = util_fail(UTIL_EINVAL, "'%s' is not a wait mode (select or recv)", optarg);
             break;

@@ -26,18 +26,22 @@
 #include "clockmark.h"
 static inline void trace_discard(int unused, ...) { (void)unused; }
 #define RPCS_TRACE_FIRST(first, ...) (first)
-#define RPCS_TRACE(event, ...)                                                         \
-    do {                                                                               \
-        clockmark_record(#event, (uint64_t)(RPCS_TRACE_FIRST(__VA_ARGS__, 0)));         \
-        if (0)                                                                         \
-            trace_discard(0, __VA_ARGS__);                                             \
+#define RPCS_TRACE(event, ...)                                                  \
+    do {                                                                        \
+        clockmark_record(#event, (uint64_t)(RPCS_TRACE_FIRST(__VA_ARGS__, 0))); \
+        if (0)                                                                  \
+            trace_discard(0, __VA_ARGS__);                                      \
     } while (0)
 #elif RPCS_TRACE_ENABLED
 #include "rpcscope_tp.h"
 #define RPCS_TRACE(event, ...) lttng_ust_tracepoint(rpcscope, event, __VA_ARGS__)
 #else
 static inline void trace_discard(int unused, ...) { (void)unused; }
-#define RPCS_TRACE(event, ...) do { if (0) trace_discard(0, __VA_ARGS__); } while (0)
+#define RPCS_TRACE(event, ...)             \
+    do {                                   \
+        if (0)                             \
+            trace_discard(0, __VA_ARGS__); \
+    } while (0)
 #endif
 
 #endif

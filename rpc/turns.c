@@ -19,10 +19,7 @@ void turns_init(struct turns *t, int in_fd, int out_fd, uint64_t turn_calls, uin
     t->count = 0;
 }
 
-int turns_on(const struct turns *t)
-{
-    return t->in_fd >= 0;
-}
+int turns_on(const struct turns *t) { return t->in_fd >= 0; }
 
 int turns_wait(struct turns *t)
 {
@@ -37,8 +34,10 @@ int turns_wait(struct turns *t)
     if (n < 0)
         return util_fail_errno("read(turn pipe %d)", t->in_fd);
     if (n == 0)
-        return util_fail(UTIL_ESYS, "read(turn pipe %d): the turn coordinator closed it before the calls were "
-                                    "done", t->in_fd);
+        return util_fail(UTIL_ESYS,
+                         "read(turn pipe %d): the turn coordinator closed it before the calls were "
+                         "done",
+                         t->in_fd);
     t->count++;
     t->calls_in_turn = 0;
     t->started_ns = util_now_ns();

@@ -21,12 +21,12 @@
 #define TURNS_MAX_CALLS 1000000
 
 struct turns {
-    int in_fd, out_fd;     /* the coordinator's "go" (read) and the client's "done" (write); -1: none */
-    uint64_t turn_calls;   /* a turn is this many calls; 0: turn_ns long */
+    int in_fd, out_fd;   /* the coordinator's "go" (read) and the client's "done" (write); -1: none */
+    uint64_t turn_calls; /* a turn is this many calls; 0: turn_ns long */
     uint64_t turn_ns;
-    uint64_t started_ns;   /* when the current turn began */
+    uint64_t started_ns; /* when the current turn began */
     uint64_t calls_in_turn;
-    uint64_t count;        /* turns begun */
+    uint64_t count; /* turns begun */
 };
 
 void turns_init(struct turns *t, int in_fd, int out_fd, uint64_t turn_calls, uint64_t turn_ns);

@@ -64,10 +64,7 @@ static int cmp_u64(const void *x, const void *y)
     return a < b ? -1 : a > b;
 }
 
-void util_sort_u64(uint64_t *v, size_t n)
-{
-    qsort(v, n, sizeof *v, cmp_u64);
-}
+void util_sort_u64(uint64_t *v, size_t n) { qsort(v, n, sizeof *v, cmp_u64); }
 
 void util_sleep_ns(uint64_t ns)
 {

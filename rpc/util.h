@@ -41,7 +41,9 @@ int util_parse_cpu_list(const char *s, int *cpus, int max);
 int util_current_cpu(void);
 
 /* xorshift64*: fast, seedable, good enough to drop packets reproducibly. */
-struct util_rng { uint64_t s; };
+struct util_rng {
+    uint64_t s;
+};
 void util_rng_seed(struct util_rng *r, uint64_t seed);
 uint64_t util_rng_next(struct util_rng *r);
 double util_rng_unit(struct util_rng *r);

@@ -19,10 +19,10 @@ struct wakecal_shared {
     struct sockaddr_in to;
     uint32_t iterations;
     uint64_t spin_ns, delay_ns, deadline;
-    uint64_t alt_spin_ns, alt_delay_ns;   /* paired: the odd iterations' (the race offset's) */
+    uint64_t alt_spin_ns, alt_delay_ns; /* paired: the odd iterations' (the race offset's) */
     int busy, paired;
-    _Atomic uint64_t mark;     /* the receiver heads for its wait (0: taken by the sender) */
-    _Atomic uint64_t sent;     /* when the sender sent (0: not yet) */
+    _Atomic uint64_t mark; /* the receiver heads for its wait (0: taken by the sender) */
+    _Atomic uint64_t sent; /* when the sender sent (0: not yet) */
     _Atomic int failed;
     uint64_t *lat;
     long sleeps;
@@ -47,12 +47,14 @@ int wakecal_check(const struct wakecal_config *cfg)
 {
     long n;
     if (cfg->sender_cpu < 0 || cfg->receiver_cpu < 0 || cfg->sender_cpu == cfg->receiver_cpu)
-        return util_fail(UTIL_EINVAL, "sender CPU %d and receiver CPU %d: give two different CPUs (a wake-up "
-                         "within one CPU needs no interrupt)", cfg->sender_cpu, cfg->receiver_cpu);
+        return util_fail(UTIL_EINVAL,
+                         "sender CPU %d and receiver CPU %d: give two different CPUs (a wake-up "
+                         "within one CPU needs no interrupt)",
+                         cfg->sender_cpu, cfg->receiver_cpu);
     if (cfg->offset_step_ns <= 0 || cfg->offset_last_ns < cfg->offset_first_ns)
         return util_fail(UTIL_EINVAL, "offsets %d..%d step %d: the step must be > 0 and the last >= the first",
                          cfg->offset_first_ns, cfg->offset_last_ns, cfg->offset_step_ns);
-    n = (cfg->offset_last_ns - cfg->offset_first_ns) / cfg->offset_step_ns + 2;   /* + the busy point */
+    n = (cfg->offset_last_ns - cfg->offset_first_ns) / cfg->offset_step_ns + 2; /* + the busy point */
     if (n > WAKECAL_MAX_POINTS)
         return util_fail(UTIL_EINVAL, "%ld points: at most %d (a larger step or a shorter range)", n,
                          WAKECAL_MAX_POINTS);
@@ -101,10 +103,7 @@ static long thread_sleeps(void)
     return u.ru_nvcsw;
 }
 
-static int past(const struct wakecal_shared *sh)
-{
-    return util_now_ns() > sh->deadline || atomic_load(&sh->failed);
-}
+static int past(const struct wakecal_shared *sh) { return util_now_ns() > sh->deadline || atomic_load(&sh->failed); }
 
 static void *receiver(void *arg)
 {
@@ -316,15 +315,14 @@ static int run_after(struct wakecal_shared *sh, const struct wakecal_result *r, 
             int used = 0;
             for (int u = 0; u < t; u++)
                 used |= tried[u] == p;
-            if (!used && !p->busy && p->sleeps >= 0.95 && p->ipis >= AFTER_RACED &&
-                (!race || p->ipis > race->ipis))
+            if (!used && !p->busy && p->sleeps >= 0.95 && p->ipis >= AFTER_RACED && (!race || p->ipis > race->ipis))
                 race = p;
         }
         if (!race)
             break;
         tried[ntried++] = race;
         if ((rc = run_pairs(sh, race, calm, buf, &got))) {
-            if (after->ran)         /* a later try failed: the earlier one's run stands */
+            if (after->ran) /* a later try failed: the earlier one's run stands */
                 rc = UTIL_OK;
             break;
         }
@@ -407,13 +405,15 @@ out:
 void wakecal_print(const struct wakecal_config *cfg, const struct wakecal_result *r, FILE *f, int json)
 {
     if (json) {
-        fprintf(f, "{\"tool\": \"rpc-wakecal\", \"sender_cpu\": %d, \"receiver_cpu\": %d, \"iterations\": %u, "
-                   "\"time\": \"send to the receiver's return, ns\", \"points\": [",
+        fprintf(f,
+                "{\"tool\": \"rpc-wakecal\", \"sender_cpu\": %d, \"receiver_cpu\": %d, \"iterations\": %u, "
+                "\"time\": \"send to the receiver's return, ns\", \"points\": [",
                 cfg->sender_cpu, cfg->receiver_cpu, cfg->iterations);
         for (size_t i = 0; i < r->npoints; i++) {
             const struct wakecal_point *p = &r->points[i];
-            fprintf(f, "%s\n  {\"offset_ns\": %d, \"busy\": %s, \"iterations\": %u, \"mean_ns\": %.1f, \"p10_ns\": %llu, "
-                       "\"p50_ns\": %llu, \"p90_ns\": %llu, \"sleeps\": %.3f, \"ipis\": %.3f}",
+            fprintf(f,
+                    "%s\n  {\"offset_ns\": %d, \"busy\": %s, \"iterations\": %u, \"mean_ns\": %.1f, \"p10_ns\": %llu, "
+                    "\"p50_ns\": %llu, \"p90_ns\": %llu, \"sleeps\": %.3f, \"ipis\": %.3f}",
                     i ? "," : "", p->offset_ns, p->busy ? "true" : "false", p->iterations, p->mean_ns,
                     (unsigned long long)p->p10_ns, (unsigned long long)p->p50_ns, (unsigned long long)p->p90_ns,
                     p->sleeps, p->ipis);
@@ -425,20 +425,22 @@ void wakecal_print(const struct wakecal_config *cfg, const struct wakecal_result
             fprintf(f, "}\n");
             return;
         }
-        fprintf(f, "{\"race_offset_ns\": %d, \"offset_ns\": %d, \"tries\": %d, \"pairs\": %u, \"threshold_ns\": %llu, "
-                   "\"raced\": %u, \"race_ipis\": %.3f, \"after_raced\": %u, \"after_raced_p50_ns\": %llu, "
-                   "\"after_calm\": %u, \"after_calm_p50_ns\": %llu, \"plain_p50_ns\": %llu}}\n",
+        fprintf(f,
+                "{\"race_offset_ns\": %d, \"offset_ns\": %d, \"tries\": %d, \"pairs\": %u, \"threshold_ns\": %llu, "
+                "\"raced\": %u, \"race_ipis\": %.3f, \"after_raced\": %u, \"after_raced_p50_ns\": %llu, "
+                "\"after_calm\": %u, \"after_calm_p50_ns\": %llu, \"plain_p50_ns\": %llu}}\n",
                 r->after.race_offset_ns, r->after.offset_ns, r->after.tries, r->after.pairs,
-                (unsigned long long)r->after.threshold_ns,
-                r->after.raced, r->after.race_ipis, r->after.after_raced,
+                (unsigned long long)r->after.threshold_ns, r->after.raced, r->after.race_ipis, r->after.after_raced,
                 (unsigned long long)r->after.after_raced_p50_ns, r->after.after_calm,
                 (unsigned long long)r->after.after_calm_p50_ns, (unsigned long long)r->after.plain_p50_ns);
         return;
     }
-    fprintf(f, "rpc-wakecal: sender on CPU %d, receiver on CPU %d, %u iterations a point; time from the send "
-               "to the receiver's return\n", cfg->sender_cpu, cfg->receiver_cpu, cfg->iterations);
-    fprintf(f, "%-12s %10s %10s %10s %10s %8s %8s\n", "offset (ns)", "mean (us)", "p10", "p50", "p90",
-            "sleeps", "ipis");
+    fprintf(f,
+            "rpc-wakecal: sender on CPU %d, receiver on CPU %d, %u iterations a point; time from the send "
+            "to the receiver's return\n",
+            cfg->sender_cpu, cfg->receiver_cpu, cfg->iterations);
+    fprintf(f, "%-12s %10s %10s %10s %10s %8s %8s\n", "offset (ns)", "mean (us)", "p10", "p50", "p90", "sleeps",
+            "ipis");
     for (size_t i = 0; i < r->npoints; i++) {
         const struct wakecal_point *p = &r->points[i];
         char off[16];
@@ -450,13 +452,16 @@ void wakecal_print(const struct wakecal_config *cfg, const struct wakecal_result
                 (double)p->p50_ns / 1e3, (double)p->p90_ns / 1e3, p->sleeps, p->ipis);
     }
     if (!r->after.ran) {
-        fprintf(f, "after an interrupt: %s\n", r->after_error[0] ? r->after_error :
-                "not measured (no offset raced the sleeper, or none slept without one)");
+        fprintf(f, "after an interrupt: %s\n",
+                r->after_error[0] ? r->after_error
+                                  : "not measured (no offset raced the sleeper, or none slept without one)");
         return;
     }
-    fprintf(f, "after an interrupt: %u pairs of offsets %d then %d ns (%d race offset(s) tried); %u race "
-               "iterations took >= %.2f us (%.2f interrupts a pair)\n", r->after.pairs, r->after.race_offset_ns,
-            r->after.offset_ns, r->after.tries, r->after.raced, (double)r->after.threshold_ns / 1e3, r->after.race_ipis);
+    fprintf(f,
+            "after an interrupt: %u pairs of offsets %d then %d ns (%d race offset(s) tried); %u race "
+            "iterations took >= %.2f us (%.2f interrupts a pair)\n",
+            r->after.pairs, r->after.race_offset_ns, r->after.offset_ns, r->after.tries, r->after.raced,
+            (double)r->after.threshold_ns / 1e3, r->after.race_ipis);
     fprintf(f, "  p50 at %d ns: %.2f us behind those (%u), %.2f us behind the others (%u), %.2f us in the sweep\n",
             r->after.offset_ns, (double)r->after.after_raced_p50_ns / 1e3, r->after.after_raced,
             (double)r->after.after_calm_p50_ns / 1e3, r->after.after_calm, (double)r->after.plain_p50_ns / 1e3);

@@ -32,40 +32,40 @@
 
 struct wakecal_config {
     int sender_cpu, receiver_cpu;
-    uint32_t iterations;       /* per offset */
+    uint32_t iterations; /* per offset */
     int offset_first_ns, offset_last_ns, offset_step_ns;
-    double max_seconds;        /* the whole run's bound */
+    double max_seconds; /* the whole run's bound */
 };
 
 struct wakecal_point {
-    int offset_ns;             /* the send's offset from the receiver's mark; busy: 0 */
-    int busy;                  /* 1: the receiver never slept (the busy reference) */
+    int offset_ns; /* the send's offset from the receiver's mark; busy: 0 */
+    int busy;      /* 1: the receiver never slept (the busy reference) */
     uint32_t iterations;
-    double mean_ns;            /* send to the receiver's return, the slowest 1 % left out */
+    double mean_ns; /* send to the receiver's return, the slowest 1 % left out */
     uint64_t p10_ns, p50_ns, p90_ns;
-    double sleeps;             /* the receiver's voluntary context switches per iteration */
-    double ipis;               /* RES + CAL interrupts on the receiver's CPU per iteration; < 0 unknown */
+    double sleeps; /* the receiver's voluntary context switches per iteration */
+    double ipis;   /* RES + CAL interrupts on the receiver's CPU per iteration; < 0 unknown */
 };
 
 /* The wake-up after an interrupt-borne one (see above). */
 struct wakecal_after {
-    int ran;                   /* 0: no offset raced the sleeper, or none slept without interrupt */
+    int ran; /* 0: no offset raced the sleeper, or none slept without interrupt */
     int race_offset_ns, offset_ns;
-    uint32_t pairs;            /* race iterations, each followed by one at offset_ns */
-    int tries;                 /* race offsets tried (run_after), the kept one's among them */
-    uint64_t threshold_ns;     /* a race iteration this slow or slower took the interrupt */
-    uint32_t raced;            /* race iterations that did */
-    double race_ipis;          /* RES + CAL on the receiver's CPU per pair; < 0 unknown */
-    uint32_t after_raced, after_calm;        /* after iterations behind a raced / a calm race iteration */
-    uint64_t after_raced_p50_ns, after_calm_p50_ns;   /* 0 where there were none */
-    uint64_t plain_p50_ns;     /* the sweep's point at offset_ns: every wake-up there after another */
+    uint32_t pairs;                                 /* race iterations, each followed by one at offset_ns */
+    int tries;                                      /* race offsets tried (run_after), the kept one's among them */
+    uint64_t threshold_ns;                          /* a race iteration this slow or slower took the interrupt */
+    uint32_t raced;                                 /* race iterations that did */
+    double race_ipis;                               /* RES + CAL on the receiver's CPU per pair; < 0 unknown */
+    uint32_t after_raced, after_calm;               /* after iterations behind a raced / a calm race iteration */
+    uint64_t after_raced_p50_ns, after_calm_p50_ns; /* 0 where there were none */
+    uint64_t plain_p50_ns; /* the sweep's point at offset_ns: every wake-up there after another */
 };
 
 struct wakecal_result {
     size_t npoints;
     struct wakecal_point points[WAKECAL_MAX_POINTS];
     struct wakecal_after after;
-    char after_error[200];     /* why the after run failed ("" if it did not): the sweep is kept */
+    char after_error[200]; /* why the after run failed ("" if it did not): the sweep is kept */
 };
 
 void wakecal_config_defaults(struct wakecal_config *cfg);

@@ -55,10 +55,14 @@ static int parse_offsets(const char *s, struct wakecal_config *cfg)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        { "sender-cpu", required_argument, NULL, 's' }, { "receiver-cpu", required_argument, NULL, 'r' },
-        { "iterations", required_argument, NULL, 'n' }, { "offsets", required_argument, NULL, 'o' },
-        { "max-seconds", required_argument, NULL, 'm' }, { "json", no_argument, NULL, 'j' },
-        { "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
+        { "sender-cpu", required_argument, NULL, 's' },
+        { "receiver-cpu", required_argument, NULL, 'r' },
+        { "iterations", required_argument, NULL, 'n' },
+        { "offsets", required_argument, NULL, 'o' },
+        { "max-seconds", required_argument, NULL, 'm' },
+        { "json", no_argument, NULL, 'j' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
     };
     struct wakecal_config cfg;
     struct wakecal_result *res = NULL;
@@ -68,9 +72,18 @@ int main(int argc, char **argv)
     wakecal_config_defaults(&cfg);
     while ((opt = getopt_long(argc, argv, "h", opts, &longindex)) != -1) {
         switch (opt) {
-        case 's': rc = util_parse_u64(optarg, 0, 1023, &v); cfg.sender_cpu = (int)v; break;
-        case 'r': rc = util_parse_u64(optarg, 0, 1023, &v); cfg.receiver_cpu = (int)v; break;
-        case 'n': rc = util_parse_u64(optarg, 10, 1000000, &v); cfg.iterations = (uint32_t)v; break;
+        case 's':
+            rc = util_parse_u64(optarg, 0, 1023, &v);
+            cfg.sender_cpu = (int)v;
+            break;
+        case 'r':
+            rc = util_parse_u64(optarg, 0, 1023, &v);
+            cfg.receiver_cpu = (int)v;
+            break;
+        case 'n':
+            rc = util_parse_u64(optarg, 10, 1000000, &v);
+            cfg.iterations = (uint32_t)v;
+            break;
         case 'o': rc = parse_offsets(optarg, &cfg); break;
         case 'm': rc = util_parse_double(optarg, 0.001, 3600, &cfg.max_seconds); break;
         case 'j': json = 1; break;

@@ -12,8 +12,13 @@ uint8_t wire_native_drep(void)
 
 static void put16(uint8_t *p, uint16_t v, int big)
 {
-    if (big) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
-    else { p[1] = (uint8_t)(v >> 8); p[0] = (uint8_t)v; }
+    if (big) {
+        p[0] = (uint8_t)(v >> 8);
+        p[1] = (uint8_t)v;
+    } else {
+        p[1] = (uint8_t)(v >> 8);
+        p[0] = (uint8_t)v;
+    }
 }
 
 static void put32(uint8_t *p, uint32_t v, int big)

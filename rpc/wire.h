@@ -68,8 +68,8 @@ enum wire_reject {
 
 /* What is full, in the window field of a WIRE_REJ_BUSY reject. */
 enum wire_busy {
-    WIRE_BUSY_QUEUE = 1,      /* the calls waiting for an executor */
-    WIRE_BUSY_REASSEMBLY = 2, /* the reassembly slots (or bytes) for partial requests */
+    WIRE_BUSY_QUEUE = 1,       /* the calls waiting for an executor */
+    WIRE_BUSY_REASSEMBLY = 2,  /* the reassembly slots (or bytes) for partial requests */
     WIRE_BUSY_REPLY_CACHE = 3, /* no room to keep a reply until the client acknowledges it */
 };
 

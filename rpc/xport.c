@@ -12,9 +12,12 @@
 
 int xport_parse_kind(const char *s, int *kind)
 {
-    if (!strcmp(s, "udp")) *kind = XPORT_UDP;
-    else if (!strcmp(s, "tcp")) *kind = XPORT_TCP;
-    else return util_fail(UTIL_EINVAL, "unknown transport '%s' (use udp or tcp)", s);
+    if (!strcmp(s, "udp"))
+        *kind = XPORT_UDP;
+    else if (!strcmp(s, "tcp"))
+        *kind = XPORT_TCP;
+    else
+        return util_fail(UTIL_EINVAL, "unknown transport '%s' (use udp or tcp)", s);
     return UTIL_OK;
 }
 
@@ -59,8 +62,10 @@ static int check_not_self(int fd, const struct sockaddr_in *peer, const char *ki
     if (me.sin_port != peer->sin_port || me.sin_addr.s_addr != peer->sin_addr.s_addr)
         return UTIL_OK;
     inet_ntop(AF_INET, &peer->sin_addr, a, sizeof a);
-    return util_fail(UTIL_EINVAL, "connect(%s %s:%u) gave the socket that same address: no server is there; "
-                     "start rpc-server first or check --server/--port", kind, a, ntohs(peer->sin_port));
+    return util_fail(UTIL_EINVAL,
+                     "connect(%s %s:%u) gave the socket that same address: no server is there; "
+                     "start rpc-server first or check --server/--port",
+                     kind, a, ntohs(peer->sin_port));
 }
 
 int xport_udp_socket(const struct sockaddr_in *local, const struct sockaddr_in *peer, int *out)
@@ -123,7 +128,7 @@ int xport_tcp_connect(const struct sockaddr_in *peer, int *out)
         rc = util_fail_errno("connect(tcp %s:%u)", a, ntohs(peer->sin_port));
         goto out;
     }
-    if ((rc = check_not_self(fd, peer, "tcp")))   /* TCP's simultaneous open lets a socket meet itself */
+    if ((rc = check_not_self(fd, peer, "tcp"))) /* TCP's simultaneous open lets a socket meet itself */
         goto out;
     /* One small request must leave at once, not wait for Nagle. */
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0) {
@@ -159,8 +164,10 @@ int xport_udp_send(int fd, const void *buf, size_t len, const struct sockaddr_in
 
 int xport_udp_sendv(int fd, const struct iovec *iov, int n, const struct sockaddr_in *addr, struct xport_drop *drop)
 {
-    struct msghdr msg = { .msg_name = (void *)addr, .msg_namelen = addr ? sizeof *addr : 0,
-                          .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n };
+    struct msghdr msg = { .msg_name = (void *)addr,
+                          .msg_namelen = addr ? sizeof *addr : 0,
+                          .msg_iov = (struct iovec *)iov,
+                          .msg_iovlen = (size_t)n };
     ssize_t sent;
     if (drop && drop->rate > 0 && util_rng_unit(&drop->rng) < drop->rate) {
         drop->dropped++;

@@ -25,14 +25,11 @@ static void stubcall_init(void)
     char err[256];
     for (size_t i = 0; i < stubreg_nprocs && i < PROCS_PLUGIN_MAX; i++)
         if (interp_parse(stubreg_procs[i]->desc, &stubcall_desc[i], err, sizeof err) != STUBRT_OK)
-            stubcall_init_status = util_fail(UTIL_EINVAL, "interp_parse(%s.%s): %s", stubreg_procs[i]->iface,
-                                             stubreg_procs[i]->name, err);
+            stubcall_init_status =
+                util_fail(UTIL_EINVAL, "interp_parse(%s.%s): %s", stubreg_procs[i]->iface, stubreg_procs[i]->name, err);
 }
 
-static int stubcall_count(void)
-{
-    return (int)(stubreg_nprocs < PROCS_PLUGIN_MAX ? stubreg_nprocs : PROCS_PLUGIN_MAX);
-}
+static int stubcall_count(void) { return (int)(stubreg_nprocs < PROCS_PLUGIN_MAX ? stubreg_nprocs : PROCS_PLUGIN_MAX); }
 
 static const struct stubrt_proc *entry(int proc)
 {
@@ -70,8 +67,10 @@ static int stubcall_parse_variant(const char *s, int *variant)
     int interp = !strncmp(s, "interp-", 7);
     int v = stubrt_variant_parse(interp ? s + 7 : s);
     if (v < 0)
-        return util_fail(UTIL_EINVAL, "'%s' is not a stub variant (inline-byte, inline-item, proc-byte, proc-item, "
-                                      "block, or interp- before any of them)", s);
+        return util_fail(UTIL_EINVAL,
+                         "'%s' is not a stub variant (inline-byte, inline-item, proc-byte, proc-item, "
+                         "block, or interp- before any of them)",
+                         s);
     *variant = v | (interp ? STUBCALL_INTERP : 0);
     return UTIL_OK;
 }
@@ -105,7 +104,8 @@ static int resolve(int proc, int variant, const struct stubrt_proc **p)
     return stubcall_init_status;
 }
 
-static int stubcall_marshal(int proc, int variant, const void *value, uint8_t *buf, size_t cap, size_t *len, uint8_t drep)
+static int stubcall_marshal(int proc, int variant, const void *value, uint8_t *buf, size_t cap, size_t *len,
+                            uint8_t drep)
 {
     const struct stubrt_proc *p = NULL;
     int v = variant & ~STUBCALL_INTERP, st = resolve(proc, variant, &p);

@@ -25,27 +25,27 @@
 #define INTERP_MAX_VALUE (16u << 20)
 
 enum interp_kind {
-	INTERP_INT = 1,
-	INTERP_STR,
-	INTERP_ARR,
-	INTERP_REC,
+    INTERP_INT = 1,
+    INTERP_STR,
+    INTERP_ARR,
+    INTERP_REC,
 };
 
 /* One node of the parsed descriptor; a subtree is stored contiguously, so
  * node i's first child is node i + 1 and its next sibling is i + skip. */
 struct interp_node {
-	uint8_t kind;
-	uint32_t count; /* ARR: elements; STR: maximum length; REC: fields */
-	uint32_t size;  /* bytes of the C representation */
-	uint32_t align;
-	uint32_t skip;  /* nodes in this subtree, itself included */
+    uint8_t kind;
+    uint32_t count; /* ARR: elements; STR: maximum length; REC: fields */
+    uint32_t size;  /* bytes of the C representation */
+    uint32_t align;
+    uint32_t skip; /* nodes in this subtree, itself included */
 };
 
 struct interp_desc {
-	uint32_t nnodes;
-	size_t size;     /* sizeof the whole argument record */
-	size_t wire_max; /* the most bytes a marshalled value can take */
-	struct interp_node nodes[];
+    uint32_t nnodes;
+    size_t size;     /* sizeof the whole argument record */
+    size_t wire_max; /* the most bytes a marshalled value can take */
+    struct interp_node nodes[];
 };
 
 /* Parses descriptor text; on error returns STUBRT_E_DESC and, if err is not
@@ -53,13 +53,13 @@ struct interp_desc {
 int interp_parse(const char *text, struct interp_desc **out, char *err, size_t errlen);
 void interp_free(struct interp_desc *d);
 
-int interp_marshal(const struct interp_desc *d, int variant, const void *value,
-		   uint8_t *buf, size_t cap, size_t *len, int order);
+int interp_marshal(const struct interp_desc *d, int variant, const void *value, uint8_t *buf, size_t cap, size_t *len,
+                   int order);
 /* value_size must be d->size: the check keeps a wrong descriptor from
  * writing past the caller's value. used as in the compiled stubs: NULL means
  * every byte of the message must belong to the value. */
-int interp_unmarshal(const struct interp_desc *d, int variant, void *value, size_t value_size,
-		     const uint8_t *buf, size_t len, size_t *used, int order);
+int interp_unmarshal(const struct interp_desc *d, int variant, void *value, size_t value_size, const uint8_t *buf,
+                     size_t len, size_t *used, int order);
 
 /* Fills a zeroed value with random contents from *seed (xorshift64), for
  * tests and the bench; full_strings gives every string its maximum length

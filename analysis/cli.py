@@ -4,6 +4,7 @@ import pathlib
 import sys
 
 from rpcscope.output import UserError, emit_json, table
+from rpcscope.rundir import RTT_CSV, STEPS_JSON, RunDir
 
 from .clocksync import summary_line
 from .run import RunError
@@ -124,7 +125,7 @@ def cmd_analyze(args):
             print("  " + note_line(n))
     if res.get("partial"):
         print(f"PARTIAL ANALYSIS: {_partial_why(res)}")
-    print(f"\nwritten: {path / 'analysis' / 'steps.csv'}, rtt.csv, steps.json")
+    print(f"\nwritten: {RunDir(path).steps_csv}, {RTT_CSV}, {STEPS_JSON}")
     return 0
 
 

@@ -21,6 +21,7 @@ import os
 
 import numpy as np
 
+from rpcscope.rundir import RTT_CSV, STEPS_CSV, STEPS_JSON, RunDir
 from rpcscope.tracepoints import STEPS
 
 from . import probe as probe_mod
@@ -29,7 +30,7 @@ from .clockreads import case_clock_reads
 from .clocksync import USER_PACKET_MARKS, estimate, match_user_packets
 from .probe import path_probe_ns
 from .rpcs import EXTRA_ROWS, MEASURED, MISSING, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
-from .rtp import SPLIT_COST_SPREAD, SPLIT_MIN_SHARE
+from .rtpstats import SPLIT_COST_SPREAD, SPLIT_MIN_SHARE
 from .run import (Run, RunError, call_edges_ns, level_p50_ns, level_rounds_p50s, load_run, modes_label, other_path_counts,
                   traced_noise_pct, untraced_modes)
 from .tracenotes import trace_notes
@@ -341,13 +342,13 @@ def analyze(run_path, progress=None, write=True, kernel=True, workers=None):
     result["capture_note"] = capture_note(run)
     if write:
         run.out_dir.mkdir(parents=True, exist_ok=True)
-        with open(run.out_dir / "steps.csv", "w", newline="") as f:
+        with open(run.out_dir / STEPS_CSV, "w", newline="") as f:
             w = csv.DictWriter(f, CSV_COLUMNS)
             w.writeheader()
             for d in steps:
                 w.writerow({k: json.dumps(v) if isinstance(v, dict) else ("" if v is None else v)
                             for k, v in d.items()})
-        with open(run.out_dir / "rtt.csv", "w", newline="") as f:
+        with open(run.out_dir / RTT_CSV, "w", newline="") as f:
             cols = [k for k in rtts[0] if k not in ("excluded", "conditions", "problems", "other_path",
                                                      "incomplete_by_first_missing_step", "clock_sync")] if rtts else []
             cols += ["clock_quality", "clock_offset_ns", "clock_accuracy_ns"] if rtts else []
@@ -358,7 +359,7 @@ def analyze(run_path, progress=None, write=True, kernel=True, workers=None):
                 flat = dict(d, clock_quality=cs["quality"], clock_offset_ns=cs["offset_ns"],
                             clock_accuracy_ns=cs["accuracy_ns"], untraced_modes=modes_label(d.get("untraced_modes")))
                 w.writerow({k: "" if flat[k] is None else flat[k] for k in cols})
-        (run.out_dir / "steps.json").write_text(json.dumps(result, indent=1, default=str))
+        (run.out_dir / STEPS_JSON).write_text(json.dumps(result, indent=1, default=str))
     result["_rpcs"] = per_rpc
     return result
 
@@ -367,7 +368,7 @@ def capture_note(run):
     """What the run's capture-state.json (collectors/leftovers.py: present while its capture runs, and
     after one was killed) says of the capture, or None."""
     try:
-        pid = int(json.loads((run.path / "capture-state.json").read_text())["pid"])
+        pid = int(json.loads(RunDir(run.path).capture_state.read_text())["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     try:
@@ -385,7 +386,7 @@ def _no_case_message(run):
     note = capture_note(run)
     if note:
         return f"{run.path}: no case finished yet; {note}"
-    mf = run.path / "manifest.json"
+    mf = RunDir(run.path).manifest_path
     if not run.cases:
         return (f"{mf} lists no case: the capture was interrupted before its first case"
                 if run.manifest.get("interrupted") or run.manifest.get("complete") is False

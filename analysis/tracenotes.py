@@ -11,6 +11,8 @@ that `rpcscope analyze` prints and steps.json keeps as `trace_problems`:
 """
 from dataclasses import asdict, dataclass
 
+from rpcscope.rundir import RunDir
+
 RECAPTURE = "re-capture the case (`rpcscope capture ... --replace`) for figures of every call"
 
 
@@ -94,7 +96,7 @@ def trace_notes(run, rtts, kernel=True):
             if p.get("what") == "lossy":
                 if lossy_seen:
                     continue
-                p = dict(p, file=str(run.path / "manifest.json"))
+                p = dict(p, file=str(RunDir(run.path).manifest_path))
             n = _from_problem(case.id, p, case.dir)
             if n is not None:
                 lossy_seen = lossy_seen or n.what == "lost_events"
@@ -106,7 +108,7 @@ def trace_notes(run, rtts, kernel=True):
                                    ", or analyse with --no-kernel for the user marks alone"))
     for case in run.cases:
         if not case.complete:
-            notes.append(TraceNote(case.id, "run", "not_finished", str(run.path / "manifest.json"),
+            notes.append(TraceNote(case.id, "run", "not_finished", str(RunDir(run.path).manifest_path),
                                    "the capture did not finish this case (cases[].complete is false): not analysed",
                                    "re-capture the run for its figures"))
     return notes

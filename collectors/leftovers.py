@@ -31,11 +31,12 @@ import time
 
 from rpcscope import ROOT
 from rpcscope.output import UserError
+from rpcscope.rundir import CAPTURE_STATE, RunDir
 
 from . import lttng
 
 REGISTRY = pathlib.Path(os.environ.get("RPCSCOPE_CAPTURE_REGISTRY", "/run/rpcscope/captures"))
-STATE_NAME = "capture-state.json"
+STATE_NAME = CAPTURE_STATE
 KINDS = ("processes", "lttng_sessions", "tracefs_instances")
 INSTANCE_RE = re.compile(r"rpcscope-(?:evcost-)?(\d+)(?:-\d+)?$")
 SESSION_PREFIX = "rpcs-capture-"
@@ -307,7 +308,7 @@ def clean(exclude_pid=None, scan=True):
 
 def _mark_killed(run_dir, removed):
     """The killed capture's manifest says what became of it: interrupted, not complete."""
-    mf = run_dir / "manifest.json"
+    mf = RunDir(run_dir).manifest_path
     try:
         m = json.loads(mf.read_text())
     except (OSError, ValueError):

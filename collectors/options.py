@@ -9,6 +9,7 @@ import subprocess
 
 from rpcscope import ROOT, packets, testbed
 from rpcscope.output import UserError
+from rpcscope.rundir import RunDir
 
 from . import ftrace, idle, lttng, perf
 from .rounds import EXTRA_SWEEP_SECONDS, MAX_EXTRA_ROUNDS
@@ -282,7 +283,7 @@ def prepare_out(out, replace):
     if out.exists():
         if not replace:
             raise UserError(f"{out} already exists; choose another --out, or pass --replace to overwrite that run")
-        if any(out.iterdir()) and not (out / "manifest.json").exists():
+        if any(out.iterdir()) and not RunDir(out).manifest_path.exists():
             raise UserError(f"{out} exists and is not a capture run (no manifest.json); refusing to replace it")
         shutil.rmtree(out)
     if not out.parent.exists():

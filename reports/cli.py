@@ -3,6 +3,7 @@ import argparse
 from pathlib import Path
 
 from rpcscope.output import UserError, emit_json
+from rpcscope.rundir import RunDir
 
 from .data import ReportError, load
 from .export import SUFFIX, export_examples
@@ -31,7 +32,7 @@ def cmd_report(args):
         d = load(args.run, per_rpc=args.per_rpc)
     except ReportError as e:
         raise UserError(str(e)) from None
-    out_dir = Path(args.out or Path(args.run) / "report")
+    out_dir = Path(args.out or RunDir(args.run).report)
     calls_dir = out_dir / "calls"
     for f in calls_dir.glob(f"*{SUFFIX}"):
         f.unlink()

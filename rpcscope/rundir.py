@@ -47,6 +47,8 @@ ANALYSIS = "analysis"
 REPORT = "report"
 # The analysis's outputs, in analysis/.
 STEPS_JSON = "steps.json"
+STEPS_CSV = "steps.csv"
+RTT_CSV = "rtt.csv"
 PROBE_JSON = "probe.json"
 RTP_JSON = "rtp.json"
 
@@ -106,11 +108,11 @@ class RunDir:
 
     @property
     def steps_csv(self):
-        return self.analysis / "steps.csv"
+        return self.analysis / STEPS_CSV
 
     @property
     def rtt_csv(self):
-        return self.analysis / "rtt.csv"
+        return self.analysis / RTT_CSV
 
     @property
     def probe_json(self):

@@ -159,6 +159,14 @@ test-py: $(VENV_STAMP) all
 	$(MAKE) vm
 	$(PY) -m pytest -q -rs tests/python
 
+# make lint: ruff over the Python (pyproject.toml [tool.ruff]) and clang-format's check over the C of the
+# reference RPC, the analysis's extractor and the stub study (.clang-format). To fix what they find:
+#   .venv/bin/ruff check --fix .   (then by hand what it cannot)      clang-format -i FILE...
+LINT_C := $(sort $(wildcard rpc/*.[ch] analysis/*.[ch] stubs/runtime/*.[ch] stubs/rpc/*.[ch]))
+lint: $(VENV_STAMP)
+	$(VENV)/bin/ruff check --no-cache .
+	clang-format --dry-run -Werror $(LINT_C)
+
 # ansible-lint, production profile, over ansible/ (playbooks, roles, example inventory).
 .PHONY: lint-ansible
 lint-ansible: $(VENV_STAMP)

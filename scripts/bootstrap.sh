@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(
-  build-essential clang llvm libclang-rt-14-dev pkg-config
+  build-essential clang clang-format llvm libclang-rt-14-dev pkg-config
   lttng-tools liblttng-ust-dev babeltrace2 python3-bt2 libbabeltrace2-dev linux-perf valgrind
   python3-venv python3-dev sockperf
   chromium

@@ -97,6 +97,17 @@ def _imports(path):
     return top, inner
 
 
+def _project(names):
+    return [n for n in names if n.startswith(".") or n.startswith("rpcscope")]
+
+
+def test_the_layers_import_the_project_at_the_top_of_each_file():
+    for layer in ("analysis", "reports", "collectors"):
+        for f in sorted((ROOT / layer).glob("*.py")):
+            _, inner = _imports(f)
+            assert not _project(inner), f"{f.relative_to(ROOT)} imports {_project(inner)} inside a function"
+
+
 def test_analysis_and_reports_import_no_collector():
     for layer in ("analysis", "reports"):
         for f in sorted((ROOT / layer).glob("*.py")):

@@ -70,6 +70,8 @@ def check_args(args):
         raise UserError(f"--warmup {args.warmup}: use 0 to 100000")
     if not 0 < args.max_minutes <= 600:
         raise UserError(f"--max-minutes {args.max_minutes}: use more than 0 and at most 600")
+    if args.tests is not None and args.name != "netwise":
+        raise UserError("--tests selects netwise's rows: the other experiments take --threads or --transports")
     if args.markdown and not pathlib.Path(args.markdown).parent.is_dir():
         raise UserError(f"--markdown {args.markdown}: its directory does not exist")
 
@@ -91,9 +93,10 @@ def run(args):
     # otherwise add tens of us to every system's reply alike and hide their differences.
     with interruptible(), IdlePolicy(args.idle), tempfile.TemporaryDirectory(prefix="rpcscope-experiment-") as tmp:
         if args.name == "netwise":
-            cells = _run_netwise(args, placement, calls, budget, tmp)
-            result["table"] = netwise.build(cells)
-            netwise.render(result, cells, say=say)
+            rows = netwise.select(args.tests)
+            cells = _run_netwise(args, placement, calls, rows, budget, tmp)
+            result["table"] = netwise.build(cells, rows)
+            netwise.render(result, cells, rows, say=say)
             bad = failures(cells)
         elif args.name == "dce-throughput":
             cells = _run_dce(args, placement, calls, nthreads, budget, tmp)
@@ -142,8 +145,8 @@ def _argv_note(args):
     return " " + " ".join(parts)
 
 
-def _run_netwise(args, placement, calls, budget, tmp):
-    specs = netwise.specs()
+def _run_netwise(args, placement, calls, rows, budget, tmp):
+    specs = netwise.specs(rows)
     with progress_bar(count_runs(specs, args.repeats), "netwise", args.json) as bar, \
             Servers(placement, ("rpcscope", "tirpc", "grpc", "sockperf"), tmp, args.max_minutes * 60 + 60,
                     args.executors) as srv:
@@ -202,6 +205,8 @@ def register(sub):
     p.add_argument("--idle", choices=("poll", "os"), default="poll",
                    help="idle CPUs poll (default, as the capture) or halt as the OS decides")
     p.add_argument("--executors", type=int, default=0, help="reference server executors (default 0: inline)")
+    p.add_argument("--tests", default=None,
+                   help="netwise: the tests (rows) to run, comma-separated (default all: void,add,integer 100,...)")
     p.add_argument("--transports", default="udp,tcp", help="courier: udp, tcp or both (default udp,tcp)")
     p.add_argument("--sockperf-seconds", type=float, default=1.0, help="length of a sockperf run (default 1)")
     p.add_argument("--no-profile", action="store_true", help="courier: skip the perf profile")

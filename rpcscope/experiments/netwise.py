@@ -6,6 +6,8 @@ the reference RPC and libtirpc (Sun RPC's descendant), TCP for gRPC; sockperf's 
 message of the call's argument bytes is the floor. The paper's figures (ms, Sun 3/280, client and
 server on one host, mean of 5 x 500 calls) stand beside today's (us, p50, median of the rounds).
 """
+from ..output import UserError
+from . import codesize
 from .systems import TIRPC_UDP_MAX
 from .tables import Spec, cell_text, fmt, paper, ratio, text_table
 
@@ -18,6 +20,19 @@ PAPER_COLUMNS = [("udp_sun", "Sun udp"), ("udp_netwise", "Netwise udp"), ("udp_a
                  ("tcp_sun", "Sun tcp"), ("tcp_netwise", "Netwise tcp")]
 # Ratios a row reports: each system over the reference RPC on the same transport, in the same rounds.
 RATIOS = [("tirpc", "udp"), ("sockperf", "udp"), ("tirpc", "tcp"), ("grpc", "tcp"), ("sockperf", "tcp")]
+
+
+def select(text):
+    """The rows --tests names (all if None); UserError naming the unknown ones."""
+    if text is None:
+        return ROWS
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    known = {r[0]: r for r in ROWS}
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise UserError(f"--tests {text!r}: unknown {', '.join(bad) or 'nothing given'}; "
+                        f"use some of {', '.join(known)}")
+    return [known[n] for n in dict.fromkeys(names)]
 
 
 def specs(rows=ROWS):
@@ -46,7 +61,11 @@ def build(cells, rows=ROWS):
         row["paper_ratios"] = {"netwise udp / sun udp": nw_u / sun_u if nw_u and sun_u else None,
                                "netwise tcp / sun tcp": nw_t / sun_t if nw_t and sun_t else None}
         out.append(row)
-    return {"rows": out, "paper_source": note}
+    sizes, size_note = paper("netwise_code_size.csv")
+    return {"rows": out, "paper_source": note, "code_size": codesize.measure(),
+            "paper_code_size": {r["code"]: {k: int(v) if v else None for k, v in r.items() if k != "code"}
+                                for r in sizes},
+            "paper_code_size_source": size_note}
 
 
 def render(result, cells, rows=ROWS, say=print):
@@ -77,6 +96,28 @@ def render(result, cells, rows=ROWS, say=print):
     lines = [{"test": row["test"], **{label: fmt(row["paper_ms"][k], 2) for k, label in PAPER_COLUMNS}}
              for row in tab["rows"]]
     text_table(lines, ["test"] + [label for _, label in PAPER_COLUMNS], say=say)
+    render_code_size(tab, say)
     say(f"n/a: libtirpc's UDP messages stop at 8800 bytes (opaque 16000 needs {16000 + 40}; the limit used is "
         f"{TIRPC_UDP_MAX} of argument), as the paper's Sun and Netwise have no UDP figure there; gRPC has no UDP. "
         f"sockperf: a message of the call's argument bytes (at least 14) and its echo, no procedure.")
+
+
+def render_code_size(tab, say=print):
+    say("")
+    say("Code size, bytes (text + data): application / generated (stubs) / libraries (the RPC runtime, "
+        "no C or C++ runtime)")
+    lines = []
+    for part in ("application", "generated", "libraries", "total"):
+        d = {"code": part}
+        for system in ("rpcscope", "tirpc", "grpc"):
+            for side in ("client", "server"):
+                d[f"{system} {side}"] = str(tab["code_size"][system][side][part])
+        p = tab["paper_code_size"].get(part, {})
+        d["paper Sun client"] = fmt(p.get("client_sun"), 0)
+        d["paper Sun server"] = fmt(p.get("server_sun"), 0)
+        d["paper Netwise client"] = fmt(p.get("client_netwise"), 0)
+        lines.append(d)
+    text_table(lines, list(lines[0].keys()), say=say)
+    say("application: the programs' own objects with their benchmark harness (peerbench.c; rpc/bench.c); "
+        "generated: rpcgen / protoc output, the reference RPC's hand-written stubs (rpc/procs.c); "
+        "the paper's server init is in its application row here")

@@ -171,6 +171,8 @@ static void *thread_main(void *arg)
         snprintf(t->error, sizeof t->error, "connect: %s", err);
     else
         ready = 1;
+    if (!ready)
+        t->errors++; /* the thread could not call at all: an error, not a silent zero */
     for (uint64_t i = 0; ready && i < cfg->warmup + (cfg->warmup == 0); i++) {
         /* The first call (DCE's first RPC) is timed apart; warm-up calls are checked too. */
         uint64_t t0 = now_ns();

@@ -3,6 +3,7 @@
 #   make              build the reference RPC with tracepoints (build/trace/)
 #   make TRACE=0      build it with tracepoints compiled out (build/notrace/)
 #   make TRACE=clock  build it with each step mark one clock read into memory (build/clock/)
+#   make peers        the other RPC systems of `rpcscope experiment` (build/peers/bin/: libtirpc, gRPC C++)
 #   make bootstrap    install Debian packages and the Python venv (idempotent)
 #   make test         bootstrap if needed, then run every test
 #   make vm           the VM host's kernel, lttng-modules and initramfs (build/vm/; testbed up --server vm)

@@ -13,7 +13,7 @@ PACKAGES=(
   chromium
   openssh-server openssh-client openssh-sftp-server iproute2 nftables procps psmisc
   util-linux git tar zstd python3-apt
-  libtirpc-dev rpcbind protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev
+  libtirpc-dev rpcsvc-proto rpcbind protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev
   qemu-system-x86 busybox-static kmod patch
 )
 

@@ -78,5 +78,6 @@ def applicable(step_id, conditions):
     return not (set(step(step_id)["not_applicable"]) & set(conditions))
 
 
-__all__ = ["CLASSES", "EVENTS", "KERNEL_EVENTS", "KERNEL_SYSCALLS", "PROVIDER", "SEGMENT_UNITS", "SPLIT", "STEPS", "step", "unit_of", "with_role",
+__all__ = ["CLASSES", "EVENTS", "KERNEL_EVENTS", "KERNEL_SYSCALLS", "PROVIDER", "SEGMENT_UNITS", "SPLIT", "STEPS",
+           "step", "unit_of", "with_role",
            "side_step", "syscalls_of", "kernel_group", "lttng_kernel_names", "applicable"]

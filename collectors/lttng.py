@@ -71,7 +71,8 @@ def ust_session_commands(session, output, subbuf_size, num_subbuf, vpids=()):
         ["enable-channel", "--userspace", s, "--buffers-uid", "--discard",
          f"--subbuf-size={subbuf_size}", f"--num-subbuf={num_subbuf}", UST_CHANNEL],
         ["enable-event", "--userspace", s, f"--channel={UST_CHANNEL}", f"{PROVIDER}:*"],
-        ["add-context", "--userspace", s, f"--channel={UST_CHANNEL}"] + [a for c in UST_CONTEXTS for a in ("--type", c)],
+        ["add-context", "--userspace", s, f"--channel={UST_CHANNEL}"]
+        + [a for c in UST_CONTEXTS for a in ("--type", c)],
     ]
     if vpids:
         cmds.append(ust_track_command(session, vpids))

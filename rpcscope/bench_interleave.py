@@ -94,9 +94,9 @@ def pair_spread(pairs):
 
 
 def run(args):
+    from .bench_layout import start_server, testbed_endpoints
     from .collectors import capture as cap
     from .collectors.idle import IdlePolicy
-    from .bench_layout import start_server, testbed_endpoints
     if args.transport not in ("udp", "tcp"):
         raise UserError(f"--transport {args.transport!r}: use udp or tcp")
     if not 2 <= args.rounds <= 100:

@@ -38,8 +38,8 @@ def testbed_endpoints(command):
     """({server_ns, client_ns, server address}, {client, server: CPU}) of the local testbed for a
     benchmark that runs the untraced build there, after the checks it needs (root, the testbed up and
     healthy, the tools, the build); command names the benchmark in their messages."""
-    from .collectors import capture as cap
     from . import testbed
+    from .collectors import capture as cap
     if os.geteuid() != 0:
         raise UserError(f"{command} runs processes in the testbed's network namespaces, which needs root")
     st = testbed.load_state()

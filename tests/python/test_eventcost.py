@@ -22,8 +22,8 @@ def _leftovers():
 
 
 def test_every_tracer_records_two_events_a_call_and_leaves_nothing():
-    out = subprocess.run([sys.executable, "-m", "rpcscope.cli", "bench", "event-cost", "--calls", "3000", "--rounds", "2",
-                          "--json"], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "rpcscope.cli", "bench", "event-cost", "--calls", "3000",
+                          "--rounds", "2", "--json"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     rows = {r["mode"]: r for r in res["rows"]}

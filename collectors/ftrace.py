@@ -123,7 +123,8 @@ class FtraceRecorder:
         stats = {}
         for cpu_dir in sorted((self.path / "per_cpu").glob("cpu*"), key=lambda p: int(p.name[3:])):
             stats[cpu_dir.name] = _stats(cpu_dir / "stats")
-            with open(cpu_dir / "trace_pipe_raw", "rb", buffering=0) as src, open(dest / f"{cpu_dir.name}.raw", "wb") as out:
+            with open(cpu_dir / "trace_pipe_raw", "rb", buffering=0) as src, \
+                    open(dest / f"{cpu_dir.name}.raw", "wb") as out:
                 os.set_blocking(src.fileno(), False)
                 while True:
                     try:
@@ -160,7 +161,8 @@ class FtraceRecorder:
                 return
             except OSError:
                 time.sleep(0.1)
-        raise UserError(f"ftrace: could not remove the tracefs instance {self.path}; remove it with `rmdir {self.path}`")
+        raise UserError(f"ftrace: could not remove the tracefs instance {self.path}; "
+                        f"remove it with `rmdir {self.path}`")
 
     kill = stop
 
@@ -219,7 +221,8 @@ def event_format(ev):
     fid = int(re.search(r"^ID:\s*(\d+)", text, re.M).group(1))
     fields = []
     for m in FIELD_RE.finditer(text):
-        decl, off, size, signed = m.group("decl").strip(), int(m.group("off")), int(m.group("size")), int(m.group("signed"))
+        decl = m.group("decl").strip()
+        off, size, signed = int(m.group("off")), int(m.group("size")), int(m.group("signed"))
         fname = re.sub(r"\[.*\]$", "", decl.split()[-1])
         if fname in COMMON:
             continue

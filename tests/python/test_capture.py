@@ -27,8 +27,7 @@ import time
 
 import pytest
 
-from rpcscope.collectors import lttng as clttng
-from rpcscope.collectors import perf as cperf
+from rpcscope.collectors import lttng as clttng, perf as cperf
 from rpcscope.collectors.capture import PACE_SLICES, run_pace_ns
 from rpcscope.output import UserError
 
@@ -174,7 +173,8 @@ def test_bench_interleave_runs_both_ways_and_leaves_nothing(testbed):
         assert len(w["p50_ns"]) == 2 and all(a > 0 and b > 0 for a, b in w["p50_ns"]), w
         assert (w["ln_ratio_mean_%"], w["ln_ratio_sd_%"], w["ln_ratio_spread_%"]) == pair_spread(w["p50_ns"])
     # B of the clock build: its marks' cost beside A, the probe effect's anchor (analysis/MODEL.md).
-    p = rpcscope("bench", "interleave", "--rounds", "2", "--seconds", "0.2", "--b-build", "clock", "--json", timeout=300)
+    p = rpcscope("bench", "interleave", "--rounds", "2", "--seconds", "0.2", "--b-build", "clock", "--json",
+                 timeout=300)
     r = json.loads(p.stdout)
     assert r["b_build"] == "clock" and all(len(w["p50_ns"]) == 2 for w in r["ways"])
     for w in r["ways"]:
@@ -227,7 +227,8 @@ def test_lttng_kernel_command_lines():
     assert cmds[1][:2] == ["enable-channel", "--kernel"] and "--discard" in cmds[1] and cmds[1][-1] == "rpcs_kernel"
     assert cmds[2] == ["add-context", "--kernel", "--session=s", "--channel=rpcs_kernel",
                        "--type", "pid", "--type", "tid", "--type", "procname"]
-    assert cmds[3] == ["enable-event", "--kernel", "--session=s", "--channel=rpcs_kernel", "--syscall", "sendto,recvfrom",
+    assert cmds[3] == ["enable-event", "--kernel", "--session=s", "--channel=rpcs_kernel", "--syscall",
+                       "sendto,recvfrom",
                        '--filter=$ctx.procname == "rpc-client" || $ctx.procname == "rpc-server"']
     by_events = {c[4]: c[5] for c in cmds[4:]}
     assert by_events["net_dev_xmit,netif_receive_skb"] == '--filter=name == "rpcs-c0" || name == "rpcs-s0"'
@@ -280,8 +281,14 @@ def run(testbed, tmp_path_factory):
 
 
 def test_run_directory_is_complete(run):
-    from rpcscope.collectors.capture import (DEFAULT_REPEATS, MAX_EXTRA_ROUNDS, SWEEP_AGREE_PCT, choose_sweep,
-                                             settled_rounds, sweeps_settled)
+    from rpcscope.collectors.capture import (
+        DEFAULT_REPEATS,
+        MAX_EXTRA_ROUNDS,
+        SWEEP_AGREE_PCT,
+        choose_sweep,
+        settled_rounds,
+        sweeps_settled,
+    )
     m = json.loads((run / "manifest.json").read_text())
     assert m["format"] == 1 and m["complete"] and not m["interrupted"]
     assert m["kernel_collector"] == "perf" and m["testbed"]["kind"] == "local" and m["testbed"]["shared_kernel"]
@@ -601,9 +608,9 @@ def test_capture_taking_turns_traces_every_call_of_its_turns(testbed, tmp_path):
     tracefs instance records only its turns, yet holds every call's packets and syscalls; one round is
     kept for every size, the rounds' speeds recorded; nothing is left behind. A --deadline-seconds that
     no round fits cuts the rounds asked (5) to MIN_TURNS_ROUNDS (4), and says so."""
-    from rpcscope.collectors.capture import MIN_TURNS_ROUNDS
     from rpcscope.analysis.run import level_p50_ns
     from rpcscope.analysis.steps import analyze
+    from rpcscope.collectors.capture import MIN_TURNS_ROUNDS
     out = tmp_path / "turns"
     before = _ftrace_instances()
     p = rpcscope("capture", "--sizes", "0,4016", "--transport", "udp,tcp", "--calls", "300", "--warmup", "30",
@@ -728,15 +735,18 @@ def test_clock_reads_without_the_clock_build_or_its_marks(tmp_path, monkeypatch)
     case's clock_reads error, no mark file is left, and no exception stops the capture."""
     import types
 
-    from rpcscope.collectors import capture as cap
-    monkeypatch.setattr(cap, "CLOCK_BIN", tmp_path / "no-clock-build")
-    monkeypatch.setattr(cap.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(cap.idle.IdlePolicy, "check", lambda self: None)
-    monkeypatch.setattr(cap, "require_tool", lambda name, fix: None)
+    from rpcscope.collectors import (
+        capture as cap,
+        options,  # the preflight checks' module
+    )
+    monkeypatch.setattr(options, "CLOCK_BIN", tmp_path / "no-clock-build")
+    monkeypatch.setattr(options.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(options.idle.IdlePolicy, "check", lambda self: None)
+    monkeypatch.setattr(options, "require_tool", lambda name, fix: None)
     import rpcscope.testbed
     monkeypatch.setattr(rpcscope.testbed, "health", lambda st: [])
     with pytest.raises(UserError, match=r"no-clock-build/rpc-server is missing; build it with `make TRACE=clock`"):
-        cap.preflight({"clock_reads": True, "aslr": "off", "kernel": "none"}, {"hosts": []})
+        options.preflight({"clock_reads": True, "aslr": "off", "kernel": "none"}, {"hosts": []})
     case = {"id": "udp-maxarg-0", "dir": "cases/udp-maxarg-0", "size": 0, "calls": 10, "warmup": 1}
     rdir = tmp_path / case["dir"] / "repeat-0"
     rdir.mkdir(parents=True)
@@ -761,4 +771,5 @@ def test_clock_reads_without_the_clock_build_or_its_marks(tmp_path, monkeypatch)
     # The rounds' clock runs keep a ring of marks; the run after them every mark.
     assert cap.clock_env(rdir / "m.txt", ring=True) == ["env", f"RPCS_CLOCKMARK_OUT={rdir / 'm.txt'}",
                                                         "RPCS_CLOCKMARK_RING=1"]
-    assert cap.clock_env(rdir / "m.txt") == ["env", f"RPCS_CLOCKMARK_OUT={rdir / 'm.txt'}"] and cap.clock_env(None) == []
+    assert cap.clock_env(rdir / "m.txt") == ["env", f"RPCS_CLOCKMARK_OUT={rdir / 'm.txt'}"]
+    assert cap.clock_env(None) == []

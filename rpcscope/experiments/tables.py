@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from .. import ROOT
 from ..output import UserError
-from .systems import Result, run_client, supports
+from .systems import run_client, supports
 
 DATA = ROOT / "peers" / "data"
 

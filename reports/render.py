@@ -13,7 +13,8 @@ from .objects import Figure, Report, Table
 
 CSS = """
 *{box-sizing:border-box}
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1340px;padding:.8em 1.4em;color:#222}
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1340px;padding:.8em 1.4em;
+color:#222}
 h1{font-size:1.5em;border-bottom:2px solid #1f4e79;padding-bottom:.2em;margin:.3em 0 .5em}
 h2{font-size:1.2em;color:#1f4e79;display:inline;margin:0}
 h3{font-size:1.02em;margin:.8em 0 .3em}

@@ -91,7 +91,8 @@ MEASURE = r"""<script>
 function texts(svg) { return Array.from(svg.querySelectorAll('text')).filter(t => t.textContent.trim()); }
 function meets(a, b) { return Math.min(a.right, b.right) - Math.max(a.left, b.left) > 1 &&
                               Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 1; }
-function inside(a, b) { return a.left >= b.left - 1 && a.right <= b.right + 1 && a.top >= b.top - 1 && a.bottom <= b.bottom + 1; }
+function inside(a, b) { return a.left >= b.left - 1 && a.right <= b.right + 1 &&
+                               a.top >= b.top - 1 && a.bottom <= b.bottom + 1; }
 function measure() {
   const r = {width: window.innerWidth, folded: {w: document.documentElement.scrollWidth,
              h: document.documentElement.scrollHeight}, bars: [], wide: [], outside: [], overlaps: [], boxes: 0};
@@ -99,7 +100,8 @@ function measure() {
     const terms = Array.from(g.querySelectorAll('rect.term'));
     const first = g.querySelector('rect.term').getBoundingClientRect().left;
     const tick = g.querySelector('line.measured').getBoundingClientRect();
-    let px = 0; terms.forEach(t => { const w = t.getBoundingClientRect().width; px += t.classList.contains('negative') ? -w : w; });
+    let px = 0;
+    terms.forEach(t => { const w = t.getBoundingClientRect().width; px += t.classList.contains('negative') ? -w : w; });
     r.bars.push({case: g.dataset.case, measured: +g.dataset.measuredUs, source: g.dataset.source,
                  terms: terms.map(t => [t.dataset.term, +t.dataset.us]),
                  px_sum: px, px_measured: (tick.left + tick.right) / 2 - first}); });
@@ -109,7 +111,8 @@ function measure() {
   r.open = {w: document.documentElement.scrollWidth, h: document.documentElement.scrollHeight};
   document.querySelectorAll('body *').forEach(e => {
     const b = e.getBoundingClientRect(); if (b.right > window.innerWidth + 0.5)
-      r.wide.push(e.tagName + ' ' + (e.id || (e.querySelector('title') || {}).textContent || '') + ': right ' + Math.round(b.right)); });
+      r.wide.push(e.tagName + ' ' + (e.id || (e.querySelector('title') || {}).textContent || '') + ': right ' +
+                  Math.round(b.right)); });
   document.querySelectorAll('svg').forEach(svg => {
     const box = svg.getBoundingClientRect(), name = (svg.querySelector('title') || {}).textContent;
     const ts = texts(svg).map(t => [t.textContent, t.getBoundingClientRect()]);
@@ -118,7 +121,8 @@ function measure() {
       if (meets(ts[i][1], ts[j][1])) r.overlaps.push(name + ': "' + ts[i][0] + '" / "' + ts[j][0] + '"');
     svg.querySelectorAll('g.step').forEach(g => { r.boxes++;
       const t = g.querySelector('text'), b = g.querySelector('rect');
-      if (!inside(t.getBoundingClientRect(), b.getBoundingClientRect())) r.outside.push(name + ': box ' + t.textContent); }); });
+      if (!inside(t.getBoundingClientRect(), b.getBoundingClientRect()))
+        r.outside.push(name + ': box ' + t.textContent); }); });
   const out = document.createElement('pre'); out.id = 'layout-result'; out.textContent = JSON.stringify(r);
   document.body.appendChild(out); }
 window.addEventListener('load', measure);

@@ -24,8 +24,6 @@ import struct
 import threading
 import time
 
-import pytest
-
 LOOPBACK = "127.0.0.1"
 HDR_LEN = 80
 MAX_PDU = 4096

@@ -69,14 +69,16 @@ class _Axes:
         o = [f'<svg xmlns="http://www.w3.org/2000/svg" class="fig" width="{self.w}" height="{self.h}" '
              f'viewBox="0 0 {self.w} {self.h}" role="img" {FONT}><title>{_e(title)}</title>',
              f'<rect x="0" y="0" width="{self.w}" height="{self.h}" fill="white"/>',
-             f'<text x="{self.w / 2:.1f}" y="16" text-anchor="middle" font-size="13" font-weight="bold">{_e(title)}</text>']
+             f'<text x="{self.w / 2:.1f}" y="16" text-anchor="middle" font-size="13" font-weight="bold">'
+             f'{_e(title)}</text>']
         for v in self.yt:
             y = self.Y(v)
             o.append(f'<line x1="{self.l}" x2="{self.w - self.r}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e5e5e5"/>')
             o.append(f'<text x="{self.l - 6}" y="{y + 4:.1f}" text-anchor="end">{_fmt(v)}</text>')
         for v in self.xt:
             x = self.X(v)
-            o.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{self.h - self.b}" y2="{self.h - self.b + 4}" stroke="#333"/>')
+            o.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{self.h - self.b}" y2="{self.h - self.b + 4}" '
+                     'stroke="#333"/>')
             o.append(f'<text x="{x:.1f}" y="{self.h - self.b + 16}" text-anchor="middle">{_fmt(v)}</text>')
         o.append(f'<rect x="{self.l}" y="{self.t}" width="{self.w - self.l - self.r}" '
                  f'height="{self.h - self.t - self.b}" fill="none" stroke="#333"/>')
@@ -400,10 +402,12 @@ def rtp_diagram(boxes, title, subtitle="", w=700, px_per_us=None, min_h=16, max_
         tip = b.get("tip") or f'{b["label"]}{us}' + ("" if b["rtp"] else " (overlapped: not on the round trip path)")
         step = f' data-step="{_e(b["step"])}"' if b.get("step") else ""
         o.append(f'<g class="{cls}"{step}><title>{_e(tip)}</title>'
-                 f'<rect x="{x:.1f}" y="{y0:.1f}" width="{bw:.1f}" height="{max(y1 - y0, min_h - 2):.1f}" rx="2" {style}/>')
+                 f'<rect x="{x:.1f}" y="{y0:.1f}" width="{bw:.1f}" height="{max(y1 - y0, min_h - 2):.1f}" '
+                 f'rx="2" {style}/>')
         label, fs = fit_label(b["label"], us if b["rtp"] else "", bw - 6)
         o.append(f'<text x="{x + bw / 2:.1f}" y="{y0 + min(max(y1 - y0, min_h - 2), 40) / 2 + 4:.1f}" '
-                 f'text-anchor="middle" font-size="{fs}" fill="{"#000" if b["rtp"] else "#555"}">{_e(label)}</text></g>')
+                 f'text-anchor="middle" font-size="{fs}" fill="{"#000" if b["rtp"] else "#555"}">'
+                 f'{_e(label)}</text></g>')
     ly = h - 22
     o.append(f'<rect x="60" y="{ly - 10}" width="22" height="12" fill="#dbe9f6" stroke="#1f4e79"/>'
              f'<text x="88" y="{ly}">on the round trip path</text>'

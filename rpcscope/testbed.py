@@ -305,7 +305,8 @@ def make_config(args):
         raise UserError(f"--subnet {subnet} is too small; use a /29 or larger")
     # `--server vm` / `--client vm`: that host is a QEMU guest with its own kernel (rpcscope/vmhost.py).
     kinds = ["vm" if n == "vm" else "netns" for n in (args.client, args.server)]
-    names = [DEFAULT_CLIENT if args.client == "vm" else args.client, DEFAULT_SERVER if args.server == "vm" else args.server]
+    names = [DEFAULT_CLIENT if args.client == "vm" else args.client,
+             DEFAULT_SERVER if args.server == "vm" else args.server]
     if "vm" in kinds and parse_rate(args.link_rate):
         raise UserError("--link-rate shapes each host's interface inside its namespace; a VM host has none on "
                         "this machine: leave --link-rate out with --client vm or --server vm")
@@ -387,7 +388,7 @@ def check_address_clash(cfg, ours_present):
             net = ipaddress.ip_network(dst if "/" in dst else dst + "/32", strict=False)
         except ValueError:
             continue
-        if net.overlaps(subnet) and not (r.get("type") in ("local", "broadcast")):
+        if net.overlaps(subnet) and r.get("type") not in ("local", "broadcast"):
             raise UserError(f"address clash: a route to {dst} via {r.get('dev')} overlaps the testbed subnet "
                             f"{subnet}; choose another with --subnet. Nothing was built.")
 
@@ -611,7 +612,8 @@ def build(cfg, say=print):
         run([ip, "-n", ns, "addr", "add", f"{h['address']}/{cfg['prefixlen']}", "dev", h["ifname"]])
         run([ip, "-n", ns, "link", "set", "dev", "lo", "up"])
         run([ip, "-n", ns, "link", "set", "dev", h["ifname"], "up"])
-        say(f"  host {ns}: namespace, {h['ifname']} {h['address']}/{cfg['prefixlen']} <-> {h['peer_ifname']} on {BRIDGE}")
+        say(f"  host {ns}: namespace, {h['ifname']} {h['address']}/{cfg['prefixlen']} <-> {h['peer_ifname']} "
+            f"on {BRIDGE}")
 
     apply_link(cfg, say)
     if not PRIVSEP_DIR.is_dir():

@@ -10,9 +10,7 @@ import sys
 import pytest
 
 from rpcscope import ROOT
-from rpcscope.analysis import model as M
-from rpcscope.analysis import network as N
-from rpcscope.analysis import paper
+from rpcscope.analysis import model as M, network as N, paper
 from rpcscope.analysis.model_input import observations
 from rpcscope.analysis.pathsim import BYTE_UNITS, CLASSES, UNIT_NAMES, Workload, call_path
 from rpcscope.tracepoints import STEPS, unit_of
@@ -214,7 +212,8 @@ def test_every_step_has_a_unit_the_model_knows():
     assert {s["unit"] for s in STEPS} <= set(CLASSES)
     for label in ("C8'", "C8''", "S9''", "client (no step)", "server blocked (woken by tid 7)", "network"):
         assert unit_of(label) is not None
-    assert f"MODEL_UNITS = {tuple(CLASSES)!r}".replace("'", '"') in (ROOT / "tracepoints" / "gen_catalog.py").read_text()
+    gen = (ROOT / "tracepoints" / "gen_catalog.py").read_text()
+    assert f"MODEL_UNITS = {tuple(CLASSES)!r}".replace("'", '"') in gen
 
 
 # ------------------------------------------------------------------ the model file and the commands

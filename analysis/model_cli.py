@@ -3,14 +3,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from rpcscope.output import UserError, emit_json, table
 
-from . import model as M
-from . import network as N
-from . import paper
+from . import model as M, network as N, paper
 from .model_input import measured_us, observations
 
 MODEL_EPILOG = """examples:
@@ -85,7 +82,8 @@ def rows_table(rows, out=None):
             "model_us": _f(r.calculated_us), "model_%": _f(r.error_pct), "cv_%": _f(r.cv_error_pct),
             "interp_%": _f(r.interp_error_pct), "line_%": _f(r.line_error_pct), "goal": f"{r.goal_pct:g} %",
             "met": "" if r.error_pct is None else ("yes" if abs(r.error_pct) <= r.goal_pct else "NO")} for r in rows],
-          ["size", "kind", "measured_us", "spread_%", "model_us", "model_%", "cv_%", "interp_%", "line_%", "goal", "met"],
+          ["size", "kind", "measured_us", "spread_%", "model_us", "model_%", "cv_%", "interp_%", "line_%", "goal",
+           "met"],
           out=out)
 
 

@@ -3,7 +3,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -63,8 +62,8 @@ def test_report_writes_md_html_and_svgs(run, capsys):
     assert not any(a.get("src") or (t == "link") for t, a in p.tags)
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
     md = Path(out["markdown"]).read_text()
-    for s in ("Run summary", "Calculated vs measured RTT, UDP", "Unit costs, UDP", "Per-step costs", "catalog flags, not measured",
-              "RTT vs request size", "Latency distributions", "source:", "% error"):
+    for s in ("Run summary", "Calculated vs measured RTT, UDP", "Unit costs, UDP", "Per-step costs",
+              "catalog flags, not measured", "RTT vs request size", "Latency distributions", "source:", "% error"):
         assert s in html and (s in md or s == "catalog flags, not measured")
     assert 'class="step overlapped"' in html and 'class="step rtp"' in html
     assert "(Measured − Calculated) × 100 / Measured" in html

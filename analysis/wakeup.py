@@ -58,7 +58,8 @@ def after_interrupt_us(after):
         if raced < MIN_AFTER:
             return None, f"{raced} wake-ups behind an interrupt: fewer than {MIN_AFTER}"
         cost = (after["after_raced_p50_ns"] - after["plain_p50_ns"]) / 1000.0
-        control = (f"; behind a race iteration that took none: {(after['after_calm_p50_ns'] - after['plain_p50_ns']) / 1000.0:+.2f} us"
+        calm_us = (after["after_calm_p50_ns"] - after["plain_p50_ns"]) / 1000.0
+        control = (f"; behind a race iteration that took none: {calm_us:+.2f} us"
                    if calm >= MIN_AFTER else "")
         if cost <= 0:
             return None, f"came out at {cost:+.2f} us, no cost a wake-up pays{control}"

@@ -31,8 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (ProcessDescriptor, ThreadDescriptor, Trace,
-                                                               TracePacket, TrackDescriptor, TrackEvent)
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
+    ProcessDescriptor,
+    ThreadDescriptor,
+    Trace,
+    TracePacket,
+    TrackDescriptor,
+    TrackEvent,
+)
 
 from rpcscope.analysis import rpcs as R
 from rpcscope.analysis.graph import PACKET_GAP_NS, SOFTIRQ_NAMES

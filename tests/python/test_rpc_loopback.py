@@ -910,13 +910,13 @@ def test_untraced_build_has_no_lttng(rpc_bin):
     for name in ("rpc-server", "rpc-client"):
         nm, nm_dyn, ldd = _symbols(rpc_bin(name, trace=False))
         assert nm.strip(), f"{name}: nm shows no symbols at all (stripped?), so the check would prove nothing"
-        assert [l for l in nm.splitlines() if "lttng" in l.lower()] == [], name
-        assert [l for l in nm_dyn.splitlines() if "lttng" in l.lower()] == [], name
+        assert [s for s in nm.splitlines() if "lttng" in s.lower()] == [], name
+        assert [s for s in nm_dyn.splitlines() if "lttng" in s.lower()] == [], name
         assert "lttng" not in ldd.lower(), ldd
         # The same check finds them in the traced build, so it can fail.
         nm, nm_dyn, ldd = _symbols(rpc_bin(name, trace=True))
-        assert any("lttng" in l.lower() for l in nm.splitlines()), name
-        assert any("lttng" in l.lower() for l in nm_dyn.splitlines()), name
+        assert any("lttng" in s.lower() for s in nm.splitlines()), name
+        assert any("lttng" in s.lower() for s in nm_dyn.splitlines()), name
         assert "liblttng-ust" in ldd, ldd
 
 

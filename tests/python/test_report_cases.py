@@ -134,7 +134,8 @@ MEASURE = """<script>
 window.onload = () => { const out = [];
   document.querySelectorAll('g.step').forEach(g => { const r = g.querySelector('rect').getBBox();
     const t = g.querySelector('text').getBBox();
-    if (t.x < r.x - 0.5 || t.x + t.width > r.x + r.width + 0.5 || t.y < r.y - 0.5 || t.y + t.height > r.y + r.height + 0.5)
+    if (t.x < r.x - 0.5 || t.x + t.width > r.x + r.width + 0.5 ||
+        t.y < r.y - 0.5 || t.y + t.height > r.y + r.height + 0.5)
       out.push(g.querySelector('text').textContent + ': ' + Math.round(t.width) + ' px in ' + Math.round(r.width)); });
   document.body.setAttribute('data-boxes', document.querySelectorAll('g.step').length);
   document.body.setAttribute('data-outside', out.join(' | ')); };

@@ -157,7 +157,8 @@ def estimate(a_to_b=((), ()), b_to_a=((), ()), accurate_ns=2000.0):
         est = a * x + b
         acc = max(acc, hi - est, est - lo)
     quality = "accurate" if acc <= accurate_ns else "approximate"
-    return ClockFit(quality, "" if quality == "accurate" else f"accuracy bound {acc:.0f} ns exceeds {accurate_ns:.0f} ns",
+    why = "" if quality == "accurate" else f"accuracy bound {acc:.0f} ns exceeds {accurate_ns:.0f} ns"
+    return ClockFit(quality, why,
                     slope=float(a), x0=x0, y0=y0 + float(b), slope_min=float(a_min), slope_max=float(a_max),
                     accuracy_ns=float(acc), pairs=pairs)
 

@@ -19,7 +19,7 @@ import uuid
 import pytest
 
 from rpcscope import ROOT
-from rpcscope.tracepoints import EVENTS, STEPS, PROVIDER, applicable
+from rpcscope.tracepoints import EVENTS, PROVIDER, STEPS, applicable
 
 pytestmark = pytest.mark.tracing
 

@@ -18,9 +18,9 @@ Types:
 
 Every error is an IdlError whose message starts with FILE:LINE:COL.
 """
-from dataclasses import dataclass, field
 import os
 import re
+from dataclasses import dataclass, field
 
 # Limits keep every generated value and message small enough to marshal in
 # memory and keep a typo like A[99999999999] from producing a giant struct.
@@ -246,7 +246,8 @@ class _Parser:
             proc = Procedure(name=pname, args=tuple(args), text=" ".join(text.split()), line=nt.line)
             size = record_layout(proc.args)[0]
             if size > MAX_VALUE_BYTES or wire_max(Rec(proc.args)) > MAX_VALUE_BYTES:
-                raise self.error(nt, f"procedure '{pname}' takes {size} bytes, more than the limit of {MAX_VALUE_BYTES}")
+                raise self.error(nt, f"procedure '{pname}' takes {size} bytes, more than the limit of "
+                                     f"{MAX_VALUE_BYTES}")
             iface.procedures.append(proc)
         if not iface.procedures:
             raise self.error(self.peek(), "the interface defines no procedures")

@@ -91,8 +91,10 @@ class _Proc:
         out.append(f"#define {p.upper()}_DESC \"{self.proc.text}\"")
         out.append(f"#define {p.upper()}_WIRE_MAX {idl.wire_max(Rec(self.proc.args))}u")
         for v in VARIANTS:
-            out.append(f"int {p}_marshal_{v}(const struct {p}_args *args, uint8_t *buf, size_t cap, size_t *len, int order);")
-            out.append(f"int {p}_unmarshal_{v}(struct {p}_args *args, const uint8_t *buf, size_t len, size_t *used, int order);")
+            out.append(f"int {p}_marshal_{v}(const struct {p}_args *args, uint8_t *buf, size_t cap, size_t *len, "
+                       "int order);")
+            out.append(f"int {p}_unmarshal_{v}(struct {p}_args *args, const uint8_t *buf, size_t len, size_t *used, "
+                       "int order);")
         out.append(f"extern const struct stubrt_proc {p}_proc;")
         return "\n".join(out) + "\n"
 
@@ -264,7 +266,8 @@ class _Proc:
                 body = []
                 for k, f in enumerate(r.fields):
                     body += self.put_proc(f, f"r->f{k + 1}", mv, 0, 1)
-                out += [f"static __attribute__((noinline)) int {rn}_put_{mv}(struct stubrt_cursor *c, const struct {rn} *r)",
+                out += [f"static __attribute__((noinline)) int {rn}_put_{mv}(struct stubrt_cursor *c, "
+                        f"const struct {rn} *r)",
                         "{", "\tint rc = STUBRT_OK;", ""] + body + self._tail(body) + ["}", ""]
                 body = []
                 for k, f in enumerate(r.fields):
@@ -349,7 +352,8 @@ class _Proc:
         else:
             for k, a in enumerate(self.proc.args):
                 body += self.get_proc(a, f"args->a{k + 1}", mv, 0, 1)
-        head = [f"int {p}_unmarshal_{v}(struct {p}_args *args, const uint8_t *buf, size_t len, size_t *used, int order)",
+        head = [f"int {p}_unmarshal_{v}(struct {p}_args *args, const uint8_t *buf, size_t len, size_t *used, "
+                "int order)",
                 "{", "\tint rc = STUBRT_OK;"]
         if v.startswith("proc"):
             head += ["\tstruct stubrt_rcursor cur, *const c = &cur;"]
@@ -371,7 +375,7 @@ class _Proc:
         else:
             head += ["\tend = buf + len;"]
             end_expr = "end"
-        done = [f"\tif (used) {{", f"\t\t*used = (size_t)({at} - buf);",
+        done = ["\tif (used) {", f"\t\t*used = (size_t)({at} - buf);",
                 f"\t}} else if ({at} != {end_expr}) {{", "\t\trc = STUBRT_E_TRAILING;", "\t\tgoto out;", "\t}"]
         tail = ["out:", "\treturn rc;"]
         if "goto short_" in "\n".join(body):

@@ -224,7 +224,8 @@ def conclusions(cells):
     c1 = share["int_array"] < 20 and share["structure"] > 40
     absolute = g("interpreted", "inline-item", "one_int") - g("compiled", "inline-item", "one_int")
     out = [{
-        "claim": "Compiled stubs have a significant advantage over interpreted ones only for large, irregular parameters.",
+        "claim": "Compiled stubs have a significant advantage over interpreted ones only for large, irregular "
+                 "parameters.",
         "holds": c1,
         "evidence": (f"median share of time due to interpretation: (I) {share['one_int']:.0f} %, "
                      f"(A[256] I) {share['int_array']:.0f} %, (Structure) {share['structure']:.0f} %; "
@@ -239,10 +240,12 @@ def conclusions(cells):
     med = ratios[len(ratios) // 2]
     ci = [g("compiled", "proc-item", w) / g("compiled", "inline-item", w) for w, _ in WORKLOADS]
     out.append({
-        "claim": "Inline data movement is about a factor of two faster than procedural, almost independently of other choices.",
+        "claim": "Inline data movement is about a factor of two faster than procedural, almost independently of "
+                 "other choices.",
         "holds": med >= 1.8,
         "partly": 1.2 <= med < 1.8,
-        "evidence": (f"procedural/inline time, median over 12 cells {med:.2f}x (range {ratios[0]:.2f}-{ratios[-1]:.2f}); "
+        "evidence": (f"procedural/inline time, median over 12 cells {med:.2f}x "
+                     f"(range {ratios[0]:.2f}-{ratios[-1]:.2f}); "
                      f"compiled item copy: (I) {ci[0]:.2f}x, (A[256] I) {ci[1]:.2f}x, (Structure) {ci[2]:.2f}x"),
     })
     bi = [g("compiled", "inline-byte", w) / g("compiled", "inline-item", w) for w, _ in WORKLOADS]
@@ -251,16 +254,18 @@ def conclusions(cells):
         "claim": "Byte swapping is not particularly costly relative to single item copying.",
         "holds": max(bi) < 1.5,
         "partly": max(bi) >= 1.5 and max(sw) < 1.1,
-        "evidence": (f"byte copy (network order) / item copy, compiled inline: (I) {bi[0]:.2f}x, (A[256] I) {bi[1]:.2f}x, "
+        "evidence": (f"byte copy (network order) / item copy, compiled inline: (I) {bi[0]:.2f}x, "
+                     f"(A[256] I) {bi[1]:.2f}x, "
                      f"(Structure) {bi[2]:.2f}x; but item copy with a bswap instruction / without: "
                      f"{sw[0]:.2f}x, {sw[1]:.2f}x, {sw[2]:.2f}x"),
     })
     bl = [g(stub, "inline-item", w) / g(stub, "block", w) for stub in ("compiled",) for w, _ in WORKLOADS[1:]]
+    interp_block = g("interpreted", "inline-item", "structure") / g("interpreted", "block", "structure")
     out.append({
         "claim": "Block transfer, where possible, is much faster than single item copying.",
         "holds": min(bl) > 3,
         "evidence": (f"compiled inline item copy / block copy: (A[256] I) {bl[0]:.1f}x, (Structure) {bl[1]:.1f}x; "
-                     f"interpreted (Structure) {g('interpreted', 'inline-item', 'structure') / g('interpreted', 'block', 'structure'):.1f}x "
+                     f"interpreted (Structure) {interp_block:.1f}x "
                      f"(the interpreter cannot block-copy records)"),
     })
     return out
@@ -317,7 +322,8 @@ def report(cells, theta, meta, out=sys.stdout):
     w(f"{'stub':<12} {'variant':<21}" + "".join(f"  {label:>12}" for _, label in WORKLOADS) + "\n")
     for stub in ("interpreted", "compiled"):
         for v in ("proc-byte", "proc-item"):
-            w(f"{stub:<12} {ROW_LABEL[v]:<21}" + "".join(f"  {t4[(stub, v, wk)]:>11.0f}%" for wk, _ in WORKLOADS) + "\n")
+            w(f"{stub:<12} {ROW_LABEL[v]:<21}" + "".join(f"  {t4[(stub, v, wk)]:>11.0f}%" for wk, _ in WORKLOADS)
+              + "\n")
 
     w("\nTable 5: cost equations for (A[256] I), derived from the interface\n")
     for stub in ("compiled", "interpreted"):
@@ -326,7 +332,8 @@ def report(cells, theta, meta, out=sys.stdout):
             w(f"{stub:<12} {ROW_LABEL[v]:<21}  {equation(c['counts'])}\n")
 
     w("\nTable 6: parameters fitted to this machine's Table 2 (ns) beside the MicroVAX-II's (us)\n")
-    w("(the paper's blocks are all about 1 KiB, so alpha and beta trade off; their sum for 1 KiB is what the data fix)\n")
+    w("(the paper's blocks are all about 1 KiB, so alpha and beta trade off; their sum for 1 KiB is what the data "
+      "fix)\n")
     w(f"{'symbol':<7} {'meaning':<52} {'here ns':>9} {'MicroVAX us':>12}\n")
     for p in model.PARAMS:
         val = theta[p]
@@ -359,8 +366,9 @@ def to_json(cells, theta, meta):
         "parameters_ns": theta,
         "b_1024_ns": theta["alpha"] + theta["beta"] * 1024,
         "paper_parameters_us": paper_table6(),
-        "cells": [{k: c[k] for k in ("iface", "proc", "stub", "variant", "order", "extra", "bytes", "batch", "median_ns",
-                                     "p10_ns", "p90_ns", "estimate_ns", "error_pct", "instructions", "counts")}
+        "cells": [{k: c[k] for k in ("iface", "proc", "stub", "variant", "order", "extra", "bytes", "batch",
+                                     "median_ns", "p10_ns", "p90_ns", "estimate_ns", "error_pct", "instructions",
+                                     "counts")}
                   for c in cells],
         "table3_pct": {f"{v}/{w}": x for (v, w), x in table3(cells).items()},
         "table4_pct": {f"{s}/{v}/{w}": x for (s, v, w), x in table4(cells, theta).items()},

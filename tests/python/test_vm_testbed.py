@@ -46,7 +46,8 @@ pytestmark = [
 def rpcscope(*args, timeout=300, check=True):
     p = subprocess.run(RPCSCOPE + list(args), capture_output=True, text=True, timeout=timeout, cwd=REPO)
     if check:
-        assert p.returncode == 0, f"rpcscope {' '.join(args)} exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+        assert p.returncode == 0, \
+            f"rpcscope {' '.join(args)} exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     return p
 
 
@@ -142,11 +143,10 @@ def _packets(r):
     The device hand-off (net_dev_xmit, the end of C8' and S9') is no such bound on a VM: the virtio
     kick hands the frame to QEMU, and this machine's whole receive path (tap, bridge, veth, the
     client's wake-up) can run before the guest's tracepoint fires after the driver returns."""
-    occ = lambda step, i, k, j: r.rows[step].occurrences(i)[k][j]      # noqa: E731
-    n = range(len(r))
-    a = (np.array([occ("C8", i, 0, 0) for i in n], np.float64), np.array([occ("S4", i, 0, 1) for i in n], np.float64))
-    b = (np.array([occ("S9", i, -1, 0) for i in n], np.float64), np.array([occ("C18", i, -1, 1) for i in n], np.float64))
-    return {"a_to_b": a, "b_to_a": b}
+    def times(step, k, j):
+        return np.array([r.rows[step].occurrences(i)[k][j] for i in range(len(r))], np.float64)
+
+    return {"a_to_b": (times("C8", 0, 0), times("S4", 0, 1)), "b_to_a": (times("S9", -1, 0), times("C18", -1, 1))}
 
 
 def test_no_negative_one_way_delay(rebuilt):

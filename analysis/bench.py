@@ -238,7 +238,8 @@ def cmd_bench(args):
             "events/s": r["events_per_s"], "of_anchor": "" if r["of_anchor"] is None else r["of_anchor"],
             "peak_rss_MiB": r["peak_rss_mib"] or "",
             "tables_MiB": r.get("tables_mib", ""), "beyond_tables_MiB": r.get("beyond_tables_mib", ""),
-            "extractor_MiB": r["extractor_peak_rss_mib"] or "", "largest_child_MiB": r.get("children_peak_rss_mib") or "",
+            "extractor_MiB": r["extractor_peak_rss_mib"] or "",
+            "largest_child_MiB": r.get("children_peak_rss_mib") or "",
             "trace_MiB": r["trace_mib"] or "",
             "decoded_by": ", ".join(f"{k} {v}" for k, v in sorted(r.get("readers", {}).items())) or "cache"}
            for r in res["measurements"]],

@@ -4,7 +4,8 @@
                          ~ sum over units of unit cost x its count on the path + the wire's time
 
 The unit costs (pathsim.UNITS: per call, per send, per packet, per receive, per wake-up, per
-window acknowledgement, and per byte marshalled, copied in and copied out) are shared by every step of their kind: the step
+window acknowledgement, and per byte marshalled, copied in and copied out) are shared by every step of their kind:
+the step
 catalog (tracepoints/steps.toml, each step's `unit`) says which kind a step is. They are fitted
 by weighted least squares from the measured round-trip path of the fitted sizes: each class's
 probe-corrected time on the path (analysis/rtp.json, the typical call) against that class's count
@@ -32,8 +33,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from . import network as N
 from rpcscope import packets as P
+
+from . import network as N
 from .pathsim import BYTE_UNITS, CLASSES, UNIT_NAMES, UNITS, Workload, call_path
 
 MODEL_FORMAT = "rpcscope-model/2"
@@ -276,9 +278,11 @@ class Model:
             return sum(v) / len(v) if v else None
 
         return {"predicted_sizes": len(pred),
-                "mean_abs_error_pct": {"model": mean_abs("error_pct", pred), "interpolation": mean_abs("interp_error_pct", pred),
+                "mean_abs_error_pct": {"model": mean_abs("error_pct", pred),
+                                       "interpolation": mean_abs("interp_error_pct", pred),
                                        "line": mean_abs("line_error_pct", pred)},
-                "cv_mean_abs_error_pct": {"model": mean_abs("cv_error_pct", fitted), "interpolation": mean_abs("interp_error_pct", fitted),
+                "cv_mean_abs_error_pct": {"model": mean_abs("cv_error_pct", fitted),
+                                          "interpolation": mean_abs("interp_error_pct", fitted),
                                           "line": mean_abs("line_error_pct", fitted)},
                 "fitted_within_goal": sum(abs(r.error_pct) <= r.goal_pct for r in fitted),
                 "fitted_sizes": len(fitted),

@@ -21,7 +21,8 @@ The time a call takes is the end of that schedule: two stages (sender, receiver)
 on one window's fragments overlap, so which sends and receives are on the path follows
 from the costs and the arithmetic, not from a rule per size. Along the way the path
 keeps how many of each unit it passed through (`Chain.n`) and the bytes each class
-copied (`Chain.b`; per call, `marshal` x both bodies twice): the counts the fit (analysis/model.py) regresses the measured
+copied (`Chain.b`; per call, `marshal` x both bodies twice): the counts the fit (analysis/model.py) regresses the
+measured
 path's class totals on.
 
 The wire (analysis/network.py) adds each frame's serialisation on a serial link; a
@@ -32,8 +33,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from . import network as N
 from rpcscope import packets as P
+
+from . import network as N
 
 # The unit costs: (name, unit, what one count is). The first six are classes of path segments (the
 # catalog's `unit` field); the last three are each a cost per byte of one of those classes.
@@ -142,7 +144,8 @@ def _udp(wl, size, theta, link):
     server = Chain(float("-inf"))
     i = 0
     for w, k in enumerate(q.windows):
-        items = [(f, len(P.ip_body_bytes(f, wl.mtu)), N.udp_ip_lengths(P.HDR_LEN + f, wl.mtu)) for f in q.frags[i:i + k]]
+        items = [(f, len(P.ip_body_bytes(f, wl.mtu)), N.udp_ip_lengths(P.HDR_LEN + f, wl.mtu))
+                 for f in q.frags[i:i + k]]
         i += k
         client, server = _pipeline(client, server, items, theta, link)
         if w < len(q.windows) - 1:   # acknowledge the window; the client waits for it

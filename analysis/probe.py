@@ -309,7 +309,8 @@ def _costs(points, source, transport, form=None):
     alone = _user_alone(points)
     return {"source": source, "transport": transport, "method": method, "points": points, "form": used,
             "ust_event_ns": round(c_user, 1) if c_user is not None else None,
-            "kernel_event_ns": {"net": round(c_kernel, 1), "other": round(c_kernel, 1)} if c_kernel is not None else None,
+            "kernel_event_ns": ({"net": round(c_kernel, 1), "other": round(c_kernel, 1)}
+                                if c_kernel is not None else None),
             "ust_alone_event_ns": round(alone, 1) if alone is not None else None}
 
 
@@ -420,7 +421,8 @@ def solve(per, form=None):
     n = len(d)
     apart = _fit(nu, nk, d, w, "apart")
     if form == "pooled" or (form == "apart" and apart is not None):
-        return _result(form, apart, _fit(nu, nk, d, w, "pooled"), n, "the model chosen over every case of the transport")
+        return _result(form, apart, _fit(nu, nk, d, w, "pooled"), n,
+                       "the model chosen over every case of the transport")
     if apart is None or n < 3:
         why = "user and kernel events have no positive separate solution" if n >= 2 else "one point"
         return _result("pooled", None, _fit(nu, nk, d, w, "pooled"), n, why)
@@ -437,7 +439,8 @@ def solve(per, form=None):
             # A left-out fit with nothing to solve from (no events on the other paths) misses by all of d.
             err[k].append(((c[0] * nu[i] + c[1] * nk[i] if c else 0.0) - d[i]) / d[i] if d[i] else 0.0)
     rms = {k: _wrms(v, w) for k, v in err.items()}
-    why = f"a left-out point's probe effect predicted within {rms['pooled']:.1f} % rms pooled, {rms['apart']:.1f} % apart"
+    why = (f"a left-out point's probe effect predicted within {rms['pooled']:.1f} % rms pooled, "
+           f"{rms['apart']:.1f} % apart")
     both = (nu > 0) & (nk > 0)
     ratio = nu[both] / nk[both]
     spread = float(ratio.max() / ratio.min()) if len(ratio) >= 2 else 1.0

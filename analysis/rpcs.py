@@ -77,13 +77,56 @@ from rpcscope.tracepoints import STEPS, applicable
 
 # The parts live in rpckernel.py (kernel events and probe classes), rpcrows.py (the tables) and
 # rpcsteps.py (the rules); their names the analysis, the reports and the tests use are importable here.
-from .rpckernel import (CLASS_NET, CLASS_OTHER, CLASS_UST, COST_COLUMNS, N_CLASSES, _attach_zero_ids,  # noqa: F401
-                        _Costs, _first_per, _Kernel, _last_per, _ProbeEvents)
-from .rpcrows import (EXTRA_ROWS, MEASURED, MISSING, NOT_APPLICABLE, ROW_ORDER, CaseRPCs, Row, _MARK,  # noqa: F401
-                      _STEP, _trim, incomplete)
-from .rpcsteps import (BEGIN, END, NOT_TAKEN_REPLY, OTHER, _client_kernel, _Ctx, _is_none, _MARK_CODE,  # noqa: F401
-                       _Marks, _or_reason, _put, _reasons, _rtt, _sends, _server_kernel, _sleeps, _span, _STEP_INDEX,
-                       _sub, _to_next_end, _user_steps, _wake)
+from .rpckernel import (  # noqa: F401
+    CLASS_NET,
+    CLASS_OTHER,
+    CLASS_UST,
+    COST_COLUMNS,
+    N_CLASSES,
+    _attach_zero_ids,
+    _Costs,
+    _first_per,
+    _Kernel,
+    _last_per,
+    _ProbeEvents,
+)
+from .rpcrows import (  # noqa: F401
+    _MARK,
+    _STEP,
+    EXTRA_ROWS,
+    MEASURED,
+    MISSING,
+    NOT_APPLICABLE,
+    ROW_ORDER,
+    CaseRPCs,
+    Row,
+    _trim,
+    incomplete,
+)
+from .rpcsteps import (  # noqa: F401
+    _MARK_CODE,
+    _STEP_INDEX,
+    BEGIN,
+    END,
+    NOT_TAKEN_REPLY,
+    OTHER,
+    _client_kernel,
+    _Ctx,
+    _is_none,
+    _Marks,
+    _or_reason,
+    _put,
+    _reasons,
+    _rtt,
+    _sends,
+    _server_kernel,
+    _sleeps,
+    _span,
+    _sub,
+    _to_next_end,
+    _user_steps,
+    _wake,
+)
 from .traceread import KIND
 
 # A case is rebuilt a window of calls at a time, each from the events of its own time range (read

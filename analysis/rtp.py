@@ -418,7 +418,8 @@ def slack(occs, segs, end):
 
 def analyze_case(case, progress=None, sample=None, detail=True):
     """Walk the round-trip path of every RPC of a case (sample: at most that many, evenly spaced over
-    the window of calls in the middle of the capture). detail=False keeps only each walk's totals and events per class (no segments or
+    the window of calls in the middle of the capture). detail=False keeps only each walk's totals and events per
+    class (no segments or
     slack): what the probe calibration needs."""
     rpcs = reconstruct(case)
     res = {"case": case.id, "transport": case.transport, "proc": case.proc, "size": case.size,

@@ -175,7 +175,8 @@ def register(subparsers):
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", metavar="runs/NAME", help="a run directory made by `rpcscope capture` (with a kernel trace)")
     ap.add_argument("--case", help="only this case (e.g. udp-maxarg-0)")
-    ap.add_argument("--rpc", type=int, metavar="N", help="print the N-th walked RPC's path (with --case, or the first case)")
+    ap.add_argument("--rpc", type=int, metavar="N",
+                    help="print the N-th walked RPC's path (with --case, or the first case)")
     ap.add_argument("--per-rpc", action="store_true", help="with --json: every RPC's segments and slack")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     ap.add_argument("--quiet", action="store_true", help="no progress line")

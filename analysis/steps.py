@@ -24,21 +24,31 @@ import numpy as np
 from rpcscope.rundir import RTT_CSV, STEPS_CSV, STEPS_JSON, RunDir
 from rpcscope.tracepoints import STEPS
 
-from . import probe as probe_mod
-from . import traceread
+from . import probe as probe_mod, traceread
 from .clockreads import case_clock_reads
 from .clocksync import USER_PACKET_MARKS, estimate, match_user_packets
 from .probe import path_probe_ns
 from .rpcs import EXTRA_ROWS, MEASURED, MISSING, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
 from .rtpstats import SPLIT_COST_SPREAD, SPLIT_MIN_SHARE
-from .run import (Run, RunError, call_edges_ns, level_p50_ns, level_rounds_p50s, load_run, modes_label, other_path_counts,
-                  traced_noise_pct, untraced_modes)
+from .run import (
+    Run,
+    RunError,
+    call_edges_ns,
+    level_p50_ns,
+    level_rounds_p50s,
+    load_run,
+    modes_label,
+    other_path_counts,
+    traced_noise_pct,
+    untraced_modes,
+)
 from .tracenotes import trace_notes
 from .wakeup import run_wake_costs
 from .workers import CaseWorkers, cpu_workers
 
 _STEP = {s["id"]: s for s in STEPS}
-CSV_COLUMNS = ["case", "transport", "proc", "size", "step", "side", "name", "rtp", "status", "n", "missing", "did_not_occur",
+CSV_COLUMNS = ["case", "transport", "proc", "size", "step", "side", "name", "rtp", "status", "n", "missing",
+               "did_not_occur",
                "mean_us", "median_us", "p10_us", "p90_us", "p99_us", "std_us",
                "corrected_mean_us", "corrected_median_us", "tracepoints_median", "occurrences_median",
                "missing_reasons", "clock_reads_median_us"]

@@ -53,7 +53,8 @@ def _from_problem(case_id, p, case_dir):
     if what == "metadata":
         lost = p.get("streams_lost")
         return TraceNote(case_id, trace, what, file,
-                         f"invalid CTF metadata: {msg}" + (f" (the trace's {lost} stream(s) are not read)" if lost else ""),
+                         f"invalid CTF metadata: {msg}"
+                         + (f" (the trace's {lost} stream(s) are not read)" if lost else ""),
                          "restore the metadata file or " + RECAPTURE)
     if what == "corrupt" and "no metadata file" in msg:
         return TraceNote(case_id, trace, "no_trace", file,

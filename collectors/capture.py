@@ -33,24 +33,106 @@ import uuid
 
 from rpcscope.interrupts import interruptible, uninterrupted
 from rpcscope.output import UserError
-from rpcscope.rundir import (MANIFEST_FORMAT, SWEEP_SETTLE_ROUNDS, RunDir, case_factors, sweeps_settled, sweeps_summary,
-                             unsettled_transports)
+from rpcscope.rundir import (
+    MANIFEST_FORMAT,
+    SWEEP_SETTLE_ROUNDS,
+    RunDir,
+    case_factors,
+    sweeps_settled,
+    sweeps_summary,
+    unsettled_transports,
+)
 
 from . import ftrace, idle, leftovers, lttng, perf
-from .manifest import base_manifest, case_record, clocksource, cpu_model, git_commit, now, repeats_record, rounds_json, tool_versions
-from .options import (ASLR_SETTINGS, BASE_PORT, CLOCK_BIN, CPUSPEED_SECONDS, DEFAULT_REPEATS, MAX_MSG,
-                      MIN_TURNS_ROUNDS, NOTRACE_BIN, PACE_SLICES, PROCS, SERVER_SAFETY_S, TRACE_BIN, TURN_CALLS,
-                      TURN_CALLS_RANGE, TURNS_REPEATS, WAKECAL_SECONDS, case_id, case_kinds,
-                      check_deadline_seconds, check_disk, check_extra_sweep_seconds, check_sizes,
-                      choose_kernel_collector, disk_needed, fragments, in_situ, lttng_kernel_available,
-                      parse_sizes, parse_transports, preflight, prepare_out, proc_max_size, require_tool, validate)
-from .processes import (Processes, RpcRuns, Sessiond, aslr_prefix, aslr_record, bt_count, clock_env, dir_bytes,
-                        ipi_counts, ipi_delta, placement_cpus, rpc_bindir, tool_json, wait_ready)
-from .rounds import (EXTRA_SWEEP_SECONDS, FINISH_SECONDS_PER_CASE, KIND_ORDER, LEVEL_GAP, MAX_EXTRA_ROUNDS,
-                     STRADDLE_LEVEL_PCT, SWEEP_AGREE_PCT, choose_sweep,
-                     cpu_speed_summary, fastest_round, level_rounds, most_central, round_speeds, rtt_record,
-                     run_levels, run_pace_ns, settled_rounds, sleeps_per_call, straddle_pct, sweep_distances,
-                     sweeps_end, turn_buffer_kb, turns_kept_round, turns_spread_pct)
+from .manifest import (
+    base_manifest,
+    case_record,
+    clocksource,
+    cpu_model,
+    git_commit,
+    now,
+    repeats_record,
+    rounds_json,
+    tool_versions,
+)
+from .options import (
+    ASLR_SETTINGS,
+    BASE_PORT,
+    CLOCK_BIN,
+    CPUSPEED_SECONDS,
+    DEFAULT_REPEATS,
+    MAX_MSG,
+    MIN_TURNS_ROUNDS,
+    NOTRACE_BIN,
+    PACE_SLICES,
+    PROCS,
+    SERVER_SAFETY_S,
+    TRACE_BIN,
+    TURN_CALLS,
+    TURN_CALLS_RANGE,
+    TURNS_REPEATS,
+    WAKECAL_SECONDS,
+    case_id,
+    case_kinds,
+    check_deadline_seconds,
+    check_disk,
+    check_extra_sweep_seconds,
+    check_sizes,
+    choose_kernel_collector,
+    disk_needed,
+    fragments,
+    in_situ,
+    lttng_kernel_available,
+    parse_sizes,
+    parse_transports,
+    preflight,
+    prepare_out,
+    proc_max_size,
+    require_tool,
+    validate,
+)
+from .processes import (
+    Processes,
+    RpcRuns,
+    Sessiond,
+    aslr_prefix,
+    aslr_record,
+    bt_count,
+    clock_env,
+    dir_bytes,
+    ipi_counts,
+    ipi_delta,
+    placement_cpus,
+    rpc_bindir,
+    tool_json,
+    wait_ready,
+)
+from .rounds import (
+    EXTRA_SWEEP_SECONDS,
+    FINISH_SECONDS_PER_CASE,
+    KIND_ORDER,
+    LEVEL_GAP,
+    MAX_EXTRA_ROUNDS,
+    STRADDLE_LEVEL_PCT,
+    SWEEP_AGREE_PCT,
+    choose_sweep,
+    cpu_speed_summary,
+    fastest_round,
+    level_rounds,
+    most_central,
+    round_speeds,
+    rtt_record,
+    run_levels,
+    run_pace_ns,
+    settled_rounds,
+    sleeps_per_call,
+    straddle_pct,
+    sweep_distances,
+    sweeps_end,
+    turn_buffer_kb,
+    turns_kept_round,
+    turns_spread_pct,
+)
 from .sweeps import Sweeps, TurnRun
 from .tracing import Tracing
 

@@ -40,11 +40,14 @@ events per call, lost events, and trace bytes on disk per 1000 calls.
 
 
 def add_common(ap, default_calls, default_sizes):
-    ap.add_argument("--sizes", default=default_sizes, help=f"payload sizes in bytes, comma-separated (default {default_sizes})")
+    ap.add_argument("--sizes", default=default_sizes,
+                    help=f"payload sizes in bytes, comma-separated (default {default_sizes})")
     ap.add_argument("--proc", default="maxarg", help="procedure (default maxarg): " + ", ".join(cap.PROCS))
     ap.add_argument("--transport", default="udp", help="udp, tcp or udp,tcp (default udp)")
-    ap.add_argument("--calls", type=int, default=default_calls, help=f"measured calls per size (default {default_calls})")
-    ap.add_argument("--warmup", type=int, default=200, help="warm-up calls per size, traced but not measured (default 200)")
+    ap.add_argument("--calls", type=int, default=default_calls,
+                    help=f"measured calls per size (default {default_calls})")
+    ap.add_argument("--warmup", type=int, default=200,
+                    help="warm-up calls per size, traced but not measured (default 200)")
     ap.add_argument("--kernel", choices=("auto", "lttng", "perf", "ftrace", "none"), default="auto",
                     help="kernel collector (default auto: LTTng's kernel tracer where lttng-modules is loaded, else "
                          "ftrace, a tracefs instance of its own, an eighth of perf's cost per event here; else perf)")
@@ -92,12 +95,15 @@ def add_common(ap, default_calls, default_sizes):
                          "kept round's step times, which the step tables set beside the probe-corrected ones")
     ap.add_argument("--turns", action="store_true",
                     help="local testbed, kernel ftrace or none: run every size and kind of a round at once, taking "
-                         "turns of --turn-calls (each client calls only in its turns, the traced ones' tracefs instances "
+                         "turns of --turn-calls (each client calls only in its turns, the traced ones' tracefs "
+                         "instances "
                          "record only in theirs), so that Measured, the traced runs and every size share the host's "
                          "moments; one round is kept for every size, and no extra sweeps are made")
     ap.add_argument("--turn-calls", type=int, default=cap.TURN_CALLS, metavar="N",
                     help=f"with --turns: the calls of a turn (default {cap.TURN_CALLS})")
-    ap.add_argument("--calibration-calls", type=int, default=3000, help="calls per loopback calibration run (default 3000; the in-situ calibration uses --calls and --warmup)")
+    ap.add_argument("--calibration-calls", type=int, default=3000,
+                    help="calls per loopback calibration run (default 3000; the in-situ calibration uses --calls "
+                         "and --warmup)")
     ap.add_argument("--keep-perf-data", action="store_true", help="keep perf.data next to the kernel CTF")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
     ap.add_argument("--json", action="store_true", help="print the manifest as JSON")
@@ -191,7 +197,8 @@ def rows_of(manifest):
     return rows
 
 
-COLUMNS = ["case", "traced_p50_us", "untraced_p50_us", "ust_ev/call", "kernel_ev/call", "lost", "KB/1000 calls", "lossy"]
+COLUMNS = ["case", "traced_p50_us", "untraced_p50_us", "ust_ev/call", "kernel_ev/call", "lost", "KB/1000 calls",
+           "lossy"]
 
 
 def cmd_capture(args):
@@ -317,7 +324,8 @@ def register_bench(subparsers):
         epilog=BENCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common(b, 10000, "0,1392,4016,8032")
     b.add_argument("--plain-rounds", type=int, default=5, help="plain rpc-client runs per size (default 5)")
-    b.add_argument("--out", default=None, metavar="runs/NAME", help="run directory (default runs/capture-bench, replaced)")
+    b.add_argument("--out", default=None, metavar="runs/NAME",
+                   help="run directory (default runs/capture-bench, replaced)")
     b.set_defaults(func=cmd_bench)
     return b
 

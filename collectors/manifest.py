@@ -17,7 +17,6 @@ from .options import NOTRACE_BIN, TRACE_BIN, case_id
 from .processes import aslr_record, read_text
 from .rounds import run_pace_ns
 
-
 # ---------------------------------------------------------------- facts about the machine
 
 def cpu_model():

@@ -16,7 +16,8 @@ import time
 from rpcscope.output import UserError
 
 from . import leftovers
-from .options import (CLOCK_BIN, NOTRACE_BIN, PACE_SLICES, SERVER_SAFETY_S, TRACE_BIN, TURN_CALLS)
+from .options import CLOCK_BIN, NOTRACE_BIN, PACE_SLICES, SERVER_SAFETY_S, TRACE_BIN, TURN_CALLS
+
 
 def wait_ready(proc, ready, timeout_s=15.0):
     """Whether rpc-server (proc) wrote its --ready-file (it listens) within timeout_s; False as soon as it

@@ -158,7 +158,8 @@ def _case(p, cid, transport, size, cdir, manifest, cpus):
         if files:
             case[kind] = rtt_record(json.loads(files[0].read_text()))
             if len(files) > 1:
-                case[f"{kind}_per_client"] = {f.stem.split(f"client-{kind}-", 1)[1]: rtt_record(json.loads(f.read_text()))
+                case[f"{kind}_per_client"] = {f.stem.split(f"client-{kind}-", 1)[1]:
+                                              rtt_record(json.loads(f.read_text()))
                                               for f in files}
     total = p["calls"] + p["warmup"]
     case["events_per_call"] = {k: round(v / total, 2) for k, v in case["events"].items()}

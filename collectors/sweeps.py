@@ -16,9 +16,23 @@ from rpcscope.rundir import sweeps_settled
 from . import ftrace, interleave
 from .options import MIN_TURNS_ROUNDS, TURN_CALLS, fragments
 from .processes import ipi_counts, ipi_delta, read_text
-from .rounds import (EXTRA_SWEEP_SECONDS, FINISH_SECONDS_PER_CASE, LEVEL_GAP, SWEEP_AGREE_PCT, _p50s, choose_sweep,
-                     level_rounds, round_speeds, settled_rounds, sleeps_per_call, straddle_pct, sweeps_end,
-                     turn_buffer_kb, turns_kept_round, turns_spread_pct)
+from .rounds import (
+    EXTRA_SWEEP_SECONDS,
+    FINISH_SECONDS_PER_CASE,
+    LEVEL_GAP,
+    SWEEP_AGREE_PCT,
+    _p50s,
+    choose_sweep,
+    level_rounds,
+    round_speeds,
+    settled_rounds,
+    sleeps_per_call,
+    straddle_pct,
+    sweeps_end,
+    turn_buffer_kb,
+    turns_kept_round,
+    turns_spread_pct,
+)
 
 
 @dataclasses.dataclass
@@ -284,7 +298,8 @@ class Sweeps:
         """({case id: (the kept round, every round)}, the sweeps' record) of a capture whose runs took
         turns (--turns), n rounds made (`ended`: "turns", or "capture deadline" where the deadline cut the
         rounds asked for, MIN_TURNS_ROUNDS): the kept round (turns_kept_round: its kinds stand to each
-        other, and its sizes to each other, as in most rounds) gives every case its traces; every round is in its "level", each round's p50s divided by the case's
+        other, and its sizes to each other, as in most rounds) gives every case its traces; every round is in its
+        "level", each round's p50s divided by the case's
         factor in the round (case_factors; analysis/run.py level_rounds_p50s). No extra sweeps: a round's kinds and
         sizes share the host's moments, so the rounds need not agree with one another."""
         p50s = _p50s(runs, clock=True)     # the kinds analysis/run.py case_round_factors takes
@@ -301,7 +316,8 @@ class Sweeps:
                   "kept_straddle_pct": {}, "distance_pct": [], "seconds": seconds, "ended": ended,
                   "rounds_asked": self.p.get("repeats", 1),
                   "extra_sweep_seconds": 0, "deadline_seconds": self.p.get("deadline_seconds"),
-                  "turns": {"turn_calls": self.p.get("turn_calls", TURN_CALLS), "runs_per_round": len(turns) // max(1, n),
+                  "turns": {"turn_calls": self.p.get("turn_calls", TURN_CALLS),
+                            "runs_per_round": len(turns) // max(1, n),
                             "turns_per_run_median": statistics.median(turns) if turns else None,
                             "probe_effect_spread_pct": turns_spread_pct(p50s), "round_speed": speed},
                   "cases": [c["id"] for c in cases]}

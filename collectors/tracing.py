@@ -92,7 +92,8 @@ class Tracing:
             sysc = sorted({e.split("_", 2)[2] for e in evs if e.startswith("syscalls:")})
             self.sessions.append(name)
             leftovers.note("lttng_sessions", name)
-            for cmd in lttng.lttng_kernel_commands(name, out_dir / "kernel", [e for e in evs if not e.startswith("syscalls:")],
+            kernel_events = [e for e in evs if not e.startswith("syscalls:")]
+            for cmd in lttng.lttng_kernel_commands(name, out_dir / "kernel", kernel_events,
                                                    sysc, self.devices(), perf.PROCNAMES):
                 lttng.run_lttng(cmd)
             lttng.run_lttng(["start", name])

@@ -51,7 +51,8 @@ def cmd_report(args):
     for case, why in call_errors.items():
         print(f"  {case}: example call not exported: {why}")
     print(f"run {h['run']}: {h['cases']} cases; analysis {'yes' if h['analysis'] else 'no'}, "
-          f"model {'yes' if h['model'] else 'no'}, round trip path {'measured' if h['rtp_measured'] else 'catalog flags'}")
+          f"model {'yes' if h['model'] else 'no'}, "
+          f"round trip path {'measured' if h['rtp_measured'] else 'catalog flags'}")
     for r in h["rtt"]:
         t, u = r["traced_p50_us"], r["untraced_p50_us"]
         print(f"  {r['case']}: traced p50 {t:.2f} us, untraced p50 {u:.2f} us" if t and u
@@ -73,7 +74,8 @@ def register(subparsers):
         "report", help="write a run's report: report.md and a self-contained index.html with SVG figures",
         description="Write runs/NAME/report/: first, where the time goes (per transport, each size's Measured "
                     "RTT split into client CPU, server CPU, wake-ups and network, the probe effect beside it, "
-                    "the model's % error and its baselines); then, folded, the run summary, the Table-2-style model table, per-step costs, "
+                    "the model's % error and its baselines); then, folded, the run summary, the Table-2-style model "
+                    "table, per-step costs, "
                     "round-trip-path diagrams (Figure 5 style), RTT vs size with packet boundaries, latency "
                     "distributions, traced vs untraced.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

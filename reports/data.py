@@ -99,13 +99,16 @@ class RunData:
                 out.append({"item": item, "value": value, "source": source})
 
         add("run", self.path.name, "the run directory's name")
-        add("created / finished", f"{m.get('created', '?')} / {m.get('finished', '?')}", "manifest.json created, finished")
-        add("complete", f"{m.get('complete')} (interrupted: {m.get('interrupted')})", "manifest.json complete, interrupted")
+        add("created / finished", f"{m.get('created', '?')} / {m.get('finished', '?')}",
+            "manifest.json created, finished")
+        add("complete", f"{m.get('complete')} (interrupted: {m.get('interrupted')})",
+            "manifest.json complete, interrupted")
         add("git commit", m.get("git_commit"), "manifest.json git_commit")
         add("procedure, sizes, transports",
             f"{p.get('proc')}; sizes {', '.join(map(str, p.get('sizes', [])))}; {', '.join(p.get('transports', []))}",
             "manifest.json params.proc, params.sizes, params.transports")
-        add("calls per case (warm-up)", f"{p.get('calls')} ({p.get('warmup')})", "manifest.json params.calls, params.warmup")
+        add("calls per case (warm-up)", f"{p.get('calls')} ({p.get('warmup')})",
+            "manifest.json params.calls, params.warmup")
         add("testbed", f"{tb.get('kind')} (shared kernel: {tb.get('shared_kernel')}); devices "
             f"{', '.join(tb.get('devices', []))}", "manifest.json testbed.kind, shared_kernel, devices")
         add("link", f"rate {link.get('rate')}, MTU {link.get('mtu')}, loss {link.get('loss')}"
@@ -124,7 +127,8 @@ class RunData:
             f"{m.get('server_executors')} ({'inline' if not m.get('server_executors') else 'pool'})",
             "manifest.json wait, server_wait, server_executors")
         add("kernel collector, clock", f"{m.get('kernel_collector')}, {m.get('clock')}, kernel clock aligned to UST: "
-            f"{m.get('kernel_clock_aligned_to_ust')}", "manifest.json kernel_collector, clock, kernel_clock_aligned_to_ust")
+            f"{m.get('kernel_clock_aligned_to_ust')}",
+            "manifest.json kernel_collector, clock, kernel_clock_aligned_to_ust")
         # A manifest without params.kernel_events comes from a capture that recorded the full set.
         add("kernel event set", p.get("kernel_events", "full (not recorded)"), "manifest.json params.kernel_events")
         add("tool versions", ", ".join(f"{k} {v}" for k, v in (m.get("tools") or {}).items()), "manifest.json tools")
@@ -155,7 +159,8 @@ class RunData:
         cal = m.get("wake_calibration") or {}
         if wake or cal:
             add("wake-up calibration", "; ".join(
-                f"reader on the {role}'s CPU: a sleep {c['sleep_us']:.2f} us over a spinning reader, an interrupt-borne "
+                f"reader on the {role}'s CPU: a sleep {c['sleep_us']:.2f} us over a spinning reader, "
+                "an interrupt-borne "
                 f"wake-up " + (f"{c['ipi_us']:.2f} us more" if c.get("ipi_us") is not None else "not seen")
                 + (f", the wake-up right after one {c['after_ipi_us']:+.2f} us ({c.get('after_ipi_source')})"
                    if c.get("after_ipi_us") is not None else
@@ -181,7 +186,8 @@ class RunData:
             add("in-situ probe calibration", "per transport: every case's path events charged at the costs of a user "
                 "and a kernel event solved from the fitted cases' probe effects (traced minus untraced p50) "
                 "(analysis/probe.json)" + models,
-                "manifest.json calibration_in_situ.method, cases[].untraced, cases[].traced; analysis/probe.json transports.*.method")
+                "manifest.json calibration_in_situ.method, cases[].untraced, cases[].traced; "
+                "analysis/probe.json transports.*.method")
         elif ins:
             add("in-situ probe calibration", "; ".join(
                 f"{t} size {z}: p50 untraced {v['p50_median_ns']['untraced'] / 1e3:.2f} us, user events "
@@ -191,10 +197,12 @@ class RunData:
                 "manifest.json calibration_in_situ.transports.*.sizes.*.p50_median_ns")
         cs = m.get("clock_sync") or (self.steps_json or {}).get("clock_sync")
         if cs:
-            src = "manifest.json clock_sync" if m.get("clock_sync") else "analysis/steps.json clock_sync, rtt[].clock_sync"
+            src = ("manifest.json clock_sync" if m.get("clock_sync")
+                   else "analysis/steps.json clock_sync, rtt[].clock_sync")
             add("clock sync", cs if isinstance(cs, str) else summary_line(cs) if "cases" in cs else json.dumps(cs), src)
         elif tb.get("shared_kernel"):
-            add("clock sync", "not needed: client and server share one kernel clock", "manifest.json testbed.shared_kernel")
+            add("clock sync", "not needed: client and server share one kernel clock",
+                "manifest.json testbed.shared_kernel")
         else:
             add("clock sync", "not recorded", "manifest.json (no clock_sync)")
         lossy = [c["id"] for c in self.cases if c.get("lossy")]

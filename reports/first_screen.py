@@ -16,8 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html import escape
 
-from rpcscope.tracepoints import step as catalog_step
-from rpcscope.tracepoints import unit_of
+from rpcscope.tracepoints import step as catalog_step, unit_of
 
 from .svg import line_plot, nice_ticks, text_width
 

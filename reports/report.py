@@ -17,11 +17,9 @@ from rpcscope.analysis.run import modes_label, path_shape, traced_noise_pct, unt
 from rpcscope.packets import request_body_bytes
 from rpcscope.tracepoints import STEPS, side_step
 
-from . import first_screen as FS
-from . import svg
+from . import first_screen as FS, svg
 from .data import PCTS, RunData
-from .model_section import items as model_section_items
-from .model_section import percent_errors
+from .model_section import items as model_section_items, percent_errors
 from .objects import Figure, Report, Section, Table
 from .render import to_html, to_markdown
 
@@ -52,7 +50,8 @@ FIRST_INTRO = (
     "the tracepoints added to the traced calls (traced − corrected); it is not part of Measured.")
 ERRORS_NOTE = (
     "model %, interp %, line %: (Measured − Calculated) × 100 / Measured, the DCE study's sign (positive where "
-    "the calculation is short, so that they read as the study's Table 2 does) for the model and two baselines: linear interpolation between the fitted sizes' "
+    "the calculation is short, so that they read as the study's Table 2 does) for the model and two baselines: "
+    "linear interpolation between the fitted sizes' "
     "Measured, and a line A + B × bytes + C × packets through them. kind: fitted sizes set the model's unit "
     "costs; a predicted size takes nothing measured at that size. not explained: Measured − the path's sum; "
     "probe removed: traced − corrected.")
@@ -145,7 +144,8 @@ def clock_check_tables(steps, rtp=None):
             row = {"step": n, **{str(z): (f"{diff[z]:+.0f}" if z in diff else "") for z in sizes}}
             row["median |diff| ns"] = f"{statistics.median(abs(v) for v in diff.values()):.0f}"
             rows.append(row)
-        out.append(Table(f"Probe-corrected minus clock reads, {t.upper()} (ns; each clock figure holds one ~20 ns read)",
+        out.append(Table(f"Probe-corrected minus clock reads, {t.upper()} "
+                         "(ns; each clock figure holds one ~20 ns read)",
                          ["step"] + [str(z) for z in sizes] + ["median |diff| ns"], rows,
                          "analysis/steps.json steps[].corrected_median_us - clock_reads_median_us "
                          "(RTT: analysis/rtp.json cases[].rtt_corrected_median_ns)", CLOCK_CHECK_NOTE))
@@ -166,7 +166,8 @@ def steps_section(d: RunData):
                    "costs the call more than the emptiest step holding one of its class takes, that step's time "
                    "is charged to its own step and the rest is taken off every step in proportion to its time "
                    "(per case below). "
-                   "n/a: the run's conditions rule the step out; missing: RPCs where the step applies but was not found.")
+                   "n/a: the run's conditions rule the step out; missing: RPCs where the step applies but was not "
+                   "found.")
     clock = clock_check_tables(d.steps, d.rtp)
     if clock:
         s.items.append("The clock build is the same program with each tracepoint replaced by one read of the clock "
@@ -196,14 +197,18 @@ def steps_section(d: RunData):
             s.items.append(f"Clock reads ({case}): none: {clock['error']}")
         elif clock:
             s.items.append(f"Clock reads ({case}): the clock build's run of this size (each step mark one clock read, "
-                           f"~20 ns, inside every figure; capture --clock-reads), RTT p50 {clock['client_p50_us']:.2f} us, "
+                           "~20 ns, inside every figure; capture --clock-reads), "
+                           f"RTT p50 {clock['client_p50_us']:.2f} us, "
                            f"{clock['marks']} marks, {clock['dropped']} dropped. Source: analysis/steps.json "
                            f"rtt[case={case}].clock_reads, steps[].clock_reads_median_us")
         split = (rtt.get(case) or {}).get("probe_split")
         if split:
-            s.items.append(f"Corrected ({case}): each user event charged {split['user_beyond_ns']:.0f} ns less than its "
-                           f"calibrated cost to its own step, each kernel event {split['kernel_beyond_ns']:.0f} ns less; "
-                           f"that rest taken off every step's remaining time (x {split['factor_median']:.3f}, the median "
+            s.items.append(f"Corrected ({case}): each user event charged {split['user_beyond_ns']:.0f} ns less "
+                           "than its "
+                           "calibrated cost to its own step, "
+                           f"each kernel event {split['kernel_beyond_ns']:.0f} ns less; "
+                           "that rest taken off every step's remaining time "
+                           f"(x {split['factor_median']:.3f}, the median "
                            f"call). Source: analysis/steps.json rtt[case={case}].probe_split")
     return s
 
@@ -244,7 +249,8 @@ def _catalog_boxes(case_rows, packets_note):
             if lane == "network":
                 boxes.append({"lane": "network", "label": f"{sid} {packets_note.get(sid, '')}".strip(),
                               "us": None, "begin": t, "rtp": True,
-                              "tip": f"{sid}: in flight (not measured; a virtual link's wire time is inside C8''/S9'')"})
+                              "tip": f"{sid}: in flight (not measured; a virtual link's wire time is inside "
+                                     "C8''/S9'')"})
                 continue
             if not cat[sid]["rtp"] or not applies(sid):
                 continue
@@ -390,7 +396,8 @@ def packet_marks(proc, max_size):
         cur = (P.frag_count(b), P.request_packets(b))
         if prev and cur != prev:
             what = "fragment" if cur[0] != prev[0] else "IP packet"
-            marks.append((z, f"{z - 1}/{z} ({what} {cur[0] if what == 'fragment' else cur[1]}; body {body(z - 1)}/{b})"))
+            n = cur[0] if what == "fragment" else cur[1]
+            marks.append((z, f"{z - 1}/{z} ({what} {n}; body {body(z - 1)}/{b})"))
         prev = cur
     return marks
 
@@ -416,7 +423,8 @@ def rtt_section(d: RunData):
     else:
         for c in d.cases:
             groups.setdefault((c.get("transport"), c.get("proc")), []).append(
-                {"size": c.get("size"), "traced_rtt_median_us": ((c.get("traced") or {}).get("p50") or 0) / 1000 or None,
+                {"size": c.get("size"),
+                 "traced_rtt_median_us": ((c.get("traced") or {}).get("p50") or 0) / 1000 or None,
                  "corrected_rtt_median_us": None,
                  "untraced_p50_us": ((c.get("untraced") or {}).get("p50") or 0) / 1000 or None})
         src = "manifest.json cases[].traced.p50 (client-measured), cases[].untraced.p50"
@@ -463,7 +471,8 @@ def rtt_section(d: RunData):
         s.items.append(Table(f"Traced vs untraced, {tr} {proc}",
                              ["size", "rpcs", "complete", "traced_p50_us", "corrected_p50_us", "untraced_p50_us",
                               "traced_vs_untraced_%", "corrected_vs_untraced_%", "noise_%", "overlap_absorbed_us",
-                              *(["probe_effect_from"] if anchors else []), "sleeps_untraced", "sleeps_traced", "ipis_untraced", "ipis_traced", "same_path",
+                              *(["probe_effect_from"] if anchors else []), "sleeps_untraced", "sleeps_traced",
+                              "ipis_untraced", "ipis_traced", "same_path",
                               "untraced_modes"],
                              [{"size": r["size"], "rpcs": r.get("rpcs", ""), "complete": r.get("complete_rpcs", ""),
                                "traced_p50_us": _f(r["traced_rtt_median_us"]),

@@ -19,21 +19,24 @@ import shutil
 import time
 from contextlib import redirect_stdout
 
-from . import ROOT
-from . import testbed
-from .testbed import fmt_rate
-from .analysis.model import Model
+from . import ROOT, testbed
 from .analysis import tracepack
+from .analysis.model import Model
 from .analysis.model_cli import params_table, rows_table
-from .analysis.run import load_run
-from .analysis.run import path_shape, traced_noise_pct
+from .analysis.run import load_run, path_shape, traced_noise_pct
 from .cli import main
-from .collectors.capture import (DEFAULT_REPEATS, EXTRA_SWEEP_SECONDS, MIN_TURNS_ROUNDS, TURNS_REPEATS,
-                                 check_extra_sweep_seconds)
+from .collectors.capture import (
+    DEFAULT_REPEATS,
+    EXTRA_SWEEP_SECONDS,
+    MIN_TURNS_ROUNDS,
+    TURNS_REPEATS,
+    check_extra_sweep_seconds,
+)
 from .collectors.perf import KERNEL_EVENT_SETS
 from .interrupts import interruptible, uninterrupted
 from .output import UserError, emit_json, table
 from .rundir import RunDir
+from .testbed import fmt_rate
 
 DCE_SIZES = (0, 1392, 4016, 8032, 16064, 24096)    # the DCE study's Table 2 and Figure 6 sizes
 # Predicted, not fitted: past the IP-packet boundary (maxarg's 4-byte length puts it at 1388/1389),
@@ -153,12 +156,12 @@ def cmd_run(args):
                    "--extra-sweep-seconds", f"{args.extra_sweep_seconds:g}", "--out", str(out)] + \
                 capture_deadline(args.max_seconds, time.monotonic() - t0) + \
                 ([] if args.no_clock_reads else ["--clock-reads"]) + (["--turns"] if args.turns == "on" else []) + \
-                (["--holdout", ",".join(map(str, holdout))] if holdout else []) + (["--replace"] if args.replace else [])
+                (["--holdout", ",".join(map(str, holdout))] if holdout else []) + \
+                (["--replace"] if args.replace else [])
             st.run("capture", cap)
             st.run("analyze", ["analyze", str(out)])
             st.run("round-trip path", ["rtp", str(out), "--quiet"])
             result["corrected_vs_untraced"] = corrected_vs_untraced(out)
-            manifest = json.loads(RunDir(out).manifest_path.read_text())     # the capture's; nothing after it writes it
             for t in transports:
                 mfile = RunDir(out).model_json(t)
                 argv = ["model", str(out), "--transport", t, "--holdout", ",".join(map(str, holdout)),
@@ -239,7 +242,8 @@ def print_lean(out, done, size):
     mb = 1e6
     print(f"run directory: {out}, {size / mb:.0f} MB on disk: {done['traces_packed']} traces packed "
           f"({done['traces_raw_bytes'] / mb:.0f} MB -> {done['traces_packed_bytes'] / mb:.0f} MB, "
-          f"cases/*/{{ust,kernel}}{tracepack.SUFFIX}), the decoded-trace cache ({done['cache_removed_bytes'] / mb:.0f} MB) "
+          f"cases/*/{{ust,kernel}}{tracepack.SUFFIX}), "
+          f"the decoded-trace cache ({done['cache_removed_bytes'] / mb:.0f} MB) "
           "removed")
     print("        `rpcscope analyze|rtp|export RUN` unpack a case's traces where they read them and decode them "
           "into analysis/cache again (the directory grows back towards its size before packing); "
@@ -250,7 +254,8 @@ def link_options(args, state):
     """`testbed up`'s link options: the run's own, else those of a testbed that is up already (so that a
     link the user shaped stays shaped), else none (an unshaped link)."""
     link = (state or {}).get("link") or {}
-    rate = args.link_rate if args.link_rate is not None else (fmt_rate(link["rate_bit"]) if link.get("rate_bit") else None)
+    rate = args.link_rate if args.link_rate is not None else \
+        (fmt_rate(link["rate_bit"]) if link.get("rate_bit") else None)
     mtu = args.mtu if args.mtu is not None else link.get("mtu")
     loss = args.loss if args.loss is not None else link.get("loss_percent")
     out = []
@@ -353,7 +358,8 @@ def register(subparsers):
                          "share): one after the other, in sweeps")
     ap.add_argument("--link-rate", metavar="RATE", help="shape the testbed's link (testbed up --link-rate), e.g. "
                     "10mbit; default: the link of a testbed that is up, else none")
-    ap.add_argument("--mtu", type=int, metavar="BYTES", help="the link's MTU (testbed up --mtu; default as --link-rate)")
+    ap.add_argument("--mtu", type=int, metavar="BYTES",
+                    help="the link's MTU (testbed up --mtu; default as --link-rate)")
     ap.add_argument("--loss", type=float, metavar="PERCENT", help="packet loss on the link (testbed up --loss)")
     ap.add_argument("--out", metavar="runs/NAME", help="run directory (default runs/run-DATE-TIME)")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")

@@ -427,7 +427,8 @@ def _turns_summary(transport, sweep):
     return (f"{transport}: {sweep['rounds']} rounds{cut}, the {t['runs_per_round']} runs of each (every size and kind) "
             f"taking turns of {t['turn_calls']} calls (a median {t['turns_per_run_median']:g} turns a run); round "
             f"{sweep['kept_round']} kept for every size's traces, every figure the median of the rounds' p50s, each "
-            f"over how fast the host ran its size in that round (the rounds' speeds ranged over {min(speed):.2f}-{max(speed):.2f}; the probe effects moved by a "
+            "over how fast the host ran its size in that round "
+            f"(the rounds' speeds ranged over {min(speed):.2f}-{max(speed):.2f}; the probe effects moved by a "
             f"median {t['probe_effect_spread_pct']} % between rounds)")
 
 

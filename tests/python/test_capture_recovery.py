@@ -18,9 +18,7 @@ import time
 
 import pytest
 
-from rpcscope.collectors import leftovers as lo
-from rpcscope.collectors import lttng as clttng
-from rpcscope.collectors import perf as cperf
+from rpcscope.collectors import leftovers as lo, lttng as clttng, perf as cperf
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]

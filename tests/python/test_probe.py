@@ -31,7 +31,8 @@ def test_solve_recovers_user_and_kernel_costs_from_the_probe_effect():
     """UDP-like paths, whose user and kernel events grow apart with the size: the costs that give
     every point's traced-minus-untraced difference, whatever a user event costs in the user-only runs."""
     cu, ck, method, form = probe.solve(_per((200.0, 285.0), UDP_COUNTS, alone=140.0))
-    assert (round(cu, 6), round(ck, 6), form) == (200.0, 285.0, "apart") and method.startswith("user and kernel events apart")
+    assert (round(cu, 6), round(ck, 6), form) == (200.0, 285.0, "apart")
+    assert method.startswith("user and kernel events apart")
     # What the user-only runs say a user event costs is kept for the record, not charged.
     out = probe.solve_cases({f"udp-maxarg-{s}": dict(p, transport="udp") for s, p in
                              _per((200.0, 285.0), UDP_COUNTS, alone=140.0).items()})
@@ -80,7 +81,8 @@ def test_held_out_cases_are_corrected_but_correct_no_other():
     which no held-out case helped to solve (fixture: real UDP points of an ftrace capture)."""
     import json
     import pathlib
-    pts = json.loads((pathlib.Path(__file__).parent / "fixtures" / "probe-points-udp-ftrace.json").read_text())["points"]
+    fixture = pathlib.Path(__file__).parent / "fixtures" / "probe-points-udp-ftrace.json"
+    pts = json.loads(fixture.read_text())["points"]
     held = ["udp-maxarg-1393", "udp-maxarg-6000"]
     out = probe.solve_cases(pts, held)
     assert set(out["cases"]) == set(pts)
@@ -221,6 +223,7 @@ def test_in_situ_calibrations_per_transport_and_in_the_older_form(tmp_path):
     """The manifest's in-situ calibration: one per transport (calibration_in_situ.transports), or, in
     runs made before that, one for the first transport at the top level."""
     import json
+
     from rpcscope.analysis.run import Run
     size0 = {"dir": "calibration-in-situ/udp/0", "p50_median_ns": {"untraced": 1, "ust": 2, "both": 3}}
     new = {"complete": True, "rounds": 3, "transports": {
@@ -348,6 +351,7 @@ def test_the_seconds_left_set_aside_what_must_follow_the_extra_sweeps():
     transport's planned sweeps (at this one's median sweep) and finishes."""
     import time
     from types import SimpleNamespace
+
     from rpcscope.collectors.capture import FINISH_SECONDS_PER_CASE as F, Capture
     cap = SimpleNamespace(p={"deadline_seconds": 300.0, "transports": ["udp", "tcp"], "sizes": [0, 4016, 8032]},
                           started=time.monotonic() - 100.0)
@@ -530,7 +534,8 @@ def test_a_settled_sweeps_round_whose_kind_caught_a_burst_is_not_kept_for_that_s
     assert settled_rounds(p50s, "udp-0", 4, [3, 4, 7]) == (4, [3, 4, 7])
     sweep = {"rounds": 5, "extra_rounds": 3, "kept_round": 4, "agreeing_rounds": [3, 4, 7], "agree_pct": 3.0,
              "settled": True, "kept_by_case": {"udp-maxarg-0": 4, "udp-maxarg-16064": 7}}
-    assert sweeps_summary({"udp": sweep}).endswith("sizes whose kept round had a kind off its level keep another (rounds 16064: 7)")
+    assert sweeps_summary({"udp": sweep}).endswith(
+        "sizes whose kept round had a kind off its level keep another (rounds 16064: 7)")
 
 
 def test_a_split_that_one_point_moves_is_not_kept(monkeypatch):
@@ -563,7 +568,8 @@ def test_a_split_that_one_point_moves_is_kept_where_the_event_ratios_differ(monk
     ratios, as before session 28, one cost for every event was used."""
     import json
     import pathlib
-    pts = json.loads((pathlib.Path(__file__).parent / "fixtures" / "probe-points-udp-6-spread.json").read_text())["points"]
+    fixture = pathlib.Path(__file__).parent / "fixtures" / "probe-points-udp-6-spread.json"
+    pts = json.loads(fixture.read_text())["points"]
     cu, ck, method, form = probe.solve(pts)
     assert form == "apart" and cu < ck, method
     assert "6 points" in method and "moves" not in method, method
@@ -644,6 +650,7 @@ def test_turns_take_a_kernel_collector_that_can_pause():
 
 def test_the_run_makes_fewer_rounds_taking_turns_unless_told():
     from types import SimpleNamespace
+
     from rpcscope.collectors.capture import DEFAULT_REPEATS, TURNS_REPEATS
     from rpcscope.pipeline import run_repeats
     assert run_repeats(SimpleNamespace(repeats=None, turns="on")) == TURNS_REPEATS < DEFAULT_REPEATS

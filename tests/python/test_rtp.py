@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from rpcscope.analysis import rtp
-from rpcscope.analysis.model_input import observations
 from rpcscope.analysis.graph import Graph
+from rpcscope.analysis.model_input import observations
 from rpcscope.analysis.traceread import KIND
 
 RUN = pathlib.Path(__file__).parent / "fixtures" / "run-udp-small"
@@ -614,6 +614,7 @@ def test_the_typical_path_with_the_split():
 
 def _cli(argv, capsys):
     import argparse
+
     from rpcscope.analysis import rtp_cli
     from rpcscope.output import UserError
     ap = argparse.ArgumentParser(prog="rpcscope")

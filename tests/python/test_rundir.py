@@ -16,7 +16,8 @@ FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "run-udp-small"
 
 def _manifest(**over):
     m = {"format": 1, "complete": True, "interrupted": False, "params": {"calls": 10, "warmup": 2},
-         "testbed": {"kind": "local", "shared_kernel": True, "link": {"rate": "1gbit", "rate_bit": 10 ** 9, "mtu": 1500}},
+         "testbed": {"kind": "local", "shared_kernel": True,
+                     "link": {"rate": "1gbit", "rate_bit": 10 ** 9, "mtu": 1500}},
          "hosts": {"rpcs-client": {"role": "client", "cpus": [0]}, "rpcs-server": {"role": "server", "cpus": [1]}},
          "cases": [{"id": "udp-maxarg-0", "transport": "udp", "proc": "maxarg", "size": 0, "calls": 10, "warmup": 2,
                     "dir": "cases/udp-maxarg-0", "complete": True, "untraced": {"p50": 30000},

@@ -33,7 +33,7 @@ def aslr_prefix(setting):
     sets the process's personality ADDR_NO_RANDOMIZE, which exec keeps, so every run of a build has
     the same code, stack and heap addresses; a case's untraced, user-only and traced runs are separate
     processes, so a layout's effect on the round trip would otherwise land, run by run, in Measured and
-    in the probe correction (`rpcscope bench-layout`: less spread between runs with the host steady,
+    in the probe correction (`rpcscope bench layout`: less spread between runs with the host steady,
     none while the host itself is bursty; collectors/README.md, step 3).
     on: the kernel's own policy (randomize_va_space)."""
     return ["setarch", "-R"] if setting == "off" else []

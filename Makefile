@@ -5,7 +5,8 @@
 #   make TRACE=clock  build it with each step mark one clock read into memory (build/clock/)
 #   make peers        the other RPC systems of `rpcscope experiment` (build/peers/bin/: libtirpc, gRPC C++)
 #   make bootstrap    install Debian packages and the Python venv (idempotent)
-#   make test         bootstrap if needed, then run every test
+#   make test         bootstrap if needed, then run every test (make lint first)
+#   make lint         ruff over the Python, clang-format's check over the C (.clang-format)
 #   make vm           the VM host's kernel, lttng-modules and initramfs (build/vm/; testbed up --server vm)
 #   make run          the main job on the local testbed
 #   make bench        benchmarks (not tests, rpcscope bench NAME): null-RPC RTT against sockperf;
@@ -175,6 +176,7 @@ lint-ansible: $(VENV_STAMP)
 
 # pytest -rs: every skipped test says why (a seed table not found, the VM's timing).
 test: $(VENV_STAMP)
+	$(MAKE) lint
 	$(MAKE) all
 	$(MAKE) TRACE=0 all
 	$(MAKE) TRACE=clock all

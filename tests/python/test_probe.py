@@ -121,7 +121,7 @@ def _sweeps(rounds):
 
 def test_the_kept_sweep_is_the_one_in_the_prevailing_speed_level():
     from rpcscope.collectors.capture import choose_sweep, sweeps_settled
-    # Shaped on runs/run-20261125-133149 (us): the host was in its faster level in round 0 only, and
+    # Shaped on a capture (us): the host was in its faster level in round 0 only, and
     # round 4 had a burst in 1392's traced run.
     p50s = _sweeps([("udp-0", "untraced", [16.4, 21.5, 21.4, 21.2, 21.2]),
                     ("udp-0", "traced", [40.8, 46.5, 46.2, 46.2, 46.0]),
@@ -150,7 +150,7 @@ def test_a_sweep_across_a_switch_of_level_is_not_kept():
 
 def test_with_no_settled_sweep_each_size_keeps_its_fastest_whole_round():
     from rpcscope.collectors.capture import fastest_round
-    # runs/run-20261125-150026, UDP 1393 (us): the level changed every few seconds; only round 4 ran
+    # A capture, UDP 1393 (us): the level changed every few seconds; only round 4 ran
     # every kind in the faster level (round 8's traced run was in the slower one).
     case = {("udp-1393", "untraced"): [26.5, 26.4, 26.6, 21.1, 21.1, 26.4, 26.7, 26.5, 21.1],
             ("udp-1393", "ust"): [31.2, 31.1, 31.7, 31.6, 25.4, 31.2, 31.1, 31.2, 25.8],
@@ -164,7 +164,7 @@ def test_with_no_settled_sweep_each_size_keeps_its_fastest_whole_round():
 
 
 def test_the_fastest_whole_round_has_every_kind_in_one_level():
-    """runs/run-20261125-220603, UDP 1392 (us): round 0's untraced run was in the faster level and its
+    """A capture, UDP 1392 (us): round 0's untraced run was in the faster level and its
     user-only and traced runs in the slower one, so its runs were together the fastest; its user share
     (8.8 us against a median 5.0) strays 14 % of the RTT. The kept round is the fastest of those whose
     kinds agree with the others' probe effect: round 6."""
@@ -291,7 +291,7 @@ def test_every_case_takes_its_transports_prices(tmp_path, monkeypatch):
 
 
 def test_per_case_costs_need_no_user_only_runs(tmp_path, monkeypatch):
-    """A capture without user-only runs (the default since session 21) solves the same costs from
+    """A capture without user-only runs (the default) solves the same costs from
     traced minus untraced alone; there is then no user-only cost to record, and its points say so."""
     true = (180.0, 290.0, 290.0)
     run, cases = _per_case_run(tmp_path, monkeypatch, true, user_only_runs=False)
@@ -314,7 +314,7 @@ def test_the_sweeps_summary_names_the_kept_round_and_an_unsettled_transport():
     text = sweeps_summary(sw)
     assert text.startswith("udp: 7 sweeps of every size (2 extra), round 4 kept, 3 rounds agree within 3 % (4, 5, 6); ")
     assert "tcp: 9 sweeps" in text and "NOT settled" in text and text.count("NOT settled") == 1
-    assert text.endswith("fastest whole round kept instead (rounds 0: 6, 4016: 3)")     # before session 18
+    assert text.endswith("fastest whole round kept instead (rounds 0: 6, 4016: 3)")     # a capture without a settled sweep
     sw["tcp"]["level"] = "slower"
     assert sweeps_summary(sw).endswith("most central whole round in the host's slower level kept instead "
                                        "(rounds 0: 6, 4016: 3)")
@@ -415,7 +415,7 @@ def test_a_points_differences_are_the_medians_of_its_level(monkeypatch):
 
 
 def test_with_no_settled_sweep_every_size_keeps_a_round_in_one_level():
-    """runs/run-20261126-012637, UDP (us, untraced / user-only / traced per round): the level changed
+    """A capture, UDP (us, untraced / user-only / traced per round): the level changed
     inside every sweep. Most of 8032's rounds were slow and its probe effect differs between levels, so
     the fastest whole round by straddle_pct was a slow one (round 5) while 0 kept a fast one: the model
     missed 8032 by +17.7 %. level_rounds keeps both in the faster level, each at its most central
@@ -448,10 +448,10 @@ def test_with_no_settled_sweep_every_size_keeps_a_round_in_one_level():
 
 
 def test_a_whole_round_whose_probe_effect_strays_is_not_kept():
-    """runs/run-20261126-021208, UDP 16064 (us): the host had more than two levels; round 7's user-only
+    """A capture, UDP 16064 (us): the host had more than two levels; round 7's user-only
     run (100.0) was 16 us faster than its untraced one, and by LEVEL_GAP alone it was the only round
     whole in the faster level. Its probe effect strays from every other round's, so the size falls back
-    to its fastest whole round by straddle_pct, never round 7. 8032 of run-20261126-012637 keeps a fast
+    to its fastest whole round by straddle_pct, never round 7. 8032 of another such capture keeps a fast
     round: there the probe effect is judged among the three fast rounds, not against the slow ones."""
     from rpcscope.collectors.capture import level_rounds, straddle_pct
     case = {("udp-16064", "untraced"): [113.5, 123.0, 114.6, 126.5, 111.2, 114.2, 114.6, 116.3, 114.2],
@@ -468,7 +468,7 @@ def test_a_whole_round_whose_probe_effect_strays_is_not_kept():
 
 
 def test_the_level_is_one_where_every_size_has_a_whole_round():
-    """runs/run-20261126-013349, UDP (us): 0 had whole rounds in both levels, 24096 none in the faster
+    """A capture, UDP (us): 0 had whole rounds in both levels, 24096 none in the faster
     one (round 1's traced run sat in a third level: its probe effect strays 15 % of the RTT), so both
     keep a round in the slower level, not 0 fast beside 24096 slow (the old rule: -8.1 % at 8032)."""
     from rpcscope.collectors.capture import level_rounds, run_levels
@@ -486,7 +486,7 @@ def test_the_level_is_one_where_every_size_has_a_whole_round():
 
 
 def test_a_kind_that_never_ran_in_the_faster_level_is_placed_by_when_it_ran():
-    """runs/run-20261126-030449, UDP (us): the host was fast for round 0 only. 8032's user-only runs and
+    """A capture, UDP (us): the host was fast for round 0 only. 8032's user-only runs and
     24096's user-only and traced runs were slow in every round, all within LEVEL_GAP of each other, and
     each had been called fast by its own fastest round: neither size had a whole round in the slower
     level, the faster level won (five sizes each) and both fell back to slow rounds beside fast ones
@@ -518,7 +518,7 @@ def test_a_kind_that_never_ran_in_the_faster_level_is_placed_by_when_it_ran():
 
 
 def test_a_settled_sweeps_round_whose_kind_caught_a_burst_is_not_kept_for_that_size():
-    """runs/run-20261126-033854, UDP 16064 (us): the sweeps settled on round 4 (rounds 3, 4 and 7 agree
+    """A capture, UDP 16064 (us): the sweeps settled on round 4 (rounds 3, 4 and 7 agree
     over every size), but 16064's untraced runs of rounds 3 and 4 were 9-13 % slow, slower than their
     user-only runs: Measured, the median of the three, came out 9 % high (+8.0 % error). Such rounds
     are dropped for that size, and its kept round is the one left; a size whose rounds agree keeps the
@@ -539,7 +539,7 @@ def test_a_settled_sweeps_round_whose_kind_caught_a_burst_is_not_kept_for_that_s
 
 
 def test_a_split_that_one_point_moves_is_not_kept(monkeypatch):
-    """Real TCP points (tests/python/fixtures/probe-points-tcp-5000.json, runs/run-20261126-150551): every
+    """Real TCP points (tests/python/fixtures/probe-points-tcp-5000.json): every
     path has 33 user events and 26 kernel events (1392: 28), so user and kernel costs are not determined.
     Apart predicts a left-out point a little better (2.8 % rms against 2.9 %, a quiet 4016 weighing most),
     but leaving 1392 out moves the user event's cost from 54 to 224 ns; one cost for every event is used,
@@ -561,11 +561,11 @@ def test_a_split_that_one_point_moves_is_not_kept(monkeypatch):
 
 
 def test_a_split_that_one_point_moves_is_kept_where_the_event_ratios_differ(monkeypatch):
-    """Real UDP points (tests/python/fixtures/probe-points-udp-6-spread.json, runs/run-20261127-084613):
+    """Real UDP points (tests/python/fixtures/probe-points-udp-6-spread.json):
     user-to-kernel event ratios from 0.64 to 2.2 per path, so the split is determined; leaving one point
     out moves a cost by 28 %, a noisy point, and one cost for every event predicts a left-out point far
     worse (17.9 % rms against 6.6 %). The split is kept; with the move limit applied regardless of the
-    ratios, as before session 28, one cost for every event was used."""
+    ratios, one cost for every event would be used."""
     import json
     import pathlib
     fixture = pathlib.Path(__file__).parent / "fixtures" / "probe-points-udp-6-spread.json"
@@ -585,7 +585,7 @@ def _three(events, d):
 
 
 def test_three_points_keep_the_split_where_their_event_ratios_differ():
-    """runs/run-20261127-001500's UDP points (the larger sizes had taken another path, so 0, 1392 and 4016
+    """A capture's UDP points (the larger sizes had taken another path, so 0, 1392 and 4016
     were left; d in ns, events per call user/kernel 33/15, 33/19, 49/39). Leaving 0 or 1392 out solves the
     split from two points four kernel events apart, which moves it by 35 %, but that says how close those
     two lie, not that the split follows noise: it is kept, since the ratios span 1.75x."""

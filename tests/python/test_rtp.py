@@ -522,7 +522,7 @@ def test_call_edges_only_when_every_call_of_the_traced_run_was_walked():
 
 
 def test_the_typical_call_of_a_bimodal_run_lies_in_the_median_calls_mode():
-    """runs/run-20261127-034628's traced UDP null call: 55 % of its calls on the short path (server
+    """A capture's traced UDP null call: 55 % of its calls on the short path (server
     wake-up S2 2.8 us), 45 % on one with interrupt-borne wake-ups (S2 15.8 us, 13 us longer). The
     40th-60th percentile band took both modes; the fifth of the RPCs nearest the median takes the
     median call's, and its mean RTT sits at the median."""

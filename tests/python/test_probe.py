@@ -314,7 +314,8 @@ def test_the_sweeps_summary_names_the_kept_round_and_an_unsettled_transport():
     text = sweeps_summary(sw)
     assert text.startswith("udp: 7 sweeps of every size (2 extra), round 4 kept, 3 rounds agree within 3 % (4, 5, 6); ")
     assert "tcp: 9 sweeps" in text and "NOT settled" in text and text.count("NOT settled") == 1
-    assert text.endswith("fastest whole round kept instead (rounds 0: 6, 4016: 3)")     # a capture without a settled sweep
+    # a capture without a settled sweep
+    assert text.endswith("fastest whole round kept instead (rounds 0: 6, 4016: 3)")
     sw["tcp"]["level"] = "slower"
     assert sweeps_summary(sw).endswith("most central whole round in the host's slower level kept instead "
                                        "(rounds 0: 6, 4016: 3)")

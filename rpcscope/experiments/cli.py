@@ -137,11 +137,16 @@ def run(args):
 
 
 def _argv_note(args):
+    """The options the run was given, for the Markdown page's command line."""
     parts = [f"--repeats {args.repeats}"]
-    if args.calls:
-        parts.append(f"--calls {args.calls}")
-    if args.threads:
-        parts.append(f"--threads {args.threads}")
+    for name in ("calls", "threads", "tests", "transports"):
+        v = getattr(args, name)
+        if v is not None and not (name == "transports" and args.name != "courier"):
+            parts.append(f"--{name} {v!r}" if name == "tests" else f"--{name} {v}")
+    if args.wait != "select":
+        parts.append(f"--wait {args.wait}")
+    if args.placement != "split":
+        parts.append(f"--placement {args.placement}")
     return " " + " ".join(parts)
 
 

@@ -164,7 +164,7 @@ test-py: $(VENV_STAMP) all
 # make lint: ruff over the Python (pyproject.toml [tool.ruff]) and clang-format's check over the C of the
 # reference RPC, the analysis's extractor and the stub study (.clang-format). To fix what they find:
 #   .venv/bin/ruff check --fix .   (then by hand what it cannot)      clang-format -i FILE...
-LINT_C := $(sort $(wildcard rpc/*.[ch] analysis/*.[ch] stubs/runtime/*.[ch] stubs/rpc/*.[ch]))
+LINT_C := $(sort $(wildcard rpc/*.[ch] analysis/*.[ch] stubs/runtime/*.[ch] stubs/rpc/*.[ch] peers/common/*.[ch] peers/tirpc/*.c peers/grpc/*.cc))
 lint: $(VENV_STAMP)
 	$(VENV)/bin/ruff check --no-cache .
 	clang-format --dry-run -Werror $(LINT_C)

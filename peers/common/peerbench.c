@@ -10,8 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *const proc_names[PB_PROC_COUNT] = { "null", "add", "sum", "concat", "echo", "maxarg",
-                                                       "maxresult" };
+static const char *const proc_names[PB_PROC_COUNT] = { "null", "add", "sum", "concat", "echo", "maxarg", "maxresult" };
 
 const char *pb_proc_name(int proc) { return proc >= 0 && proc < PB_PROC_COUNT ? proc_names[proc] : "unknown"; }
 
@@ -131,8 +130,7 @@ static int check(const struct pb_work *w, int proc, const struct pb_result *r, c
                 return PB_MISMATCH;
             }
         return PB_OK;
-    default:
-        return PB_OK; /* null, maxarg: the call's success is the result */
+    default: return PB_OK; /* null, maxarg: the call's success is the result */
     }
 }
 
@@ -293,12 +291,13 @@ static int parse_cpus(const char *s, struct pb_config *cfg)
 
 static int parse_args(int argc, char **argv, const char *peer, const char *transports, struct pb_config *cfg)
 {
-    static const struct option opts[] = {
-        { "server", 1, 0, 's' }, { "port", 1, 0, 'p' }, { "transport", 1, 0, 'T' }, { "proc", 1, 0, 'P' },
-        { "size", 1, 0, 'n' }, { "calls", 1, 0, 'c' }, { "warmup", 1, 0, 'w' }, { "threads", 1, 0, 't' },
-        { "cpu", 1, 0, 'C' }, { "max-seconds", 1, 0, 'm' }, { "deadline-s", 1, 0, 'd' }, { "json", 0, 0, 'j' },
-        { "help", 0, 0, 'h' }, { 0, 0, 0, 0 }
-    };
+    static const struct option opts[] = { { "server", 1, 0, 's' },     { "port", 1, 0, 'p' },
+                                          { "transport", 1, 0, 'T' },  { "proc", 1, 0, 'P' },
+                                          { "size", 1, 0, 'n' },       { "calls", 1, 0, 'c' },
+                                          { "warmup", 1, 0, 'w' },     { "threads", 1, 0, 't' },
+                                          { "cpu", 1, 0, 'C' },        { "max-seconds", 1, 0, 'm' },
+                                          { "deadline-s", 1, 0, 'd' }, { "json", 0, 0, 'j' },
+                                          { "help", 0, 0, 'h' },       { 0, 0, 0, 0 } };
     int c, i;
     uint64_t v;
     char *end;
@@ -315,7 +314,10 @@ static int parse_args(int argc, char **argv, const char *peer, const char *trans
         int bad = 0;
         switch (c) {
         case 's': cfg->server = optarg; break;
-        case 'p': bad = parse_u64(optarg, 1, 65535, &v); cfg->port = (int)v; break;
+        case 'p':
+            bad = parse_u64(optarg, 1, 65535, &v);
+            cfg->port = (int)v;
+            break;
         case 'T':
             if (!strcmp(optarg, "tcp"))
                 cfg->transport = PB_TCP;
@@ -330,13 +332,31 @@ static int parse_args(int argc, char **argv, const char *peer, const char *trans
             bad = i == PB_PROC_COUNT;
             cfg->proc = i;
             break;
-        case 'n': bad = parse_u64(optarg, 0, PB_MAX_SIZE, &v); cfg->size = (uint32_t)v; break;
-        case 'c': bad = parse_u64(optarg, 1, 10000000, &v); cfg->calls = v; break;
-        case 'w': bad = parse_u64(optarg, 0, 1000000, &v); cfg->warmup = v; break;
-        case 't': bad = parse_u64(optarg, 1, PB_MAX_THREADS, &v); cfg->threads = (int)v; break;
+        case 'n':
+            bad = parse_u64(optarg, 0, PB_MAX_SIZE, &v);
+            cfg->size = (uint32_t)v;
+            break;
+        case 'c':
+            bad = parse_u64(optarg, 1, 10000000, &v);
+            cfg->calls = v;
+            break;
+        case 'w':
+            bad = parse_u64(optarg, 0, 1000000, &v);
+            cfg->warmup = v;
+            break;
+        case 't':
+            bad = parse_u64(optarg, 1, PB_MAX_THREADS, &v);
+            cfg->threads = (int)v;
+            break;
         case 'C': bad = parse_cpus(optarg, cfg); break;
-        case 'm': cfg->max_seconds = strtod(optarg, &end); bad = *end || cfg->max_seconds <= 0; break;
-        case 'd': cfg->deadline_s = strtod(optarg, &end); bad = *end || cfg->deadline_s <= 0; break;
+        case 'm':
+            cfg->max_seconds = strtod(optarg, &end);
+            bad = *end || cfg->max_seconds <= 0;
+            break;
+        case 'd':
+            cfg->deadline_s = strtod(optarg, &end);
+            bad = *end || cfg->deadline_s <= 0;
+            break;
         case 'j': cfg->json = 1; break;
         case 'h': usage(stdout, peer, transports); exit(0);
         default: usage(stderr, peer, transports); return -1;
@@ -384,8 +404,12 @@ int pb_main(int argc, char **argv, const char *peer, const char *transports, con
         }
     }
     for (int i = 0; i < cfg.threads; i++) {
-        th[i] = (struct thread){ .index = i, .cpu = cfg.ncpus ? cfg.cpus[i % cfg.ncpus] : -1, .cfg = &cfg,
-                                 .ops = ops, .start = &start, .rtt = th[i].rtt };
+        th[i] = (struct thread){ .index = i,
+                                 .cpu = cfg.ncpus ? cfg.cpus[i % cfg.ncpus] : -1,
+                                 .cfg = &cfg,
+                                 .ops = ops,
+                                 .start = &start,
+                                 .rtt = th[i].rtt };
         if (pthread_create(&th[i].tid, NULL, thread_main, &th[i])) {
             fprintf(stderr, "%s-client: pthread_create failed\n", peer);
             exit(1); /* the barrier would never open: nothing to clean up that exit does not */
@@ -420,15 +444,16 @@ int pb_main(int argc, char **argv, const char *peer, const char *transports, con
     if (!first_error[0] && n < cfg.calls * (uint64_t)cfg.threads)
         first_error = "--max-seconds reached before every call was made";
     if (cfg.json) {
-        printf("{\"peer\": \"%s\", \"transport\": \"%s\", \"proc\": \"%s\", \"size\": %u, \"calls\": %llu, "
-               "\"errors\": %llu, \"mismatches\": %llu, \"checked\": %llu, \"threads\": %d, \"first_call_ns\": %llu, "
-               "\"rtt_ns\": {\"min\": %llu, \"p50\": %llu, \"mean\": %.1f, \"p90\": %llu, \"p99\": %llu, "
-               "\"max\": %llu}, \"calls_per_s\": %.1f, \"wall_s\": %.6f, \"cpus\": [",
-               peer, cfg.transport == PB_UDP ? "udp" : "tcp", pb_proc_name(cfg.proc), cfg.size,
-               (unsigned long long)n, (unsigned long long)errors, (unsigned long long)mismatches,
-               (unsigned long long)n, cfg.threads, (unsigned long long)first, (unsigned long long)(n ? all[0] : 0),
-               (unsigned long long)pct(all, n, 0.5), mean, (unsigned long long)pct(all, n, 0.9),
-               (unsigned long long)pct(all, n, 0.99), (unsigned long long)(n ? all[n - 1] : 0), cps, wall);
+        printf(
+            "{\"peer\": \"%s\", \"transport\": \"%s\", \"proc\": \"%s\", \"size\": %u, \"calls\": %llu, "
+            "\"errors\": %llu, \"mismatches\": %llu, \"checked\": %llu, \"threads\": %d, \"first_call_ns\": %llu, "
+            "\"rtt_ns\": {\"min\": %llu, \"p50\": %llu, \"mean\": %.1f, \"p90\": %llu, \"p99\": %llu, "
+            "\"max\": %llu}, \"calls_per_s\": %.1f, \"wall_s\": %.6f, \"cpus\": [",
+            peer, cfg.transport == PB_UDP ? "udp" : "tcp", pb_proc_name(cfg.proc), cfg.size, (unsigned long long)n,
+            (unsigned long long)errors, (unsigned long long)mismatches, (unsigned long long)n, cfg.threads,
+            (unsigned long long)first, (unsigned long long)(n ? all[0] : 0), (unsigned long long)pct(all, n, 0.5), mean,
+            (unsigned long long)pct(all, n, 0.9), (unsigned long long)pct(all, n, 0.99),
+            (unsigned long long)(n ? all[n - 1] : 0), cps, wall);
         for (int i = 0; i < cfg.ncpus; i++)
             printf("%s%d", i ? ", " : "", cfg.cpus[i]);
         printf("], \"first_error\": \"");

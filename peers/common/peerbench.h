@@ -33,9 +33,9 @@ enum pb_transport { PB_UDP, PB_TCP };
 enum { PB_OK = 0, PB_MISMATCH = 1, PB_ERROR = 2 };
 
 struct pb_config {
-    const char *peer;        /* "tirpc", "grpc": names the JSON's source */
-    const char *server;      /* IPv4 address */
-    int port;                /* 0: the peer finds it (rpcbind) */
+    const char *peer;   /* "tirpc", "grpc": names the JSON's source */
+    const char *server; /* IPv4 address */
+    int port;           /* 0: the peer finds it (rpcbind) */
     int transport;
     int proc;
     uint32_t size;
@@ -44,19 +44,19 @@ struct pb_config {
     int cpus[PB_MAX_THREADS];
     int ncpus;
     double max_seconds;
-    double deadline_s;       /* give one call up after this long */
+    double deadline_s; /* give one call up after this long */
     int json;
 };
 
 /* One thread's arguments, built once: the call's varying part is seq. */
 struct pb_work {
     uint32_t size, seq;
-    uint8_t *data;           /* echo, maxarg: size bytes, seq in the first 4 */
-    int32_t *ints;           /* sum: size ints */
+    uint8_t *data; /* echo, maxarg: size bytes, seq in the first 4 */
+    int32_t *ints; /* sum: size ints */
     int64_t int_sum;
-    char *s1, *s2;           /* concat: NUL-terminated halves of size bytes */
+    char *s1, *s2; /* concat: NUL-terminated halves of size bytes */
     uint32_t len1, len2;
-    int32_t a, b;            /* add */
+    int32_t a, b; /* add */
 };
 
 /* A call's decoded result (the fields its procedure returns). */
@@ -71,8 +71,8 @@ struct pb_ops {
     /* A binding for one thread; NULL with a message in err on failure. */
     void *(*connect)(const struct pb_config *cfg, char *err, size_t errlen);
     /* One call of cfg->proc with w's arguments; fills r. PB_OK, or PB_ERROR with a message. */
-    int (*call)(void *conn, const struct pb_config *cfg, const struct pb_work *w, struct pb_result *r,
-                char *err, size_t errlen);
+    int (*call)(void *conn, const struct pb_config *cfg, const struct pb_work *w, struct pb_result *r, char *err,
+                size_t errlen);
     void (*close)(void *conn);
 };
 

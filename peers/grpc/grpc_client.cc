@@ -11,7 +11,8 @@
 #include "peer.grpc.pb.h"
 #include "peerbench.h"
 
-namespace {
+namespace
+{
 
 struct Conn {
     std::shared_ptr<grpc::Channel> channel;
@@ -27,12 +28,14 @@ struct Conn {
 void *peer_connect(const struct pb_config *cfg, char *err, size_t n)
 {
     grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);   // a connection of its own per thread
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1); // a connection of its own per thread
     args.SetMaxReceiveMessageSize(PB_MAX_SIZE * 2 + 1024);
     auto c = new Conn;
-    c->channel = grpc::CreateCustomChannel(std::string(cfg->server) + ":" + std::to_string(cfg->port ? cfg->port : 7500),
-                                           grpc::InsecureChannelCredentials(), args);
-    auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int>(cfg->deadline_s * 1000));
+    c->channel =
+        grpc::CreateCustomChannel(std::string(cfg->server) + ":" + std::to_string(cfg->port ? cfg->port : 7500),
+                                  grpc::InsecureChannelCredentials(), args);
+    auto deadline =
+        std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int>(cfg->deadline_s * 1000));
     if (!c->channel->WaitForConnected(deadline)) {
         std::snprintf(err, n, "no connection to %s:%d within %.0f s", cfg->server, cfg->port ? cfg->port : 7500,
                       cfg->deadline_s);
@@ -48,7 +51,8 @@ int peer_call(void *conn, const struct pb_config *cfg, const struct pb_work *w, 
 {
     auto c = static_cast<Conn *>(conn);
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int>(cfg->deadline_s * 1000)));
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(static_cast<int>(cfg->deadline_s * 1000)));
     grpc::Status st;
     switch (cfg->proc) {
     case PB_NULL: {
@@ -80,7 +84,8 @@ int peer_call(void *conn, const struct pb_config *cfg, const struct pb_work *w, 
         r->len = static_cast<uint32_t>(c->str.s().size());
         break;
     }
-    case PB_ECHO: case PB_MAXARG: {
+    case PB_ECHO:
+    case PB_MAXARG: {
         rpcspeer::Bytes a;
         a.set_data(w->data, w->size);
         if (cfg->proc == PB_MAXARG) {
@@ -100,9 +105,7 @@ int peer_call(void *conn, const struct pb_config *cfg, const struct pb_work *w, 
         r->len = static_cast<uint32_t>(c->bytes.data().size());
         break;
     }
-    default:
-        std::snprintf(err, n, "unknown procedure %d", cfg->proc);
-        return PB_ERROR;
+    default: std::snprintf(err, n, "unknown procedure %d", cfg->proc); return PB_ERROR;
     }
     if (!st.ok()) {
         std::snprintf(err, n, "status %d: %s", static_cast<int>(st.error_code()), st.error_message().c_str());
@@ -113,7 +116,7 @@ int peer_call(void *conn, const struct pb_config *cfg, const struct pb_work *w, 
 
 void peer_close(void *conn) { delete static_cast<Conn *>(conn); }
 
-}  // namespace
+} // namespace
 
 int main(int argc, char **argv)
 {

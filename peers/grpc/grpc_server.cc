@@ -18,13 +18,15 @@
 #include "peer.grpc.pb.h"
 #include "peerbench.h"
 
-namespace {
+namespace
+{
 
 volatile sig_atomic_t stop_requested = 0;
 
 void on_signal(int) { stop_requested = 1; }
 
-class PeerService final : public rpcspeer::Peer::Service {
+class PeerService final : public rpcspeer::Peer::Service
+{
     grpc::Status Null(grpc::ServerContext *, const rpcspeer::Empty *, rpcspeer::Empty *) override
     {
         return grpc::Status::OK;
@@ -70,23 +72,24 @@ class PeerService final : public rpcspeer::Peer::Service {
 
 void usage(FILE *f)
 {
-    std::fprintf(f, "usage: grpc-server [options]\n"
-                    "Serve the peer procedures (null add sum concat echo maxarg maxresult) as gRPC unary calls.\n\n"
-                    "  --bind ADDR        IPv4 address to listen on (default 127.0.0.1)\n"
-                    "  --port N           TCP port (default 7500)\n"
-                    "  --cpu N            pin the server (all its threads) to CPU N\n"
-                    "  --duration S       exit after S seconds (default 600)\n"
-                    "  --ready-file PATH  write \"PID PORT\" once listening\n");
+    std::fprintf(f,
+                 "usage: grpc-server [options]\n"
+                 "Serve the peer procedures (null add sum concat echo maxarg maxresult) as gRPC unary calls.\n\n"
+                 "  --bind ADDR        IPv4 address to listen on (default 127.0.0.1)\n"
+                 "  --port N           TCP port (default 7500)\n"
+                 "  --cpu N            pin the server (all its threads) to CPU N\n"
+                 "  --duration S       exit after S seconds (default 600)\n"
+                 "  --ready-file PATH  write \"PID PORT\" once listening\n");
 }
 
-}  // namespace
+} // namespace
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = { { "bind", 1, 0, 'b' },     { "port", 1, 0, 'p' },
-                                          { "cpu", 1, 0, 'C' },      { "duration", 1, 0, 'd' },
-                                          { "ready-file", 1, 0, 'r' }, { "help", 0, 0, 'h' },
-                                          { 0, 0, 0, 0 } };
+    static const struct option opts[] = {
+        { "bind", 1, 0, 'b' },       { "port", 1, 0, 'p' }, { "cpu", 1, 0, 'C' }, { "duration", 1, 0, 'd' },
+        { "ready-file", 1, 0, 'r' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 }
+    };
     std::string bind = "127.0.0.1";
     const char *ready = nullptr;
     int c, port = 7500, cpu = -1, duration = 600;
@@ -94,9 +97,27 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "", opts, nullptr)) != -1) {
         switch (c) {
         case 'b': bind = optarg; break;
-        case 'p': port = static_cast<int>(std::strtol(optarg, &end, 10)); if (*end || port <= 0 || port > 65535) { usage(stderr); return 2; } break;
-        case 'C': cpu = static_cast<int>(std::strtol(optarg, &end, 10)); if (*end || cpu < 0) { usage(stderr); return 2; } break;
-        case 'd': duration = static_cast<int>(std::strtol(optarg, &end, 10)); if (*end || duration <= 0) { usage(stderr); return 2; } break;
+        case 'p':
+            port = static_cast<int>(std::strtol(optarg, &end, 10));
+            if (*end || port <= 0 || port > 65535) {
+                usage(stderr);
+                return 2;
+            }
+            break;
+        case 'C':
+            cpu = static_cast<int>(std::strtol(optarg, &end, 10));
+            if (*end || cpu < 0) {
+                usage(stderr);
+                return 2;
+            }
+            break;
+        case 'd':
+            duration = static_cast<int>(std::strtol(optarg, &end, 10));
+            if (*end || duration <= 0) {
+                usage(stderr);
+                return 2;
+            }
+            break;
         case 'r': ready = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;

@@ -12,7 +12,7 @@
 
 struct conn {
     CLIENT *clnt;
-    xdrproc_t last_xdr;     /* the previous call's result, freed before the next call */
+    xdrproc_t last_xdr; /* the previous call's result, freed before the next call */
     union {
         int i;
         quad_t q;
@@ -32,7 +32,8 @@ static void release(struct conn *c)
 static void *peer_connect(const struct pb_config *cfg, char *err, size_t n)
 {
     struct conn *c = calloc(1, sizeof *c);
-    struct timeval total = { (time_t)cfg->deadline_s, (suseconds_t)((cfg->deadline_s - (time_t)cfg->deadline_s) * 1e6) };
+    struct timeval total = { (time_t)cfg->deadline_s,
+                             (suseconds_t)((cfg->deadline_s - (time_t)cfg->deadline_s) * 1e6) };
     struct timeval retry = { 0, 500000 };
     if (!c) {
         snprintf(err, n, "out of memory");
@@ -51,16 +52,14 @@ static void *peer_connect(const struct pb_config *cfg, char *err, size_t n)
     return c;
 }
 
-static int peer_call(void *conn, const struct pb_config *cfg, const struct pb_work *w, struct pb_result *r,
-                      char *err, size_t n)
+static int peer_call(void *conn, const struct pb_config *cfg, const struct pb_work *w, struct pb_result *r, char *err,
+                     size_t n)
 {
     struct conn *c = conn;
     enum clnt_stat st;
     release(c);
     switch (cfg->proc) {
-    case PB_NULL:
-        st = peer_null_1(NULL, NULL, c->clnt);
-        break;
+    case PB_NULL: st = peer_null_1(NULL, NULL, c->clnt); break;
     case PB_ADD: {
         peer_addargs a = { w->a, w->b };
         st = peer_add_1(&a, &c->res.i, c->clnt);
@@ -81,7 +80,8 @@ static int peer_call(void *conn, const struct pb_config *cfg, const struct pb_wo
         r->len = c->res.s ? (uint32_t)strlen(c->res.s) : 0;
         break;
     }
-    case PB_ECHO: case PB_MAXARG: {
+    case PB_ECHO:
+    case PB_MAXARG: {
         peer_bytes a = { w->size, (char *)w->data };
         if (cfg->proc == PB_MAXARG) {
             st = peer_maxarg_1(&a, NULL, c->clnt);
@@ -101,9 +101,7 @@ static int peer_call(void *conn, const struct pb_config *cfg, const struct pb_wo
         r->len = c->res.b.peer_bytes_len;
         break;
     }
-    default:
-        snprintf(err, n, "unknown procedure %d", cfg->proc);
-        return PB_ERROR;
+    default: snprintf(err, n, "unknown procedure %d", cfg->proc); return PB_ERROR;
     }
     if (st != RPC_SUCCESS) {
         if (st != RPC_CANTDECODERES)

@@ -104,13 +104,14 @@ int rpcspeer_prog_1_freeresult(SVCXPRT *transp, xdrproc_t xdr_result, caddr_t re
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: tirpc-server [options]\n"
-               "Serve the peer procedures (null add sum concat echo maxarg maxresult) through libtirpc,\n"
-               "registered with the host's rpcbind (run it through tirpc-serve, which starts one).\n\n"
-               "  --transport T      udp, tcp or both (default both)\n"
-               "  --cpu N            pin the server to CPU N\n"
-               "  --duration S       exit after S seconds (default 600)\n"
-               "  --ready-file PATH  write \"PID PORT\" (the UDP port, else TCP) once registered\n");
+    fprintf(f,
+            "usage: tirpc-server [options]\n"
+            "Serve the peer procedures (null add sum concat echo maxarg maxresult) through libtirpc,\n"
+            "registered with the host's rpcbind (run it through tirpc-serve, which starts one).\n\n"
+            "  --transport T      udp, tcp or both (default both)\n"
+            "  --cpu N            pin the server to CPU N\n"
+            "  --duration S       exit after S seconds (default 600)\n"
+            "  --ready-file PATH  write \"PID PORT\" (the UDP port, else TCP) once registered\n");
 }
 
 static SVCXPRT *serve_on(const char *netid)
@@ -130,9 +131,8 @@ static SVCXPRT *serve_on(const char *netid)
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = { { "transport", 1, 0, 'T' }, { "cpu", 1, 0, 'C' },
-                                          { "duration", 1, 0, 'd' },  { "ready-file", 1, 0, 'r' },
-                                          { "help", 0, 0, 'h' },      { 0, 0, 0, 0 } };
+    static const struct option opts[] = { { "transport", 1, 0, 'T' },  { "cpu", 1, 0, 'C' },  { "duration", 1, 0, 'd' },
+                                          { "ready-file", 1, 0, 'r' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
     const char *transport = "both", *ready = NULL;
     int c, cpu = -1, duration = 600, udp, tcp, port = 0, rc = 1;
     SVCXPRT *xu = NULL, *xt = NULL;
@@ -143,8 +143,20 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'T': transport = optarg; break;
-        case 'C': cpu = (int)strtol(optarg, &end, 10); if (*end || cpu < 0) { usage(stderr); return 2; } break;
-        case 'd': duration = (int)strtol(optarg, &end, 10); if (*end || duration <= 0) { usage(stderr); return 2; } break;
+        case 'C':
+            cpu = (int)strtol(optarg, &end, 10);
+            if (*end || cpu < 0) {
+                usage(stderr);
+                return 2;
+            }
+            break;
+        case 'd':
+            duration = (int)strtol(optarg, &end, 10);
+            if (*end || duration <= 0) {
+                usage(stderr);
+                return 2;
+            }
+            break;
         case 'r': ready = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;

@@ -8,6 +8,7 @@
 #   make test         bootstrap if needed, then run every test (make lint first)
 #   make lint         ruff over the Python, clang-format's check over the C (.clang-format)
 #   make vm           the VM host's kernel, lttng-modules and initramfs (build/vm/; testbed up --server vm)
+#   make test-vm      the two-kernel test on a QEMU guest (not part of make test: about 10 minutes)
 #   make run          the main job on the local testbed
 #   make bench        benchmarks (not tests, rpcscope bench NAME): null-RPC RTT against sockperf;
 #                     make bench-capture, make bench-analysis: capture and analysis cost
@@ -158,8 +159,16 @@ test-fuzz: $(FUZZ_DIR)/fuzz_pdu $(FUZZ_DIR)/fuzz_ctfread $(FUZZ_DIR)/ctfread_see
 test-py: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all
 	$(MAKE) TRACE=clock all
-	$(MAKE) vm
 	$(PY) -m pytest -q -rs tests/python
+
+# The two-kernel test: a QEMU guest under TCG as the server host (about 3.5 minutes to build its kernel,
+# modules and initramfs the first time, then about 10 minutes), apart from make test to keep that fast.
+.PHONY: test-vm
+test-vm: $(VENV_STAMP) all
+	$(MAKE) TRACE=0 all
+	$(MAKE) TRACE=clock all
+	$(MAKE) vm
+	RPCSCOPE_VM_TESTS=1 $(PY) -m pytest -q -rs -p no:cacheprovider tests/python/test_vm_testbed.py
 
 # make lint: ruff over the Python (pyproject.toml [tool.ruff]) and clang-format's check over the C of the
 # reference RPC, the analysis's extractor and the stub study (.clang-format). To fix what they find:
@@ -181,7 +190,6 @@ test: $(VENV_STAMP)
 	$(MAKE) TRACE=0 all
 	$(MAKE) TRACE=clock all
 	$(MAKE) peers
-	$(MAKE) vm
 	$(MAKE) test-c
 	$(MAKE) test-asan
 	$(MAKE) test-fuzz

@@ -37,9 +37,11 @@ pytestmark = [
                                                          vmhost.QEMU)),
                        reason="needs iproute2, openssh-server, perf, lttng-tools, babeltrace2, qemu-system-x86 "
                               "(make bootstrap)"),
+    pytest.mark.skipif(not os.environ.get("RPCSCOPE_VM_TESTS"),
+                       reason="the two-kernel test runs in `make test-vm` (a QEMU guest under TCG: about 10 minutes)"),
     pytest.mark.skipif(not vmhost.VM_JSON.exists(),
                        reason="the VM host's kernel, lttng-modules and initramfs are not built: run `make vm` "
-                              "(make test does)"),
+                              "(make test-vm does)"),
 ]
 
 

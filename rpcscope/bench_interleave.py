@@ -22,6 +22,11 @@ import tempfile
 
 from tqdm import tqdm
 
+from .bench_layout import client_argv, client_result, start_server, testbed_endpoints
+from .collectors import capture as cap
+from .collectors.capture import CLOCK_BIN, NOTRACE_BIN, clock_env
+from .collectors.idle import IdlePolicy
+from .collectors.interleave import take_turns
 from .interrupts import interruptible, uninterrupted
 from .output import UserError, emit_json, table
 
@@ -43,22 +48,18 @@ WAYS = ("one after the other", "taking turns")
 def _build(name, tmp, role, port):
     """(bindir, env argv prefix) of B's build: notrace, or clock, whose marks go to a ring in tmp (as
     the capture's rounds' clock runs keep them, collectors/capture.py clock_env)."""
-    from .collectors.capture import CLOCK_BIN, NOTRACE_BIN, clock_env
     if name == "clock":
         return CLOCK_BIN, clock_env(pathlib.Path(tmp) / f"clock-{role}-{port}.txt", ring=True)
     return NOTRACE_BIN, []
 
 
 def _p50(proc, what):
-    from .bench_layout import client_result
     out, err = proc.communicate(timeout=120)
     return client_result(proc.returncode, out, err, what)["rtt_ns"]["p50"]
 
 
 def _round(addrs, cpus, args, tmp):
     """{way: (p50 A, p50 B)} of one round."""
-    from .bench_layout import client_argv
-    from .collectors.interleave import take_turns
 
     def spawn(port, seconds):
         bindir, env = _build(args.b_build, tmp, "client", port) if port == PORT + 1 else (None, ())
@@ -94,9 +95,6 @@ def pair_spread(pairs):
 
 
 def run(args):
-    from .bench_layout import start_server, testbed_endpoints
-    from .collectors import capture as cap
-    from .collectors.idle import IdlePolicy
     if args.transport not in ("udp", "tcp"):
         raise UserError(f"--transport {args.transport!r}: use udp or tcp")
     if not 2 <= args.rounds <= 100:

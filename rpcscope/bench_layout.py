@@ -21,6 +21,10 @@ import tempfile
 
 from tqdm import tqdm
 
+from . import testbed
+from .collectors import capture as cap
+from .collectors.capture import NOTRACE_BIN, aslr_prefix, wait_ready
+from .collectors.idle import IdlePolicy
 from .interrupts import interruptible
 from .output import UserError, emit_json, table
 
@@ -38,8 +42,6 @@ def testbed_endpoints(command):
     """({server_ns, client_ns, server address}, {client, server: CPU}) of the local testbed for a
     benchmark that runs the untraced build there, after the checks it needs (root, the testbed up and
     healthy, the tools, the build); command names the benchmark in their messages."""
-    from . import testbed
-    from .collectors import capture as cap
     if os.geteuid() != 0:
         raise UserError(f"{command} runs processes in the testbed's network namespaces, which needs root")
     st = testbed.load_state()
@@ -59,7 +61,6 @@ def start_server(addrs, cpus, transport, port, duration, ready, aslr="off", bind
     """The untraced rpc-server (or bindir's, with env: an `env VAR=...` argv prefix) on the testbed's
     server host, its CPU, listening on port (it exits on its own after duration seconds); a UserError if
     it does not start listening."""
-    from .collectors.capture import NOTRACE_BIN, aslr_prefix, wait_ready
     ready.unlink(missing_ok=True)
     server = subprocess.Popen(
         ["ip", "netns", "exec", addrs["server_ns"], *aslr_prefix(aslr), "taskset", "-c", str(cpus["server"]),
@@ -80,7 +81,6 @@ def client_argv(addrs, cpus, transport, port, size, calls, warmup, max_seconds, 
                 extra=()):
     """The argv of an rpc-client of the untraced build (or bindir's, with env: an `env VAR=...` argv
     prefix) on the testbed's client host, its CPU, calling maxarg of size bytes on port, --json."""
-    from .collectors.capture import NOTRACE_BIN, aslr_prefix
     return ["ip", "netns", "exec", addrs["client_ns"], *aslr_prefix(aslr), "taskset", "-c", str(cpus["client"]),
             *env, str((bindir or NOTRACE_BIN) / "rpc-client"), "--server", addrs["server"], "--port", str(port),
             "--transport", transport, "--proc", "maxarg", "--size", str(size), "--calls", str(calls),
@@ -121,8 +121,6 @@ def spread(p50s):
 
 
 def run(args):
-    from .collectors import capture as cap
-    from .collectors.idle import IdlePolicy
     sizes = cap.parse_sizes(args.sizes)
     if args.transport not in ("udp", "tcp"):
         raise UserError(f"--transport {args.transport!r}: use udp or tcp")

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import time
 
-from .. import ROOT
+from .. import ROOT, testbed
 from ..output import UserError
 
 NOTRACE_BIN = ROOT / "build" / "notrace" / "bin"
@@ -76,7 +76,6 @@ class Result:
 def testbed_placement(name):
     """The local testbed's hosts with a placement, after the checks an experiment needs (root, the
     testbed up and healthy, the tools and the builds); UserError naming what is missing."""
-    from .. import testbed
     if os.geteuid() != 0:
         raise UserError("experiments run processes in the testbed's network namespaces, which needs root")
     st = testbed.load_state()

@@ -34,12 +34,11 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from rpcscope import packets as P
+from rpcscope.rundir import MODEL_FORMAT, PREDICTION_FORMAT
 
 from . import network as N
 from .pathsim import BYTE_UNITS, CLASSES, UNIT_NAMES, UNITS, Workload, call_path
 
-MODEL_FORMAT = "rpcscope-model/2"
-PREDICTION_FORMAT = "rpcscope-prediction/1"
 MIN_SIZES = 3               # a unit is fitted only where at least this many fitted sizes count it
 MAX_ITERATIONS = 30
 FIT_GOAL_PCT = 2.0          # |% error| goal at a fitted size

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from rpcscope.output import UserError, emit_json, table
+from rpcscope.rundir import RunDir
 
 from . import model as M, network as N, paper
 from .model_input import measured_us, observations
@@ -64,7 +65,7 @@ def _f(v, nd=2):
 
 def _held_out(run_dir):
     try:
-        man = json.loads((Path(run_dir) / "manifest.json").read_text())
+        man = json.loads(RunDir(run_dir).manifest_path.read_text())
         return [int(x) for x in ((man.get("params") or {}).get("holdout") or [])]
     except (OSError, ValueError, TypeError, AttributeError):
         return []
@@ -129,7 +130,7 @@ def cmd_model(args):
         rows = m.rows(parse_sizes(args.predict) or [])
     except M.ModelError as e:
         raise UserError(str(e)) from None
-    out = Path(args.out) if args.out else Path(args.input) / "analysis" / f"model-{args.transport}.json"
+    out = Path(args.out) if args.out else RunDir(args.input).model_json(args.transport)
     doc = m.to_json(parse_sizes(args.predict) or [])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
@@ -199,7 +200,7 @@ def cmd_whatif(args):
 
 def verify_rows(pred, run_dir):
     try:
-        man = json.loads((Path(run_dir) / "manifest.json").read_text())
+        man = json.loads(RunDir(run_dir).manifest_path.read_text())
     except FileNotFoundError:
         raise UserError(f"{run_dir}: not a run directory (no manifest.json)") from None
     except (OSError, ValueError) as e:

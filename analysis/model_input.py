@@ -18,6 +18,7 @@ import json
 import statistics
 from pathlib import Path
 
+from rpcscope.rundir import RunDir
 from rpcscope.tracepoints import unit_of
 
 from . import network as N
@@ -85,17 +86,17 @@ def class_times(path_rows):
 
 def observations(run_dir, transport, proc=None):
     """Observations of one transport of a run (analysis/rtp.json needed: `rpcscope rtp RUN`)."""
-    run = Path(run_dir)
-    man = _load(run / "manifest.json", "not a run directory (rpcscope capture writes it)")
-    rtp = _load(run / "analysis" / "rtp.json", f"run `rpcscope analyze {run}` and `rpcscope rtp {run}` first")
+    run = RunDir(run_dir)
+    man = _load(run.manifest_path, "not a run directory (rpcscope capture writes it)")
+    rtp = _load(run.rtp_json, f"run `rpcscope analyze {run.path}` and `rpcscope rtp {run.path}` first")
     cases = [c for c in man.get("cases") or [] if isinstance(c, dict) and c.get("transport") == transport]
     if proc:
         cases = [c for c in cases if c.get("proc") == proc]
     if not cases:
-        raise ModelError(f"{run}: no {transport} case{f' of {proc}' if proc else ''} in the manifest")
+        raise ModelError(f"{run.path}: no {transport} case{f' of {proc}' if proc else ''} in the manifest")
     procs = {c.get("proc") for c in cases}
     if len(procs) > 1:
-        raise ModelError(f"{run}: {transport} cases of several procedures ({', '.join(sorted(procs))}): "
+        raise ModelError(f"{run.path}: {transport} cases of several procedures ({', '.join(sorted(procs))}): "
                          f"choose one with --proc")
     proc = procs.pop()
     paths = {c.get("case"): c.get("path") or [] for c in rtp.get("cases") or [] if isinstance(c, dict)}
@@ -122,13 +123,13 @@ def observations(run_dir, transport, proc=None):
                                            f"(no entry in tracepoints/steps.toml [segments])")
     if no_path:
         inputs["sizes_without_path"] = sorted(no_path)
-    return Observations(transport, proc, run_link(man), sizes, str(run), inputs)
+    return Observations(transport, proc, run_link(man), sizes, str(run.path), inputs)
 
 
 def _probe_source(run, transport):
     """How the path's events were priced (analysis/probe.json), in words."""
     try:
-        t = (json.loads((run / "analysis" / "probe.json").read_text()).get("transports") or {}).get(transport) or {}
+        t = (json.loads(run.probe_json.read_text()).get("transports") or {}).get(transport) or {}
     except (OSError, ValueError, AttributeError):
         t = {}
     if not t:

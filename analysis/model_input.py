@@ -136,8 +136,3 @@ def _probe_source(run, transport):
         return "no in-situ probe calibration: the loopback calibration's per-event costs"
     return (f"{t.get('source', 'in-situ')}: user event {t.get('ust_event_ns')} ns, kernel events "
             f"{t.get('kernel_event_ns')} ns (analysis/probe.json)")
-
-
-def has_path(obs, size):
-    o = obs.sizes.get(size)
-    return bool(o and o.path_us)

@@ -27,7 +27,6 @@ import os
 import pathlib
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -552,17 +551,7 @@ def _is_our_sshd(pid):
 
 
 def _stop_pids(pids, grace=5.0):
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 3.0)):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
-            time.sleep(0.05)
-        if not any(pid_alive(p) for p in pids):
-            return
+    vmhost.stop(pids, grace, alive=pid_alive)
 
 
 # ---------------------------------------------------------------- building

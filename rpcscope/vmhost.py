@@ -209,8 +209,10 @@ def console_tail(hdir, lines=3):
     return " | ".join(text[-lines:]) or "(no console output)"
 
 
-def stop(pids, grace=5.0):
-    """End QEMUs by pid: SIGTERM (QEMU exits at once; the guest's state is all in memory), then SIGKILL."""
+def stop(pids, grace=5.0, alive=None):
+    """End processes by pid: SIGTERM, then SIGKILL to those still alive (alive(pid), by default: still a
+    QEMU; QEMU exits at once on SIGTERM, the guest's state is all in memory)."""
+    alive = alive or _is_qemu
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 3.0)):
         for pid in pids:
             try:
@@ -218,9 +220,9 @@ def stop(pids, grace=5.0):
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and any(_is_qemu(p) for p in pids):
+        while time.monotonic() < deadline and any(alive(p) for p in pids):
             time.sleep(0.05)
-        if not any(_is_qemu(p) for p in pids):
+        if not any(alive(p) for p in pids):
             return
 
 

@@ -4,7 +4,7 @@
 #   build/vm/root/lib/modules/VER/updates/   lttng-modules built for that kernel, patched
 #                               (testbed/vm/lttng-modules-hrtimer-was-armed.patch), depmod run
 #   build/vm/initramfs.cpio.gz  busybox, virtio/9p/overlay modules and testbed/vm/initramfs-init
-#   build/vm/vm.json            what was built, read by rpcscope/vmhost.py
+#   build/vm/vm.json            what was built, read by testbed/vmhost.py
 # Each step leaves a stamp; a second `make vm` does nothing. Builds run under nice.
 # The kernel is pinned: VM_ABI is the package's ABI name, VM_KVERSION its Debian version
 # (both from the same linux source upload, as is linux-kbuild).

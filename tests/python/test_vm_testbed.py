@@ -16,11 +16,10 @@ import sys
 import numpy as np
 import pytest
 
-from rpcscope import vmhost
 from rpcscope.analysis.clocksync import estimate
 from rpcscope.analysis.rpcs import MEASURED, reconstruct
 from rpcscope.analysis.run import load_run
-from rpcscope.testbed import held_by_tests
+from rpcscope.testbed import held_by_tests, vmhost
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]

@@ -25,8 +25,8 @@ import signal
 import subprocess
 import time
 
-from . import ROOT
-from .output import UserError
+from rpcscope import ROOT
+from rpcscope.output import UserError
 
 VM_DIR = ROOT / "build" / "vm"
 VM_JSON = VM_DIR / "vm.json"

@@ -31,9 +31,11 @@ import socket
 import subprocess
 import time
 
-from . import ROOT, vmhost
-from .collectors import leftovers
-from .output import UserError, emit_json, table
+from rpcscope import ROOT
+from rpcscope.collectors import leftovers
+from rpcscope.output import UserError, emit_json, table
+
+from . import vmhost
 
 STATE_DIR = pathlib.Path(os.environ.get("RPCSCOPE_TESTBED_DIR", "/run/rpcscope/testbed"))
 INVENTORY = ROOT / "ansible" / "inventories" / "local" / "hosts.yml"
@@ -302,7 +304,7 @@ def make_config(args):
                         f"pick a /24..../29 inside it, e.g. 198.18.7.0/24")
     if subnet.num_addresses < 8:
         raise UserError(f"--subnet {subnet} is too small; use a /29 or larger")
-    # `--server vm` / `--client vm`: that host is a QEMU guest with its own kernel (rpcscope/vmhost.py).
+    # `--server vm` / `--client vm`: that host is a QEMU guest with its own kernel (testbed/vmhost.py).
     kinds = ["vm" if n == "vm" else "netns" for n in (args.client, args.server)]
     names = [DEFAULT_CLIENT if args.client == "vm" else args.client,
              DEFAULT_SERVER if args.server == "vm" else args.server]

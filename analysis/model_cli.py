@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rpcscope.output import UserError, emit_json, table
 from rpcscope.rundir import RunDir
+from rpcscope.units import UnitError, parse_rate
 
 from . import model as M, network as N, paper
 from .model_input import measured_us, observations
@@ -170,10 +171,12 @@ def cmd_whatif(args):
         raise UserError(f"{args.model}: not a model file ({e})") from None
     base = m.obs.link
     try:
-        rate = N.parse_rate(args.link_rate) if args.link_rate is not None else base.rate_bps
+        rate = parse_rate(args.link_rate) if args.link_rate is not None else base.rate_bps
         kind = args.link or ("tbf" if rate and args.link_rate is not None else base.kind if rate else "none")
         link = N.Link(kind, rate if kind != "none" else None, args.mtu or base.mtu,
                       base.latency_us if args.latency_us is None else args.latency_us)
+    except UnitError as e:
+        raise UserError(f"--link-rate {e}") from None
     except N.LinkError as e:
         raise UserError(str(e)) from None
     sizes = parse_sizes(args.predict) or sorted(m.obs.sizes)

@@ -26,10 +26,10 @@ Nothing here needs numpy.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 
 from rpcscope import packets as P
+from rpcscope.units import fmt_rate
 
 ETH_PREAMBLE = 8        # preamble and start-of-frame delimiter
 ETH_HDR = 14            # destination, source, EtherType
@@ -39,33 +39,9 @@ ETH_MIN_PAYLOAD = 46
 TCP_HDR = P.TCP_HDR + P.TCP_TIMESTAMPS
 LINK_KINDS = ("none", "serial", "tbf")
 
-_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmg]?)(bit|bps)?\s*$", re.I)
-
 
 class LinkError(ValueError):
-    """A link description that makes no sense (a bad rate, MTU or kind)."""
-
-
-def parse_rate(text):
-    """Bits per second from '10mbit', '100mbit', '1gbit', '1e9' or a bare number; None for 'none'."""
-    if text is None or str(text).strip().lower() in ("", "none", "0"):
-        return None
-    m = _RATE.match(str(text))
-    if not m:
-        raise LinkError(f"link rate {text!r} is not a rate: use e.g. 10mbit, 100mbit, 1gbit or none")
-    v = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2).lower()]
-    if not 8e3 <= v <= 1e11:
-        raise LinkError(f"link rate {text!r} is out of range (8kbit to 100gbit)")
-    return v
-
-
-def fmt_rate(bps):
-    if not bps:
-        return "none"
-    for div, unit in ((1e9, "gbit"), (1e6, "mbit"), (1e3, "kbit")):
-        if bps >= div:
-            return f"{bps / div:g}{unit}"
-    return f"{bps:g}bit"
+    """A link description that makes no sense (no rate for a kind that needs one, a bad MTU or kind)."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import subprocess
 
 from rpcscope import ROOT
 from rpcscope.rundir import MANIFEST_FORMAT, ROUNDS_FORMAT, RunDir
-from rpcscope.testbed import fmt_rate
+from rpcscope.units import fmt_rate
 
 from . import idle, lttng, perf
 from .options import NOTRACE_BIN, TRACE_BIN, case_id

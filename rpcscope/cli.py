@@ -13,7 +13,7 @@ from .output import ReaderGoneSafe, UserError
 # Modules that provide subcommands, in the order `rpcscope --help` lists them: the pipeline's stages
 # as a run goes through them (analysis.model_cli registers model, whatif and verify), then the rest.
 COMMAND_MODULES = [
-    "rpcscope.testbed",
+    "rpcscope.testbed.cli",
     "rpcscope.deploy",
     "rpcscope.collectors.cli",
     "rpcscope.analysis.cli",

@@ -26,6 +26,9 @@ import time
 
 import pytest
 
+from rpcscope.testbed.lock import TEST_OWNER_ENV, held_by_tests
+from rpcscope.testbed.sshd import ssh_argv
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(sys.executable).parent
 RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
@@ -133,7 +136,6 @@ def rtt_p50_echo4000(calls=60):
 def quiet_machine():
     """One test session at a time drives the machine's testbed (two clones testing at once would
     tear down each other's hosts); and none while someone's testbed is up."""
-    from rpcscope.testbed import held_by_tests
     with held_by_tests(wait=1200):
         if STATE_DIR.exists():
             pytest.skip("a testbed is already up on this machine; the integration test would replace it "
@@ -252,15 +254,13 @@ class TestLifeCycle:
         # A command runs without the login shell's start-up files: bash started by sshd reads ~/.bashrc
         # only at SHLVL 1, and the host's sessions start nested (a .bashrc's `pyenv rehash` lock, left by
         # a stopped deploy, had made every later command wait 60 s).
-        from rpcscope.testbed import ssh_argv
-        p = sh(*ssh_argv(None), f"root@{SERVER_ADDR}", "echo $SHLVL")
+        p = sh(*ssh_argv(), f"root@{SERVER_ADDR}", "echo $SHLVL")
         bash = os.path.basename(pwd.getpwnam("root").pw_shell) == "bash"
         assert p.returncode == 0 and p.stdout.strip() == ("2" if bash else "1"), (p.stdout, p.stderr)
 
     def test_up_or_down_from_outside_the_test_is_refused(self, testbed):
         """A `testbed down` typed in a shell while a test run uses the testbed would pull the hosts from
         under it: refused, with what to do, and the testbed stays up."""
-        from rpcscope.testbed import TEST_OWNER_ENV
         outside = {k: v for k, v in os.environ.items() if k != TEST_OWNER_ENV}
         for action in ("down", "up"):
             p = subprocess.run(RPCSCOPE + ["testbed", action], capture_output=True, text=True, timeout=60,

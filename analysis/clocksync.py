@@ -238,14 +238,24 @@ def summary_line(cs):
     if not cs or not cs.get("cases"):
         return "no case to estimate it on"
     if "offset_ns_range" not in cs:
-        return f"failed in every case ({cs['cases']})"
+        return f"failed in every case ({cs['cases']})" + _flagged(cs)
     lo, hi = (x / 1000 for x in cs["offset_ns_range"])
     alo, ahi = (x / 1000 for x in cs["accuracy_ns_range"])
     dlo, dhi = cs["drift_ppm_range"]
-    line = (f"server vs client, {cs['method']}: offset {lo:+.1f} to {hi:+.1f} us, accuracy bound "
-            f"{alo:.1f}-{ahi:.1f} us, drift {dlo:+.1f} to {dhi:+.1f} ppm, quality {'/'.join(cs['quality'])}"
+    who = f"{cs.get('host') or 'server'} vs {cs.get('reference') or 'client'}"
+    pts = cs.get("points_range")
+    line = (f"{who}, {cs['method'].split(' (')[0]}: offset {lo:+.1f} to {hi:+.1f} us, accuracy bound "
+            f"{alo:.1f}-{ahi:.1f} us, drift {dlo:+.1f} to {dhi:+.1f} ppm"
+            + (f", {pts[0]}-{pts[1]} points" if pts else "") + f", quality {'/'.join(cs['quality'])}"
             + (f", failed in {cs['failed']} of {cs['cases']} cases" if cs["failed"] else ""))
     if cs["shared_kernel"]:
         line += (f"; one kernel clock: zero within its bound in {cs['zero_within_bound']} of "
                  f"{cs['cases'] - cs['failed']} cases")
-    return line
+    elif "applied" in cs:
+        line += f"; applied to the server's events in {cs['applied']} of {cs['cases']} cases"
+    return line + _flagged(cs)
+
+
+def _flagged(cs):
+    n = len(cs.get("flagged") or [])
+    return f"; FLAGGED in {n} case{'s' if n > 1 else ''} (cross-host order not established)" if n else ""

@@ -20,7 +20,7 @@ import numpy as np
 from rpcscope.packets import request_body_bytes, window_count  # noqa: F401  (re-exported)
 from rpcscope.rundir import ManifestError, RunDir, case_factors, in_situ_calibrations
 
-from . import tracepack, traceread
+from . import timeline, tracepack, traceread
 
 ONEWAY_PROCS = {"courier_oneway"}
 
@@ -402,22 +402,45 @@ class Case:
             self.run.wait_for_trace(p)
         evs = [traceread.read_trace(p, cache_dir=cache, src=src0 + i, backend=backend)
                for i, (_, p) in enumerate(dirs)]
+        tl = self.timeline()
+        evs = [ev if tl.map_for(h).identity else
+               traceread.Events(dict(ev.cols, ts=tl.map_for(h).forward(ev.ts), cpu=tl.map_for(h).cpus(ev.cpu)),
+                                ev.names, ev.sources, ev.problems, ev.threads)
+               for (h, _), ev in zip(dirs, evs)]
         return evs[0] if len(evs) == 1 else traceread.merge(evs)
 
-    def stored(self, kind):
-        """[traceread.StoredTrace] of the case's traces of one kind ("ust" or "kernel"), one per host
-        (decoded on first use; read a time range at a time)."""
-        memo = self.__dict__.setdefault("_stored", {})
+    def _raw_stored(self, kind):
+        """[(host or None, trace directory name, traceread.StoredTrace)] of the case's traces of one kind,
+        on each host's own clock (decoded on first use)."""
+        memo = self.__dict__.setdefault("_raw", {})
         if kind not in memo:
             dirs = self._trace_dirs(kind)
+            src0 = 0 if kind == "ust" else 8
             if not dirs:
-                memo[kind] = [traceread.StoredTrace(self.dir / kind, src=0 if kind == "ust" else 8)]
+                memo[kind] = [(None, kind, traceread.StoredTrace(self.dir / kind, src=src0))]
             else:
                 for _, p in dirs:
                     self.run.wait_for_trace(p)
-                memo[kind] = [traceread.StoredTrace(p, cache_dir=self.run.cache_dir,
-                                                    src=(0 if kind == "ust" else 8) + i)
-                              for i, (_, p) in enumerate(dirs)]
+                memo[kind] = [(h, p.name, traceread.StoredTrace(p, cache_dir=self.run.cache_dir, src=src0 + i))
+                              for i, (h, p) in enumerate(dirs)]
+        return memo[kind]
+
+    def timeline(self):
+        """The case's timeline (timeline.py): each host's clock map onto the client's, and the clock fit
+        with its bound and flag."""
+        if "_timeline" not in self.__dict__:
+            kinds = ("ust", "kernel") if self.has_kernel() else ("ust",)
+            self._timeline = timeline.build(self, {k: self._raw_stored(k) for k in kinds}, self.roles,
+                                            self.run.shared_kernel)
+        return self._timeline
+
+    def stored(self, kind):
+        """[traceread.StoredTrace] of the case's traces of one kind ("ust" or "kernel"), one per host
+        (decoded on first use; read a time range at a time), on the client's clock (timeline())."""
+        memo = self.__dict__.setdefault("_stored", {})
+        if kind not in memo:
+            tl = self.timeline()
+            memo[kind] = [st.on_clock(tl.map_for(h)) for h, _, st in self._raw_stored(kind)]
         return memo[kind]
 
     def span(self, kind, lo=None, hi=None, columns=None):
@@ -473,8 +496,15 @@ class Run:
         except ManifestError as e:
             raise RunError(str(e)) from None
         self.params = self.manifest.get("params", {})
-        self.hosts = self.manifest.get("hosts", {})
         self.testbed = self.manifest.get("testbed", {})
+        # Hosts with their own kernels number their CPUs alike: the analysis renumbers each host's
+        # (timeline.CPU_STRIDE times its rank, the client first), here and in the traces it reads.
+        hosts = self.manifest.get("hosts", {})
+        order = sorted(hosts, key=lambda n: (hosts[n].get("role") != "client", n))
+        self.cpu_base = {n: i * timeline.CPU_STRIDE for i, n in enumerate(order)} \
+            if len(hosts) > 1 and not self.testbed.get("shared_kernel", True) else {}
+        self.hosts = {n: dict(h, cpus=[int(c) + self.cpu_base[n] for c in h.get("cpus") or []])
+                      if self.cpu_base.get(n) else h for n, h in hosts.items()}
         self.cases = [Case(self, c) for c in self.manifest.get("cases", [])]
         self.out_dir = self.dir.analysis
         self.cache_dir = self.dir.cache

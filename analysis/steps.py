@@ -26,7 +26,6 @@ from rpcscope.tracepoints import STEPS
 
 from . import probe as probe_mod, traceread
 from .clockreads import case_clock_reads
-from .clocksync import USER_PACKET_MARKS, estimate, match_user_packets
 from .probe import path_probe_ns
 from .rpcs import EXTRA_ROWS, MEASURED, MISSING, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
 from .rtpstats import SPLIT_COST_SPREAD, SPLIT_MIN_SHARE
@@ -253,52 +252,43 @@ def _us(ns):
 
 
 def clock_sync_summary(rtts, run):
-    """The run's clock-sync line: per case in rtt[].clock_sync; here what they add up to."""
-    fits = [d["clock_sync"] for d in rtts if d.get("clock_sync")]
+    """The run's clock-sync line: per case in rtt[].clock_sync; here what they add up to, for the one
+    host pair (the server against the client)."""
+    fits = [dict(d["clock_sync"], case=d["case"]) for d in rtts if d.get("clock_sync")]
     ok = [f for f in fits if f["quality"] != "failed"]
+    hosts = {n: h.get("role") for n, h in run.hosts.items()}
     out = {"method": "convex hull over the client's and the server's user send/receive marks, per case "
-                     "(analysis/clocksync.py)",
+                     "(analysis/clocksync.py), applied to the server's events where each host has its own "
+                     "kernel (analysis/timeline.py)",
+           "reference": next((n for n, r in hosts.items() if r == "client"), None),
+           "host": next((n for n, r in hosts.items() if r == "server"), None),
            "shared_kernel": bool(run.manifest.get("testbed", {}).get("shared_kernel")), "cases": len(fits),
-           "failed": len(fits) - len(ok), "quality": sorted({f["quality"] for f in fits})}
+           "failed": len(fits) - len(ok), "quality": sorted({f["quality"] for f in fits}),
+           "applied": sum(bool(f.get("applied")) for f in fits),
+           "flagged": [{"case": f["case"], "flag": f["flag"]} for f in fits if f.get("flag")]}
     if ok:
         out.update(offset_ns_range=[min(f["offset_ns"] for f in ok), max(f["offset_ns"] for f in ok)],
                    accuracy_ns_range=[min(f["accuracy_ns"] for f in ok), max(f["accuracy_ns"] for f in ok)],
                    drift_ppm_range=[min(f["drift_ppm"] for f in ok), max(f["drift_ppm"] for f in ok)],
+                   points_range=[min(sum(f["pairs"].values()) for f in ok), max(sum(f["pairs"].values()) for f in ok)],
+                   metadata_shift_ns=sorted({f.get("metadata_shift_ns", 0) for f in ok}),
                    zero_within_bound=sum(bool(f["zero_within_bound"]) for f in ok))
     return out
 
 
 def clock_sync(case):
-    """The server's clock against the client's for a case (clocksync.py, the convex-hull method): its
-    user send and receive marks matched by call id, fragment and direction, the client's threads
-    against the server's. Reported, with its accuracy bound and quality; on the local testbed both
-    share one kernel clock, so the offset must come out as zero within the bound (`zero_within_bound`).
-    The user marks lie outside the send and receive syscalls, so the bound is loose (about 10-20 us
-    here) but honest."""
-    ust = _user_marks(case, {m for pair in USER_PACKET_MARKS.values() for m in pair})
-    roles = case.roles(ust) if len(ust) else {}
-    side = {r: ust.select(np.isin(ust.tid, [t for t, x in roles.items() if x == r])) for r in ("client", "server")}
-    pairs = match_user_packets(side["client"], side["server"])
-    fit = estimate(pairs["a_to_b"], pairs["b_to_a"])
+    """The server's clock against the client's for a case (timeline.py, clocksync.py's convex hull over
+    the client's and the server's user send and receive marks, both directions): the fit, its bound
+    and quality, whether it maps the server's events (a kernel per host) and why a case's cross-host
+    order is not established (flag). On the local testbed both share one kernel clock, so the offset
+    must come out as zero within the bound (`zero_within_bound`). The user marks lie outside the send
+    and receive syscalls, so the bound is loose (about 10-20 us on one kernel) but honest."""
+    tl = case.timeline()
+    d = tl.as_dict()
     shared = bool(case.run.manifest.get("testbed", {}).get("shared_kernel"))
-    d = {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in fit.as_dict().items()}
-    d["pairs"] = {k: int(len(v[0])) for k, v in pairs.items()}
     d.update(reference="client", host=case.host_of("server"), shared_kernel=shared,
-             zero_within_bound=(abs(fit.offset_ns) <= fit.accuracy_ns) if fit.quality != "failed" else None)
+             zero_within_bound=(abs(d["offset_ns"]) <= d["accuracy_ns"]) if d["offset_ns"] is not None else None)
     return d
-
-
-def _user_marks(case, names):
-    """The case's user events of the given names, every host merged, read from the cache a chunk at a
-    time: memory holds those marks, not the case's whole trace (as the reconstruction's windows do)."""
-    cols = ["kind", "name", "tid", "pid", "call_id", "frag"]
-    evs = []
-    for st in case.stored("ust"):
-        parts = [ch.select(np.isin(ch.name, [ch.name_id(n) for n in names])) for ch in st.chunks(columns=cols)]
-        parts = parts or [st.span(columns=cols)]          # an empty trace has no chunk
-        evs.append(traceread.Events({k: np.concatenate([x.cols[k] for x in parts]) for k in parts[0].cols},
-                                    st.names, st.sources, st.problems, st.threads))
-    return evs[0] if len(evs) == 1 else traceread.merge(evs)
 
 
 def _readers(case, kernel):

@@ -36,6 +36,7 @@ Columns (all the same length):
     vec     int32   softirq: vector (3 = NET_RX); irq: irq number; waking: target CPU
     src     uint8   index into `sources` (one per trace directory read)
 """
+import copy
 import hashlib
 import json
 import os
@@ -305,19 +306,38 @@ class StoredTrace:
         ts = ev.cols["ts"]
         self.dir = pathlib.Path(ts.filename).parent if isinstance(ts, np.memmap) else None
         self._ev = None if self.dir else ev
+        self.clock = None           # a timeline.ClockMap: ts read are mapped onto another host's clock
 
     def __len__(self):
         return self.n
 
+    def on_clock(self, clock):
+        """The same trace with its timestamps mapped by clock (timeline.ClockMap: raw -> the case's
+        reference clock, a monotonic map); itself where the map is the identity."""
+        if clock is None or clock.identity:
+            return self
+        other = copy.copy(self)
+        other.clock = clock
+        return other
+
     def span(self, lo=None, hi=None, columns=None):
-        """Events with lo <= ts <= hi (None: that end open); columns: only those (ts always)."""
+        """Events with lo <= ts <= hi (None: that end open; on the mapped clock with on_clock); columns:
+        only those (ts always)."""
         if not self.n:
             return self._rows(0, 0, columns)
+        raw_lo, raw_hi = lo, hi
+        if self.clock is not None:      # the raw range, a few ns wider (the maps round), then cut exactly
+            raw_lo = None if lo is None else self.clock.backward(lo) - 2
+            raw_hi = None if hi is None else self.clock.backward(hi) + 2
         ts = self._ev.cols["ts"] if self._ev is not None else np.memmap(self.dir / "ts.bin", np.int64, mode="r")
-        i = 0 if lo is None else int(ts.searchsorted(lo, "left"))
-        j = self.n if hi is None else int(ts.searchsorted(hi, "right"))
+        i = 0 if raw_lo is None else int(ts.searchsorted(raw_lo, "left"))
+        j = self.n if raw_hi is None else int(ts.searchsorted(raw_hi, "right"))
         del ts                      # unmaps: only the pages of the binary search were touched
-        return self._rows(i, max(i, j), columns)
+        ev = self._rows(i, max(i, j), columns)
+        if self.clock is not None and (lo is not None or hi is not None) and len(ev):
+            t = ev.cols["ts"]
+            ev = ev.select((t >= (lo if lo is not None else t[0])) & (t <= (hi if hi is not None else t[-1])))
+        return ev
 
     def chunks(self, size=1 << 20, columns=None):
         """The whole trace as Events of at most `size` rows each, in time order."""
@@ -327,14 +347,20 @@ class StoredTrace:
     def _rows(self, i, j, columns=None):
         keys = [k for k in COLUMNS if columns is None or k == "ts" or k in columns]
         if self._ev is not None:
-            return Events({k: self._ev.cols[k][i:j] for k in keys}, self.names, self.sources, self.problems,
-                          self.threads)
+            return self._mapped({k: self._ev.cols[k][i:j] for k in keys})
         cols = {}
         for k in keys:
             dt = np.dtype(_NP[COLUMNS[k]])
             cols[k] = np.fromfile(self.dir / f"{k}.bin", dtype=dt, count=j - i, offset=i * dt.itemsize)
         if self.src and "src" in cols:
             cols["src"][:] = self.src
+        return self._mapped(cols)
+
+    def _mapped(self, cols):
+        if self.clock is not None:
+            cols["ts"] = self.clock.forward(cols["ts"])
+            if "cpu" in cols:
+                cols["cpu"] = self.clock.cpus(cols["cpu"])
         return Events(cols, self.names, self.sources, self.problems, self.threads)
 
 

@@ -36,6 +36,7 @@ from .collectors.perf import KERNEL_EVENT_SETS
 from .interrupts import interruptible, uninterrupted
 from .output import UserError, emit_json, table
 from .rundir import RunDir
+from .target_run import TARGETS, cmd_run_target
 from .units import fmt_rate
 
 DCE_SIZES = (0, 1392, 4016, 8032, 16064, 24096)    # the DCE study's Table 2 and Figure 6 sizes
@@ -116,6 +117,8 @@ def cmd_run(args):
     transports = [t.strip() for t in args.transport.split(",") if t.strip()]
     if not transports or any(t not in ("udp", "tcp") for t in transports):
         raise UserError(f"--transport {args.transport!r}: use udp, tcp or udp,tcp")
+    if args.target:
+        return cmd_run_target(args, sizes, transports, testbed, main)
     all_sizes = sorted(set(sizes) | set(holdout))
     if len(set(sizes) - set(holdout)) < 2:
         raise UserError("the model needs at least two fitted sizes besides the held-out ones")
@@ -361,6 +364,11 @@ def register(subparsers):
     ap.add_argument("--mtu", type=int, metavar="BYTES",
                     help="the link's MTU (testbed up --mtu; default as --link-rate)")
     ap.add_argument("--loss", type=float, metavar="PERCENT", help="packet loss on the link (testbed up --loss)")
+    ap.add_argument("--target", choices=sorted(TARGETS),
+                    help="an RPC rpcscope did not write, unmodified, from kernel events alone (rpcscope/target_run.py):"
+                         " "
+                         "capture its calls at --sizes over --transport, match each request with its reply, "
+                         "its round-trip path and step costs (--holdout, the model's stages and --kernel do not apply)")
     ap.add_argument("--out", metavar="runs/NAME", help="run directory (default runs/run-DATE-TIME)")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
     ap.add_argument("--keep-testbed", action="store_true", help="leave the testbed up at the end")

@@ -1,0 +1,460 @@
+"""The round-trip path of an RPC that carries no marks, from kernel events alone (steps.toml
+[[target_steps]]), for a case that collectors/target.py captured.
+
+1. Decode the two tracefs dumps (programs: system calls and scheduling of the target's threads; net:
+   the two hosts' device hand-offs and receives), all on one CLOCK_MONOTONIC.
+2. Name each fd's socket: an fd number holds one socket from its socket()/accept() to its close();
+   the poller's /proc sighting of (pid, fd, inode, 4-tuple) at a time names the socket of that span.
+3. Pair each client socket with the server's: TCP by the reversed 4-tuple; UDP by the server's
+   address and port where the client's socket is connected, else the server's UDP socket that took
+   the most datagrams while the client's was in use.
+4. Cut the client's operations on a socket into calls: a run of sends (the request) and the run of
+   receives after it (the reply). Each is a range of the byte stream (TCP) or of the datagram
+   sequence (UDP, one position a datagram): the server's receive that takes the request's last
+   position, and its sends that carry the reply's first and last, are the call's on the server.
+5. Walk the call's critical path backwards from each receive's return (the latest switch-in, the
+   waking before it, the device receive before that, the hand-off of the same skb), giving the
+   boundaries T0..T11 of K1..K11, which chain, so that they sum to the call's RTT.
+
+    res = analyze_case(case_dir)         # CaseResult: calls, unmatched reasons, per-call steps
+"""
+import bisect
+import collections
+import dataclasses
+import json
+import pathlib
+import struct
+
+from rpcscope.collectors import ftrace
+from rpcscope.collectors.target import RECV_SYSCALLS, SEND_SYSCALLS, load_case
+from rpcscope.output import UserError
+from rpcscope.tracepoints.targetsteps import on_path
+
+PATH_IDS = tuple(s.id for s in on_path())
+SEND, RECV = frozenset(SEND_SYSCALLS), frozenset(RECV_SYSCALLS)
+OPENS = frozenset(("socket", "accept", "accept4"))
+
+
+@dataclasses.dataclass
+class Op:
+    """One send or receive system call that moved data on a socket."""
+    tid: int
+    tgid: int
+    fd: int
+    kind: str            # "send" or "recv"
+    enter: int
+    exit: int
+    n: int               # bytes (TCP) or 1 (a UDP datagram)
+    pos: int = 0         # its first position in its direction's stream
+
+
+@dataclasses.dataclass
+class Call:
+    """One matched call: its boundaries T0..T11 (ns), its steps (ns) and what the walk did not find."""
+    index: int
+    socket: str
+    t: list
+    steps: dict
+    missing: list
+    slept: dict          # {"server": bool, "client": bool}
+    request: int         # the request's and the reply's length (bytes, or datagrams over UDP)
+    reply: int
+    overlap: dict        # KO1, KO2: the sends' time after their hand-off (ns), off the path
+    gap_after: int = -1  # from its reply's receive to the next call's send (ns; -1: the last call): the
+                         # client's user space after one call and before the next, which the kernel cannot split
+
+    @property
+    def rtt(self):
+        return self.t[-1] - self.t[0]
+
+
+@dataclasses.dataclass
+class CaseResult:
+    case_id: str
+    target: str
+    transport: str
+    size: int
+    exchanges: int                # the client's request/reply exchanges on the sockets it used
+    calls: list                   # matched Calls of the program's calls (its connection's last ones)
+    matched: int                  # matched exchanges of every socket
+    unmatched: dict               # reason -> count, over every exchange
+    program_unmatched: dict       # reason -> count, over the program's calls
+    others: dict                  # socket pair -> exchanges that are not the program's calls
+    setup: int                    # exchanges before the program's calls (connection setup, warm-up)
+    program_p50_us: float
+    program_calls: int
+
+
+# ---------------------------------------------------------------- decoding
+
+def _decoder(fields):
+    parts = []
+    for name, kind, off, size, signed in fields:
+        if kind == "int":
+            code = {1: "b", 2: "h", 4: "i", 8: "q"}[size]
+            parts.append((name, "int", off, "<" + (code if signed else code.upper())))
+        else:
+            parts.append((name, kind, off, size))
+
+    def dec(d):
+        out = {}
+        for p in parts:
+            if p[1] == "int":
+                out[p[0]] = struct.unpack_from(p[3], d, p[2])[0]
+            elif p[1] == "str":
+                out[p[0]] = d[p[2]:p[2] + p[3]].split(b"\0", 1)[0].decode(errors="replace")
+            else:
+                loc = struct.unpack_from("<I", d, p[2])[0]
+                out[p[0]] = d[loc & 0xFFFF:(loc & 0xFFFF) + (loc >> 16)].split(b"\0", 1)[0].decode(errors="replace")
+        return out
+    return dec
+
+
+def read_dump(raw_dir):
+    """[(ts, event, tid, fields)] of one FtraceRecorder dump, in time order, and the events lost."""
+    raw_dir = pathlib.Path(raw_dir)
+    try:
+        formats = json.loads((raw_dir / "formats.json").read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{raw_dir}: no complete tracefs dump ({e}); capture the case again") from None
+    by_id = {f["id"]: (name, _decoder(f["fields"])) for name, f in formats.items()}
+    out, lost = [], 0
+    for raw in sorted(raw_dir.glob("cpu*.raw")):
+        events, n_lost, _ = ftrace.parse_cpu(raw.read_bytes(), by_id)
+        lost += n_lost
+        for ts, etype, d in events:
+            name, dec = by_id[etype]
+            out.append((ts, name, struct.unpack_from("<i", d, 4)[0], dec(d)))
+    out.sort(key=lambda e: e[0])
+    return out, lost
+
+
+# ---------------------------------------------------------------- sockets and operations
+
+class Sockets:
+    """Which socket each (tgid, fd) held when, from the fd's openings and closings in the trace and the
+    poller's /proc sightings."""
+
+    def __init__(self, sightings):
+        self.starts = collections.defaultdict(list)      # (tgid, fd) -> [start ns of each span]
+        self.ends = {}                                   # (tgid, fd, start) -> end ns
+        self.sightings = sightings
+
+    def open(self, tgid, fd, ts):
+        self.starts[(tgid, fd)].append(ts)
+
+    def close(self, tgid, fd, ts):
+        st = self.starts.get((tgid, fd)) or [-1]
+        self.ends.setdefault((tgid, fd, st[-1]), ts)
+
+    def span(self, tgid, fd, ts):
+        """The start of the socket span of (tgid, fd) at ts: -1 for one opened before the trace (or by a
+        call it does not record), None once its socket is closed (the fd then holds something else)."""
+        st = self.starts.get((tgid, fd), [])
+        k = bisect.bisect_right(st, ts) - 1
+        start = st[k] if k >= 0 else -1
+        end = self.ends.get((tgid, fd, start))
+        return None if end is not None and end <= ts else start
+
+    def identify(self):
+        """{(tgid, fd, span start): sighting} for every sighting that falls in a span."""
+        out = {}
+        for s in self.sightings:
+            start = self.span(s["pid"], s["fd"], s["seen_ns"])
+            if start is not None:
+                out.setdefault((s["pid"], s["fd"], start), s)
+        return out
+
+
+def operations(events, tgid_of, sightings):
+    """({socket key: [Op]}, {socket key: sighting}): the data-moving system calls, per socket."""
+    socks = Sockets(sightings)
+    pending, raw_ops = {}, []
+    for ts, name, tid, f in events:
+        if not name.startswith("syscalls:"):
+            continue
+        call = name.split("_", 2)[2] if "sys_" in name else ""
+        tgid = tgid_of(tid)
+        if name.startswith("syscalls:sys_enter_"):
+            if call == "close":
+                socks.close(tgid, f.get("fd", -1), ts)
+            else:
+                pending[tid] = (call, ts, f.get("fd", -1))
+        else:
+            ret = f.get("ret", -1)
+            if call in OPENS:
+                if ret >= 0:
+                    socks.open(tgid, ret, ts)
+                continue
+            p = pending.pop(tid, None)
+            if p is None or p[0] != call or ret <= 0:
+                continue
+            kind = "send" if call in SEND else "recv" if call in RECV else None
+            if kind:
+                raw_ops.append(Op(tid=tid, tgid=tgid, fd=p[2], kind=kind, enter=p[1], exit=ts, n=ret))
+    ident = socks.identify()
+    per = collections.defaultdict(list)
+    for op in raw_ops:
+        key = (op.tgid, op.fd, socks.span(op.tgid, op.fd, op.enter))
+        # a socket: made by socket()/accept() in the trace, or seen as one in /proc
+        if key[2] is not None and (key[2] != -1 or key in ident):
+            per[key].append(op)
+    return per, ident
+
+
+def pair_sockets(per, ident, client_tgid):
+    """[(client key, server key or None, why)] for every client socket that moved data."""
+    servers = {k: ident.get(k) for k in per if k[0] != client_tgid}
+    out = []
+    for key, ops in per.items():
+        if key[0] != client_tgid:
+            continue
+        s = ident.get(key)
+        cands = []
+        if s is None:
+            lo, hi = ops[0].enter, ops[-1].exit
+            sent = {o.n for o in ops if o.kind == "send"}
+            score = {k: sum(1 for o in per[k] if o.kind == "recv" and lo <= o.exit <= hi and o.n in sent)
+                     for k in servers}
+            cands = [k for k in sorted(score, key=lambda k: -score[k]) if score[k]][:1]
+            out.append((key, cands[0] if cands else None,
+                        "" if cands else "the client's socket was not seen in /proc and no server socket "
+                                         "received while it was in use"))
+            continue
+        if s["proto"] == "tcp":
+            cands = [k for k, v in servers.items() if v and v["proto"] == "tcp" and v["local"] == s["remote"]
+                     and v["remote"] == s["local"]]
+        else:
+            port = s["remote"].rsplit(":", 1)[1]
+            udp = {k: v for k, v in servers.items() if v and v["proto"] == "udp"}
+            if port != "0":
+                cands = [k for k, v in udp.items() if v["local"].rsplit(":", 1)[1] == port]
+            else:
+                lo, hi = ops[0].enter, ops[-1].exit
+                score = {k: sum(1 for o in per[k] if o.kind == "recv" and lo <= o.exit <= hi) for k in udp}
+                cands = [k for k in sorted(score, key=lambda k: -score[k]) if score[k]][:1]
+        if not cands:
+            out.append((key, None, f"no server socket pairs with the client's {s['proto']} {s['local']} -> "
+                                   f"{s['remote']}"))
+        else:
+            out.append((key, cands[0], ""))
+    return out
+
+
+def _positions(ops, udp):
+    """Number each op's first position in its direction's stream; the ops' end positions."""
+    pos, ends = 0, []
+    for op in ops:
+        if udp:
+            op.n = 1
+        op.pos = pos
+        pos += op.n
+        ends.append(pos)
+    return ends
+
+
+def _containing(ops, ends, x):
+    k = bisect.bisect_right(ends, x)
+    return ops[k] if k < len(ops) else None
+
+
+# ---------------------------------------------------------------- the critical path
+
+class Timeline:
+    """The scheduling and device events, indexed for 'the latest X in [lo, hi]'."""
+
+    def __init__(self, prog_events, net_events, devices):
+        self.switch_in = collections.defaultdict(list)
+        self.waking = collections.defaultdict(list)
+        self.running = collections.defaultdict(list)     # tid -> times of events the thread itself made
+        for ts, name, tid, f in prog_events:
+            if name == "sched:sched_switch":
+                self.switch_in[f["next_pid"]].append(ts)
+            elif name == "sched:sched_waking":
+                self.waking[f["pid"]].append(ts)
+            if name.startswith("syscalls:"):
+                self.running[tid].append(ts)
+        self.xmit = {r: ([], []) for r in devices}
+        self.recv = {r: ([], []) for r in devices}
+        role_of = {d: r for r, d in devices.items()}
+        for ts, name, _tid, f in net_events:
+            if name == "sched:sched_switch":           # out of the idle task (collectors/target.py)
+                self.switch_in[f["next_pid"]].append(ts)
+                continue
+            role = role_of.get(f.get("name"))
+            if role is None:
+                continue
+            book = self.xmit if name == "net:net_dev_xmit" else self.recv if name == "net:netif_receive_skb" else None
+            if book is not None:
+                book[role][0].append(ts)
+                book[role][1].append(f.get("skbaddr"))
+        for times in self.switch_in.values():
+            times.sort()
+
+    @staticmethod
+    def first(times, lo, hi):
+        """The earliest time in [lo, hi], else hi."""
+        k = bisect.bisect_left(times, lo)
+        return times[k] if k < len(times) and times[k] <= hi else hi
+
+    @staticmethod
+    def last(times, lo, hi):
+        k = bisect.bisect_right(times, hi) - 1
+        return times[k] if k >= 0 and times[k] >= lo else None
+
+    def last_dev(self, book, role, lo, hi, skb=None):
+        """(ts, skbaddr) of the latest event in [lo, hi]; with skb, the latest of that skb if any."""
+        times, skbs = book[role]
+        k = bisect.bisect_right(times, hi) - 1
+        first = None
+        while k >= 0 and times[k] >= lo:
+            if skb is None or skbs[k] == skb:
+                return times[k], skbs[k]
+            first = first or (times[k], skbs[k])
+            k -= 1
+        return first if skb is not None else None
+
+    def half(self, start, end, end_tid, sender, receiver, missing, side):
+        """Boundaries [send, hand-off, device receive, waking, switch-in, receive return] of one direction,
+        from the sender's send enter (start) to the receiver's receive return (end), walked backwards."""
+        t_wake = self.last(self.waking.get(end_tid, []), start, end)
+        slept = t_wake is not None
+        if slept:
+            # runs again: its switch in, or (where the trace lacks it) its first own event after the waking
+            t_in = min(self.first(self.switch_in.get(end_tid, []), t_wake, end),
+                       self.first(self.running.get(end_tid, []), t_wake, end), end)
+        else:
+            t_in = t_wake = end                          # the thread did not sleep: K3 runs to the return
+        rx = self.last_dev(self.recv, receiver, start, t_wake)
+        if rx is None:
+            missing.append(f"{side} netif_receive_skb")
+            rx = (t_wake, None)
+        tx = self.last_dev(self.xmit, sender, start, rx[0], skb=rx[1])
+        if tx is None:
+            missing.append(f"{side} net_dev_xmit")
+            tx = (rx[0], None)
+        return [start, tx[0], rx[0], t_wake, t_in, end], slept
+
+
+# ---------------------------------------------------------------- calls
+
+def _exchanges(ops):
+    """The client's ops on one socket cut into (sends, recvs) exchanges."""
+    out, sends, recvs = [], [], []
+    for op in sorted(ops, key=lambda o: o.enter):
+        if op.kind == "send":
+            if recvs:
+                out.append((sends, recvs))
+                sends, recvs = [], []
+            sends.append(op)
+        elif sends:
+            recvs.append(op)
+    if sends:
+        out.append((sends, recvs))
+    return out
+
+
+def match_pair(client_ops, server_ops, udp, timeline, label, unmatched):
+    """The matched Calls of one socket pair, in order, and the number of exchanges; the reason each
+    unmatched exchange is not a call goes into unmatched (exchange index -> reason)."""
+    cs = sorted([o for o in client_ops if o.kind == "send"], key=lambda o: o.enter)
+    cr = sorted([o for o in client_ops if o.kind == "recv"], key=lambda o: o.enter)
+    ss = sorted([o for o in server_ops if o.kind == "send"], key=lambda o: o.enter)
+    sr = sorted([o for o in server_ops if o.kind == "recv"], key=lambda o: o.enter)
+    _positions(cs, udp), _positions(cr, udp)
+    sr_ends, ss_ends = _positions(sr, udp), _positions(ss, udp)
+    calls = []
+    for k, (sends, recvs) in enumerate(_exchanges(client_ops)):
+        if not recvs:
+            unmatched[k] = "no reply received (the trace ends first)"
+            continue
+        c, d = recvs[0].pos, recvs[-1].pos + recvs[-1].n
+        first = _containing(ss, ss_ends, c)
+        last = _containing(ss, ss_ends, d - 1)
+        if first is None or last is None:
+            unmatched[k] = "the server's sends do not carry the reply"
+            continue
+        # The request: the longest run of the sends whose last position the server took before it began
+        # the reply; sends after that (a protocol's own frames, e.g. an HTTP/2 PING from another thread)
+        # go with no call.
+        got = None
+        while sends:
+            b = sends[-1].pos + sends[-1].n
+            got = _containing(sr, sr_ends, b - 1)
+            if got is None or got.exit <= first.enter:
+                break
+            sends = sends[:-1]
+        if not sends:
+            unmatched[k] = "send and receive out of order (the records are not one call)"
+            continue
+        if got is None:
+            unmatched[k] = "the server's receives do not reach the request's last byte"
+            continue
+        a = sends[0].pos
+        if got.exit < sends[0].enter or recvs[-1].exit < last.enter:
+            unmatched[k] = "send and receive out of order (the records are not one call)"
+            continue
+        missing, dev = [], ("client", "server")
+        t_req, srv_slept = timeline.half(sends[0].enter, got.exit, got.tid, dev[0], dev[1], missing, "server")
+        t_rep, cli_slept = timeline.half(first.enter, recvs[-1].exit, recvs[-1].tid, dev[1], dev[0], missing,
+                                         "client")
+        reply_sends = [o for o in ss if first.pos <= o.pos <= last.pos and o.enter <= t_rep[1]]
+        t_rep[0] = max(o.enter for o in reply_sends) if reply_sends else first.enter
+        t = t_req + t_rep
+        steps = {sid: t[i + 1] - t[i] for i, sid in enumerate(PATH_IDS)}
+        cli_send = max((o for o in sends if o.enter <= t[1]), key=lambda o: o.enter, default=sends[0])
+        srv_send = max((o for o in reply_sends), key=lambda o: o.enter, default=first)
+        overlap = {"KO1": max(0, cli_send.exit - t[1]), "KO2": max(0, srv_send.exit - t[7])}
+        calls.append(Call(index=k, socket=label, t=t, steps=steps, missing=missing,
+                          slept={"server": srv_slept, "client": cli_slept}, request=b - a, reply=d - c,
+                          overlap=overlap))
+    for a, b in zip(calls, calls[1:]):
+        if b.index == a.index + 1:
+            a.gap_after = b.t[0] - a.t[-1]
+    return calls, len(_exchanges(client_ops))
+
+
+def analyze_case(case_dir):
+    """The CaseResult of one captured target case."""
+    case_dir = pathlib.Path(case_dir)
+    tc = load_case(case_dir)
+    try:
+        sock = json.loads((case_dir / "sockets.json").read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{case_dir}/sockets.json: {e}; capture the case again") from None
+    prog, _ = read_dump(case_dir / "programs")
+    net, _ = read_dump(case_dir / "net")
+    tgids = {int(k): v for k, v in json.loads((case_dir / "programs" / "tgids.json").read_text()).items()}
+    tgids.update({int(k): v for k, v in sock["tids"].items()})
+    per, ident = operations(prog, lambda tid: tgids.get(tid, tid), sock["sockets"])
+    timeline = Timeline(prog, net, sock["devices"])
+    unmatched = collections.Counter()
+    results = []
+    for ckey, skey, why in pair_sockets(per, ident, tc.client_pid):
+        s, srv = ident.get(ckey), ident.get(skey)
+        if skey is None:
+            results.append((f"fd {ckey[1]} (unpaired)", [], len(_exchanges(per[ckey])), {}, why))
+            continue
+        far = srv["local"] if srv else f"fd {skey[1]} of pid {skey[0]}"
+        label = (f"{s['proto']} {s['local']} -> {far}" if s else
+                 f"{srv['proto'] if srv else 'socket'} fd {ckey[1]} (not seen in /proc; paired by time) -> {far}")
+        udp = (s or srv or {}).get("proto") == "udp"
+        why_not = {}
+        calls, n = match_pair(per[ckey], per[skey], udp, timeline, label, why_not)
+        results.append((label, calls, n, why_not, ""))
+    for _label, _calls, n, why_not, why in results:
+        unmatched.update(why_not.values())
+        if why:
+            unmatched[why] += n
+    if not any(r[1] for r in results):
+        raise UserError(f"{case_dir}: no client socket pairs with a server socket; nothing to match")
+    results.sort(key=lambda r: -r[2])
+    label, calls, n_main, why_not, _ = results[0]
+    # the program's measured calls are its connection's last ones; those before are set-up and warm-up
+    first = max(0, n_main - tc.program_calls)
+    return CaseResult(case_id=case_dir.name, target=tc.target, transport=tc.transport, size=tc.size,
+                      exchanges=sum(r[2] for r in results), calls=[c for c in calls if c.index >= first],
+                      matched=sum(len(r[1]) for r in results), unmatched=dict(unmatched),
+                      program_unmatched=dict(collections.Counter(w for k, w in why_not.items() if k >= first)),
+                      others={r[0]: r[2] for r in results[1:]}, setup=first, program_p50_us=tc.program_p50_us,
+                      program_calls=tc.program_calls)

@@ -1,0 +1,126 @@
+"""The kernel-only analysis's outputs for a run of a target (`rpcscope run --target`): the step cost
+tables and matching figures (analysis/kernelonly.json), every call's path (analysis/kernelonly-calls.csv)
+and the first screen, as text.
+
+    summary = summarize(analyze_case(case_dir))      # dict: one case's tables
+    write(rundir, [summary, ...], [CaseResult, ...])
+    print(first_screen(summary))
+"""
+import csv
+import json
+import statistics
+
+from rpcscope.rundir import RunDir
+from rpcscope.tracepoints.targetsteps import target_steps
+
+from .kernelonly import PATH_IDS
+
+FORMAT = "rpcscope-kernelonly/1"
+JSON_NAME = "kernelonly.json"
+CSV_NAME = "kernelonly-calls.csv"
+LARGEST = 3
+
+
+def _pct(values, q):
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else 0
+
+
+def summarize(res):
+    """One case's figures (a dict, as kernelonly.json holds it)."""
+    calls = res.calls
+    rtts = [c.rtt for c in calls]
+    mean_rtt = statistics.fmean(rtts) if rtts else 0.0
+    steps = []
+    for s in target_steps():
+        vals = [c.steps[s.id] if s.rtp else c.overlap[s.id] for c in calls]
+        side = "server" if s.id in ("K3", "K4") else "client" if s.id in ("K9", "K10") else None
+        absent = sum(1 for c in calls if side and not c.slept[side]) if side else 0
+        missing = sum(1 for c in calls if any(m.startswith(_missing_side(s.id)) for m in c.missing)) \
+            if _missing_side(s.id) else 0
+        steps.append({"id": s.id, "name": s.name, "dce": list(s.dce), "side": s.side, "rtp": s.rtp,
+                      "unit": s.unit, "phase": s.phase,
+                      "p50_us": round(_pct(vals, 0.5) / 1e3, 3), "mean_us": round(statistics.fmean(vals) / 1e3, 3)
+                      if vals else 0.0, "p10_us": round(_pct(vals, 0.1) / 1e3, 3),
+                      "p90_us": round(_pct(vals, 0.9) / 1e3, 3),
+                      "share_%": round(100 * statistics.fmean(vals) / mean_rtt, 1) if vals and mean_rtt and s.rtp
+                      else None,
+                      "absent_calls": absent, "missing_calls": missing})
+    on_path = [x for x in steps if x["rtp"]]
+    largest = [x["id"] for x in sorted(on_path, key=lambda x: -x["mean_us"])[:LARGEST]]
+    total = res.exchanges
+    p50 = _pct(rtts, 0.5) / 1e3
+    gaps = [c.gap_after for c in calls if c.gap_after >= 0]
+    gap = _pct(gaps, 0.5) / 1e3
+    bad_sums = sum(1 for c in calls if sum(c.steps.values()) != c.rtt or min(c.steps.values()) < 0)
+    return {"case": res.case_id, "target": res.target, "transport": res.transport, "size": res.size,
+            "exchanges": total, "matched": res.matched,
+            "matched_%": round(100 * res.matched / total, 2) if total else 0,
+            "unmatched": res.unmatched, "other_sockets": res.others, "setup_exchanges": res.setup,
+            "program_calls_matched_%": round(100 * len(calls) / res.program_calls, 2) if res.program_calls else 0,
+            "program_unmatched": res.program_unmatched,
+            "calls": len(calls), "program_calls": res.program_calls,
+            "rtt_p50_us": round(p50, 3), "rtt_mean_us": round(mean_rtt / 1e3, 3),
+            "program_p50_us": round(res.program_p50_us, 3),
+            "rtt_vs_program_%": round(100 * (p50 - res.program_p50_us) / res.program_p50_us, 1)
+            if res.program_p50_us else None,
+            "between_calls_p50_us": round(gap, 3),
+            "rtt_with_between_calls_vs_program_%": round(100 * (p50 + gap - res.program_p50_us) / res.program_p50_us, 1)
+            if res.program_p50_us else None,
+            "calls_with_missing_events": sum(1 for c in calls if c.missing),
+            "calls_whose_path_does_not_sum": bad_sums, "largest": largest, "steps": steps}
+
+
+def _missing_side(sid):
+    return {"K2": "server net", "K3": "server", "K8": "client net", "K9": "client"}.get(sid, "")
+
+
+def write(rundir, summaries, results):
+    """kernelonly.json and kernelonly-calls.csv in the run directory's analysis/; their paths."""
+    rd = RunDir(rundir)
+    out = rd.path / "analysis"
+    out.mkdir(parents=True, exist_ok=True)
+    jpath, cpath = out / JSON_NAME, out / CSV_NAME
+    jpath.write_text(json.dumps({"format": FORMAT, "cases": summaries}, indent=1))
+    with open(cpath, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["case", "call", "socket", "t0_ns", "rtt_ns", *PATH_IDS, "KO1", "KO2", "server_slept",
+                    "client_slept", "missing"])
+        for res in results:
+            for c in res.calls:
+                w.writerow([res.case_id, c.index, c.socket, c.t[0], c.rtt, *(c.steps[s] for s in PATH_IDS),
+                            c.overlap["KO1"], c.overlap["KO2"], int(c.slept["server"]), int(c.slept["client"]),
+                            ";".join(c.missing)])
+    return jpath, cpath
+
+
+def first_screen(s):
+    """The first screen of one case, as text."""
+    by = {x["id"]: x for x in s["steps"]}
+    lines = [f"rpcscope: {s['target']} {s['transport'].upper()} {s['case']} - kernel events only, the program "
+             f"unmodified",
+             f"  calls matched   {s['calls']} of the program's {s['program_calls']} calls "
+             f"({s['program_calls_matched_%']:.1f} %)"
+             + (f"; unmatched: {', '.join(f'{n} {r}' for r, n in s['program_unmatched'].items())}"
+                if s["program_unmatched"] else ""),
+             f"  all exchanges   {s['matched']} of {s['exchanges']} matched ({s['matched_%']:.1f} %; set-up and "
+             f"warm-up {s['setup_exchanges']}"
+             + (f", other sockets {sum(s['other_sockets'].values())}" if s["other_sockets"] else "") + ")"
+             + (f"; unmatched: {', '.join(f'{n} {r}' for r, n in s['unmatched'].items())}" if s["unmatched"] else ""),
+             f"  RTT p50         {s['rtt_p50_us']:.1f} us kernel-only; {s['program_p50_us']:.1f} us as the program "
+             f"measured it ({s['rtt_vs_program_%']:+.1f} %)" if s["rtt_vs_program_%"] is not None else "",
+             f"  between calls   {s['between_calls_p50_us']:.1f} us p50 in the client's user space from a reply's "
+             f"receive to the next send (the program's RTT holds part of it: kernel-only RTT + this is "
+             f"{s['rtt_with_between_calls_vs_program_%']:+.1f} % off its median)"
+             if s["rtt_with_between_calls_vs_program_%"] is not None else None,
+             "  largest steps   " + "; ".join(
+                 f"{i} {by[i]['name']} {by[i]['mean_us']:.1f} us ({by[i]['share_%']:.0f} %)" for i in s["largest"]),
+             f"  path adds up    {s['calls'] - s['calls_whose_path_does_not_sum']} of {s['calls']} calls; "
+             f"{s['calls_with_missing_events']} with a kernel event missing",
+             "",
+             f"  {'step':<4} {'name':<36} {'DCE':<14} {'p50 us':>8} {'mean us':>8} {'share':>6}"]
+    for x in s["steps"]:
+        share = f"{x['share_%']:.0f} %" if x["share_%"] is not None else "beside"
+        lines.append(f"  {x['id']:<4} {x['name'][:36]:<36} {','.join(x['dce'])[:14]:<14} {x['p50_us']:>8.2f} "
+                     f"{x['mean_us']:>8.2f} {share:>6}")
+    return "\n".join(line for line in lines if line is not None)

@@ -1,0 +1,366 @@
+"""Capture of an RPC rpcscope did not write: an unmodified client and server on the local testbed's two
+hosts, recorded with kernel events only (`rpcscope run --target libtirpc|grpc|reference`).
+
+Two tracefs instances (collectors/ftrace.py FtraceRecorder), both on CLOCK_MONOTONIC, which the
+namespace hosts share (one kernel: the two hosts' events are on one clock by construction):
+
+    programs  the send/receive system calls (and socket, accept, close, to tell an fd's sockets
+              apart), sched_waking and sched_switch, of the target's processes and threads only: each
+              program starts under a shell that appends its own pid to the instance's set_event_pid
+              before it execs, and options/event-fork adds every thread and child it makes
+    net       net_dev_xmit and netif_receive_skb on the two hosts' interfaces, in any context (a
+              softirq runs in whichever task it interrupts, so no pid filter)
+
+Beside the traces, a poller reads the programs' sockets from /proc while the calls run (fd -> inode ->
+the 4-tuple in /proc/PID/net/{tcp,udp}[6]), each sighting with its CLOCK_MONOTONIC time, which the
+analysis (analysis/kernelonly.py) uses to name each fd's socket and pair the client's with the
+server's. The client's own JSON (its RTT percentiles) is kept for the comparison.
+
+    case/programs/  case/net/       the instances' raw dumps (cpuN.raw, formats.json, tgids.json)
+    case/sockets.json               the poller's sightings and the programs' pids
+    case/program.json               the client's own report
+"""
+import dataclasses
+import json
+import os
+import pathlib
+import re
+import subprocess
+import threading
+import time
+
+from rpcscope.experiments import systems
+from rpcscope.output import UserError
+from rpcscope.tracepoints.targetsteps import by_id
+
+from . import ftrace, perf
+from .idle import IdlePolicy
+
+# --target name -> the experiments' system (rpcscope/experiments/systems.py)
+TARGETS = {"libtirpc": "tirpc", "grpc": "grpc", "reference": "rpcscope"}
+SEND_SYSCALLS = tuple(e.split("sys_enter_", 1)[1] for e in by_id("K1").kernel_begin)
+RECV_SYSCALLS = tuple(e.split("sys_exit_", 1)[1] for e in by_id("K5").kernel_end)
+# What tells one socket on an fd number from the next: its creation and its closing.
+LIFE_EVENTS = ("syscalls:sys_exit_socket", "syscalls:sys_exit_accept", "syscalls:sys_exit_accept4",
+               "syscalls:sys_enter_close")
+# The returns from the waits a woken thread comes out of: where the trace lacks its switch in, its
+# first event after the waking is where it runs again (analysis/kernelonly.py).
+WAIT_EXITS = tuple(f"syscalls:sys_exit_{s}" for s in ("poll", "ppoll", "select", "pselect6", "epoll_wait",
+                                                       "epoll_pwait", "epoll_pwait2"))
+SCHED = ("sched:sched_waking", "sched:sched_switch")
+NET = ("net:net_dev_xmit", "net:netif_receive_skb")
+# The switches out of the idle task, unfiltered by pid, in the net instance: the pid-filtered instance
+# leaves out a switch from the idle task into a traced thread (of a server's switches in, only those
+# from another task are kept), and with them a woken thread's start on an idle CPU.
+IDLE_SWITCH = "sched:sched_switch"
+IDLE_SWITCH_FILTER = "prev_pid == 0"
+BUFFER_KB = 32768
+POLL_FAST_S, POLL_SLOW_S = 0.0005, 0.05
+PROC_NET = ("tcp", "tcp6", "udp", "udp6")
+
+
+@dataclasses.dataclass
+class TargetCase:
+    """One captured case of a target: where its files are and what the client said of itself."""
+    target: str
+    transport: str
+    proc: str
+    size: int
+    calls: int
+    warmup: int
+    dir: str
+    client_pid: int
+    server_pids: list
+    program_p50_us: float
+    program_calls: int
+    program_ok: bool
+    program_error: str
+
+    @property
+    def id(self):
+        return f"{self.transport}-{self.proc}-{self.size}"
+
+
+def program_events():
+    evs = [f"syscalls:sys_{d}_{s}" for s in SEND_SYSCALLS + RECV_SYSCALLS for d in ("enter", "exit")]
+    evs += list(LIFE_EVENTS) + list(WAIT_EXITS) + list(SCHED)
+    return [e for e in evs if perf.tracepoint_available(e)]
+
+
+def _write(path, text):
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise UserError(f"target capture: writing {text.strip()!r} to {path} failed: {e.strerror}") from None
+
+
+class ProgramRecorder(ftrace.FtraceRecorder):
+    """A tracefs instance that records only the pids written to its set_event_pid and their threads
+    and children (options/event-fork), with no other filter."""
+
+    def __init__(self, events, name):
+        super().__init__(events, devices=(), procnames=("rpcscope-target",), buffer_kb=BUFFER_KB, name=name)
+
+    def start(self):
+        super().start()
+        try:
+            for ev in self.events:
+                _write(self._event_dir(ev) / "filter", "0")          # the pid list filters instead
+            _write(self.path / "options" / "event-fork", "1")
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def pid_file(self):
+        return self.path / "set_event_pid"
+
+    def holder(self):
+        """argv prefix: a shell that puts itself in the pid list, then execs the rest of the argv."""
+        return ["sh", "-c", f'echo $$ >> {self.pid_file} && exec "$@"', "rpcscope-target"]
+
+
+class NetRecorder(ftrace.FtraceRecorder):
+    """The device events on the hosts' interfaces, and the switches out of the idle task."""
+
+    def start(self):
+        super().start()
+        try:
+            _write(self._event_dir(IDLE_SWITCH) / "filter", IDLE_SWITCH_FILTER)
+        except BaseException:
+            self.stop()
+            raise
+
+
+class TracedServers(systems.Servers):
+    """The experiments' servers, each started under the program recorder's holder."""
+
+    def __init__(self, placement, system, workdir, duration_s, holder):
+        super().__init__(placement, [system], workdir, duration_s)
+        self.holder = holder
+
+    def _ns(self, *argv):
+        return self.holder + super()._ns(*argv)
+
+
+def descendants(root):
+    """The pids of root and every process under it (one pass over /proc)."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = pathlib.Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            parent[int(d)] = int(stat.rsplit(")", 1)[1].split()[1])
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += [c for c, pp in parent.items() if pp == p]
+    return out
+
+
+def _addr(hexaddr):
+    """'0300A8C6:1C2A' (or an IPv6 one) -> '198.168.0.3:7210'."""
+    h, port = hexaddr.split(":")
+    if len(h) == 8:
+        ip = ".".join(str(b) for b in bytes.fromhex(h)[::-1])
+    else:
+        words = [bytes.fromhex(h[i:i + 8])[::-1] for i in range(0, 32, 8)]
+        raw = b"".join(words)
+        ip = ".".join(str(b) for b in raw[12:]) if raw[:12] == b"\0" * 10 + b"\xff\xff" else raw.hex()
+    return f"{ip}:{int(port, 16)}"
+
+
+def socket_table(pid):
+    """{inode: (proto, local, remote)} of the network namespace pid lives in."""
+    out = {}
+    for proto in PROC_NET:
+        try:
+            lines = pathlib.Path(f"/proc/{pid}/net/{proto}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 9:
+                out[int(f[9])] = (proto.rstrip("6"), _addr(f[1]), _addr(f[2]))
+    return out
+
+
+class SocketPoller:
+    """A thread that reads the watched processes' socket fds from /proc until stopped: each (pid, fd,
+    inode) sighting once, with the first time it was seen and its 4-tuple."""
+
+    def __init__(self):
+        self.pids = set()
+        self.seen = {}                # (pid, fd, inode) -> sighting
+        self.tids = {}                # tid -> tgid
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._fast_until = 0.0
+
+    def watch(self, pids, fast_s=2.0):
+        self.pids |= set(pids)
+        self._fast_until = time.monotonic() + fast_s
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self):
+        """Stop polling (after one last look); idempotent."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self.poll_once()
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.poll_once()
+            self._stop.wait(POLL_FAST_S if time.monotonic() < self._fast_until else POLL_SLOW_S)
+
+    def poll_once(self):
+        for pid in list(self.pids):
+            now = time.monotonic_ns()
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+                for t in os.listdir(f"/proc/{pid}/task"):
+                    self.tids[int(t)] = pid
+            except OSError:
+                continue
+            new = []
+            for fd in fds:
+                try:
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                m = re.fullmatch(r"socket:\[(\d+)\]", link)
+                if m and (pid, int(fd), int(m.group(1))) not in self.seen:
+                    new.append((int(fd), int(m.group(1))))
+            if not new:
+                continue
+            table = socket_table(pid)
+            for fd, ino in new:
+                if ino in table:
+                    proto, local, remote = table[ino]
+                    self.seen[(pid, fd, ino)] = {"pid": pid, "fd": fd, "inode": ino, "proto": proto,
+                                                 "local": local, "remote": remote, "seen_ns": now}
+
+    def record(self):
+        return {"sockets": sorted(self.seen.values(), key=lambda s: s["seen_ns"]),
+                "tids": {str(t): p for t, p in self.tids.items()}}
+
+
+def client_argv(system, placement, transport, proc, size, calls, warmup, max_seconds):
+    """The experiments' client command line for one run (rpcscope/experiments/systems.py run_client)."""
+    cpus = str(placement.client_cpu)
+    base = ["ip", "netns", "exec", placement.client_ns, "taskset", "-c", cpus]
+    common = ["--server", placement.server_addr, "--transport", transport, "--proc", proc, "--size", str(size),
+              "--calls", str(calls), "--warmup", str(warmup), "--threads", "1", "--cpu", cpus,
+              "--max-seconds", f"{max_seconds:g}", "--json"]
+    if system == "rpcscope":
+        return base + ["setarch", "-R", str(systems.NOTRACE_BIN / "rpc-client"), "--port",
+                       str(systems.PORTS["rpcscope"]), "--hist-bin-ns", "0", *common]
+    if system == "tirpc":
+        return base + [str(systems.PEERS_BIN / "tirpc-client"), *common]
+    return base + [str(systems.PEERS_BIN / "grpc-client"), "--port", str(systems.PORTS["grpc"]), *common]
+
+
+def capture(target, transports, proc, sizes, calls, warmup, out_dir, max_seconds=30.0, placement="split", say=print):
+    """Capture every (transport, size) case of a target into out_dir/cases/ID; the TargetCases."""
+    if target not in TARGETS:
+        raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
+    system = TARGETS[target]
+    for t in transports:
+        for s in sizes:
+            why = systems.supports(system, t, proc, s)
+            if why:
+                raise UserError(f"{target} {t} {proc} {s}: {why}")
+    ftrace.require()
+    pl = systems.testbed_placement(placement)
+    roles = {h["role"]: h["ifname"] for h in systems.testbed.load_state()["hosts"]}
+    devices = [roles["client"], roles["server"]]
+    out_dir = pathlib.Path(out_dir)
+    cases = []
+    idle = IdlePolicy("poll")
+    idle.check()
+    with idle:
+        for t in transports:
+            for s in sizes:
+                case_dir = out_dir / "cases" / f"{t}-{proc}-{s}"
+                case_dir.mkdir(parents=True, exist_ok=True)
+                say(f"  {target} {t} {proc} {s} B: {warmup} + {calls} calls, kernel events only")
+                cases.append(_one_case(target, system, pl, devices, t, proc, s, calls, warmup, case_dir, max_seconds))
+    return cases
+
+
+def _one_case(target, system, pl, devices, transport, proc, size, calls, warmup, case_dir, max_seconds):
+    tag = f"rpcscope-target-{os.getpid()}"
+    progs = ProgramRecorder(program_events(), name=f"{tag}-p")
+    net = NetRecorder(list(NET) + [IDLE_SWITCH], devices, buffer_kb=BUFFER_KB, name=f"{tag}-n", record_tgid=False)
+    poller = SocketPoller()
+    client = None
+    try:
+        progs.start()
+        net.start()
+        progs.enable()
+        net.enable()
+        with TracedServers(pl, system, case_dir, max_seconds + 30, progs.holder()) as servers:
+            server_pids = []
+            for p in servers.procs.values():
+                server_pids += descendants(p.pid)
+            poller.start()
+            poller.watch(server_pids)
+            argv = progs.holder() + client_argv(system, pl, transport, proc, size, calls, warmup, max_seconds)
+            client = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      stdin=subprocess.DEVNULL)
+            poller.watch([client.pid])
+            try:
+                out, err = client.communicate(timeout=max_seconds + warmup * 0.01 + 60)
+            except subprocess.TimeoutExpired:
+                client.kill()
+                client.communicate()
+                raise UserError(f"the {target} client did not finish in {max_seconds:g} s") from None
+            progs.disable()
+            net.disable()
+            poller.stop()
+            servers.check_alive(system, transport)
+        progs.dump(case_dir / "programs")
+        net.dump(case_dir / "net")
+    finally:
+        if client is not None and client.poll() is None:
+            client.kill()
+            client.wait()
+        poller.stop()
+        progs.stop()
+        net.stop()
+    try:
+        d = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise UserError(f"the {target} client failed (exit {client.returncode}): {(err or out).strip()[-300:]}") \
+            from None
+    rec = poller.record()
+    rec.update({"client_pid": client.pid, "server_pids": server_pids, "devices": {"client": devices[0],
+                                                                                 "server": devices[1]}})
+    (case_dir / "sockets.json").write_text(json.dumps(rec, indent=1))
+    (case_dir / "program.json").write_text(json.dumps(d, indent=1))
+    want = calls
+    ok = client.returncode == 0 and not d.get("errors") and not d.get("mismatches") and d.get("calls") == want
+    tc = TargetCase(target=target, transport=transport, proc=proc, size=size, calls=calls, warmup=warmup,
+                    dir=str(case_dir), client_pid=client.pid, server_pids=server_pids,
+                    program_p50_us=d.get("rtt_ns", {}).get("p50", 0) / 1e3, program_calls=int(d.get("calls", 0)),
+                    program_ok=ok, program_error=d.get("first_error") or ("" if ok else err.strip()[-200:]))
+    (case_dir / "case.json").write_text(json.dumps(dataclasses.asdict(tc), indent=1))
+    return tc
+
+
+def load_case(case_dir):
+    try:
+        return TargetCase(**json.loads((pathlib.Path(case_dir) / "case.json").read_text()))
+    except (OSError, ValueError, TypeError) as e:
+        raise UserError(f"{case_dir}: no target case record ({e}); capture it again with rpcscope run --target")\
+            from None

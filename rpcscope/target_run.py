@@ -1,0 +1,98 @@
+"""`rpcscope run --target libtirpc|grpc|reference`: an RPC rpcscope did not write, end to end on the local
+testbed, from kernel events alone.
+
+    testbed up (if down) -> capture (collectors/target.py) -> kernel-only analysis (analysis/kernelonly.py)
+    -> step tables and first screens (analysis/kernelonly_out.py) -> testbed down (if this brought it up)
+
+The run directory holds target.json (what was run), cases/ID/ (the traces, the sockets seen, the
+client's own report) and analysis/kernelonly.json, analysis/kernelonly-calls.csv.
+"""
+import dataclasses
+import datetime
+import io
+import json
+import pathlib
+import shutil
+from contextlib import redirect_stdout
+
+from .analysis.kernelonly import analyze_case
+from .analysis.kernelonly_out import first_screen, summarize, write
+from .collectors.target import TARGETS, capture
+from .experiments import systems
+from .output import UserError, emit_json
+from .rundir import RunDir
+
+TARGET_FORMAT = "rpcscope-target/1"
+TARGET_JSON = "target.json"
+
+
+def plan(target, transports, proc, sizes):
+    """([(transport, size)] to capture, [notes on the cases left out])."""
+    system = TARGETS[target]
+    todo, notes = [], []
+    for t in transports:
+        for s in sizes:
+            why = systems.supports(system, t, proc, s)
+            if why:
+                notes.append(f"{target} {t} {proc} {s}: left out ({why})")
+            else:
+                todo.append((t, s))
+    if not todo:
+        raise UserError(f"--target {target}: no case to run ({'; '.join(notes)})")
+    return todo, notes
+
+
+def analyze(out, quiet=False):
+    """Analyze every case of a target run directory: (summaries, results); writes the outputs."""
+    rd = RunDir(out)
+    cases = sorted(p for p in (rd.path / "cases").iterdir() if (p / "case.json").exists()) \
+        if (rd.path / "cases").is_dir() else []
+    if not cases:
+        raise UserError(f"{out}: no captured target case; run `rpcscope run --target ...` first")
+    results = [analyze_case(c) for c in cases]
+    summaries = [summarize(r) for r in results]
+    paths = write(out, summaries, results)
+    if not quiet:
+        for s in summaries:
+            print()
+            print(first_screen(s))
+        print(f"\nwritten: {', '.join(map(str, paths))}")
+    return summaries, results
+
+
+def cmd_run_target(args, sizes, transports, testbed, main):
+    target = args.target
+    if target not in TARGETS:
+        raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
+    out = pathlib.Path(args.out or f"runs/target-{target}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    if out.exists() and not args.replace:
+        raise UserError(f"{out} already exists; choose another --out or pass --replace")
+    todo, notes = plan(target, transports, args.proc, sizes)
+    for n in notes:
+        print(n)
+    started = testbed.load_state() is None
+    try:
+        if started:
+            print("testbed up: rpcscope testbed up", flush=True)
+            if main(["testbed", "up"]) != 0:
+                raise UserError("`rpcscope testbed up` failed; the message above says why")
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        cases = []
+        for t, s in todo:
+            cases += capture(target, [t], args.proc, [s], args.calls, args.warmup, out,
+                             placement="split" if args.placement == "split" else "one")
+        (out / TARGET_JSON).write_text(json.dumps({
+            "format": TARGET_FORMAT, "target": target, "proc": args.proc, "calls": args.calls,
+            "warmup": args.warmup, "left_out": notes, "cases": [dataclasses.asdict(c) for c in cases]}, indent=1))
+        summaries, _ = analyze(out, quiet=args.json)
+    finally:
+        if started and not args.keep_testbed:
+            with redirect_stdout(io.StringIO()):
+                main(["testbed", "down"])
+    if args.json:
+        emit_json({"run": str(out), "cases": summaries})
+    else:
+        print(f"\nrpcscope run --target {target}: {out}")
+    return 0

@@ -1,0 +1,115 @@
+"""`rpcscope run --target`: unmodified libtirpc (UDP and TCP) and gRPC (TCP) programs on the local
+testbed, recorded with kernel events only, reduced (a few hundred calls): every call of the program
+matched with its reply on the other host, every kernel step of its path present, and each call's path
+adding up to its RTT. Bad input fails before anything starts.
+
+Safety: the testbed's addresses are in 198.18.0.0/15 inside namespaces; the module holds the
+machine-wide testbed test lock (rpcscope.testbed.held_by_tests).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from rpcscope.analysis.kernelonly import PATH_IDS
+from rpcscope.testbed import health, held_by_tests, load_state
+from rpcscope.tracepoints.targetsteps import on_path, target_steps
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
+PEERS = REPO / "build" / "peers" / "bin"
+CALLS, WARMUP = 300, 20
+
+
+def rpcscope(*args, timeout=300, check=True):
+    p = subprocess.run(RPCSCOPE + list(args), capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    if check:
+        assert p.returncode == 0, f"rpcscope {' '.join(args)} exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr}"
+    return p
+
+
+def test_catalog_chains_the_round_trip():
+    """K1..K11 chain from the client's send to its receive: each begins with the event the one before
+    ends with, and each names the DCE steps it stands for."""
+    path = on_path()
+    assert [s.id for s in path] == list(PATH_IDS) and len(path) == 11
+    for a, b in zip(path, path[1:]):
+        assert set(a.kernel_end) & set(b.kernel_begin) or (a.id, b.id) == ("K6", "K7"), (a.id, b.id)
+    assert path[0].kernel_begin[0].startswith("syscalls:sys_enter_send")
+    assert path[-1].kernel_end[0].startswith("syscalls:sys_exit_recv")
+    assert all(s.dce for s in target_steps())
+
+
+def test_bad_target_fails_before_anything_starts(tmp_path):
+    p = rpcscope("run", "--target", "nosuch", "--out", str(tmp_path / "x"), check=False)
+    assert p.returncode == 2 and "invalid choice" in p.stderr and "Traceback" not in p.stderr
+    p = rpcscope("run", "--target", "grpc", "--transport", "udp", "--sizes", "0", "--out", str(tmp_path / "y"),
+                 check=False)
+    assert p.returncode == 2 and "grpc has no UDP" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not (tmp_path / "y").exists()
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    if os.geteuid() != 0:
+        pytest.skip("the testbed needs root")
+    if not all(shutil.which(t) for t in ("ip", "sshd", "rpcbind")) or not (PEERS / "grpc-client").exists():
+        pytest.skip("needs iproute2, openssh-server, rpcbind (make bootstrap) and the peers (make peers)")
+    with held_by_tests(wait=1200):
+        st = load_state()
+        if st and not health(st):
+            yield
+            return
+        try:
+            rpcscope("testbed", "up", "--json", timeout=180)
+            yield
+        finally:
+            rpcscope("testbed", "down", check=False, timeout=180)
+
+
+def check_run(out, n_cases):
+    doc = json.loads((out / "analysis" / "kernelonly.json").read_text())
+    assert doc["format"] == "rpcscope-kernelonly/1" and len(doc["cases"]) == n_cases
+    for c in doc["cases"]:
+        label = f"{c['target']} {c['case']}"
+        assert c["calls"] == c["program_calls"] == CALLS, (label, c["calls"], c["program_calls"])
+        assert c["program_calls_matched_%"] == 100.0 and not c["program_unmatched"], (label, c["program_unmatched"])
+        # beyond the program's calls: a binding's lookup (rpcbind), HTTP/2's connection set-up frames
+        assert c["matched_%"] >= 98.0, (label, c["unmatched"])
+        assert c["calls_with_missing_events"] == 0 and c["calls_whose_path_does_not_sum"] == 0, label
+        steps = {s["id"]: s for s in c["steps"]}
+        assert all(steps[k]["missing_calls"] == 0 for k in PATH_IDS), label
+        assert len(c["largest"]) == 3 and all(k in PATH_IDS for k in c["largest"]), label
+        assert 0 < c["rtt_p50_us"] and 0 < c["program_p50_us"], label
+        # the kernel sees less than the program times (not its marshalling, nor its clock reads)
+        assert c["rtt_p50_us"] <= c["program_p50_us"] * 1.05, (label, c["rtt_p50_us"], c["program_p50_us"])
+    rows = list(csv.DictReader(open(out / "analysis" / "kernelonly-calls.csv")))
+    assert len(rows) == CALLS * n_cases
+    for r in rows:
+        parts = [int(r[k]) for k in PATH_IDS]
+        assert min(parts) >= 0 and sum(parts) == int(r["rtt_ns"]) > 0, r
+        assert not r["missing"], r
+
+
+@pytest.mark.testbed
+def test_libtirpc_udp_and_tcp(testbed, tmp_path):
+    out = tmp_path / "tirpc"
+    p = rpcscope("run", "--target", "libtirpc", "--transport", "udp,tcp", "--proc", "echo", "--sizes", "0",
+                 "--calls", str(CALLS), "--warmup", str(WARMUP), "--out", str(out))
+    assert "calls matched" in p.stdout and "largest steps" in p.stdout, p.stdout
+    check_run(out, 2)
+
+
+@pytest.mark.testbed
+def test_grpc_tcp(testbed, tmp_path):
+    out = tmp_path / "grpc"
+    rpcscope("run", "--target", "grpc", "--transport", "tcp", "--proc", "echo", "--sizes", "0",
+             "--calls", str(CALLS), "--warmup", str(WARMUP), "--out", str(out))
+    check_run(out, 1)

@@ -369,28 +369,32 @@ def match_pair(client_ops, server_ops, udp, timeline, label, unmatched):
             unmatched[k] = "no reply received (the trace ends first)"
             continue
         c, d = recvs[0].pos, recvs[-1].pos + recvs[-1].n
-        first = _containing(ss, ss_ends, c)
+        k_first = bisect.bisect_right(ss_ends, c)
         last = _containing(ss, ss_ends, d - 1)
-        if first is None or last is None:
+        if k_first >= len(ss) or last is None:
             unmatched[k] = "the server's sends do not carry the reply"
             continue
-        # The request: the longest run of the sends whose last position the server took before it began
-        # the reply; sends after that (a protocol's own frames, e.g. an HTTP/2 PING from another thread)
-        # go with no call.
-        got = None
+        # The request: the longest run of the sends whose last position the server took before it sent
+        # a part of the reply; the reply begins with the server's first send after that. Frames of the
+        # protocol's own in between (an HTTP/2 PING and its answer, sent by another thread or before the
+        # request) then belong to no call.
+        got = first = None
         while sends:
-            b = sends[-1].pos + sends[-1].n
-            got = _containing(sr, sr_ends, b - 1)
-            if got is None or got.exit <= first.enter:
+            got = _containing(sr, sr_ends, sends[-1].pos + sends[-1].n - 1)
+            if got is None:
+                break
+            first = next((o for o in ss[k_first:] if o.pos < d and o.enter >= got.exit), None)
+            if first is not None:
                 break
             sends = sends[:-1]
-        if not sends:
-            unmatched[k] = "send and receive out of order (the records are not one call)"
+        if got is None or first is None:
+            unmatched[k] = ("the server's receives do not reach the request's last byte" if got is None else
+                            "send and receive out of order (the records are not one call)")
             continue
-        if got is None:
-            unmatched[k] = "the server's receives do not reach the request's last byte"
-            continue
-        a = sends[0].pos
+        prev = ss[ss.index(first) - 1] if ss.index(first) > 0 else None
+        if prev is not None:        # sends the server took before its previous send are an exchange of their own
+            sends = [o for o in sends if _containing(sr, sr_ends, o.pos + o.n - 1).exit > prev.enter] or sends[-1:]
+        a, b = sends[0].pos, sends[-1].pos + sends[-1].n
         if got.exit < sends[0].enter or recvs[-1].exit < last.enter:
             unmatched[k] = "send and receive out of order (the records are not one call)"
             continue

@@ -105,6 +105,8 @@ def cmd_analyze(args):
     if not res["calibrated"]:
         print("no calibration in the manifest: corrected = raw (capture with --calibration quick|full)")
     print("clock sync: " + summary_line(res.get("clock_sync")))
+    for f in (res.get("clock_sync") or {}).get("flagged") or []:
+        print(f"  FLAGGED {f['case']}: {f['flag']}")
     missing = {}
     for d in res["steps"]:
         for why, n in (d["missing_reasons"] or {}).items():

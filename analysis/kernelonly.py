@@ -81,6 +81,7 @@ class CaseResult:
     program_unmatched: dict       # reason -> count, over the program's calls
     others: dict                  # socket pair -> exchanges that are not the program's calls
     setup: int                    # exchanges before the program's calls (connection setup, warm-up)
+    per_call: float               # the connection's exchanges per call the program made (warm-up included)
     program_p50_us: float
     program_calls: int
 
@@ -460,5 +461,6 @@ def analyze_case(case_dir):
                       exchanges=sum(r[2] for r in results), calls=[c for c in calls if c.index >= first],
                       matched=sum(len(r[1]) for r in results), unmatched=dict(unmatched),
                       program_unmatched=dict(collections.Counter(w for k, w in why_not.items() if k >= first)),
-                      others={r[0]: r[2] for r in results[1:]}, setup=first, program_p50_us=tc.program_p50_us,
-                      program_calls=tc.program_calls)
+                      others={r[0]: r[2] for r in results[1:]}, setup=first,
+                      per_call=round(n_main / max(1, tc.program_calls + tc.warmup), 2),
+                      program_p50_us=tc.program_p50_us, program_calls=tc.program_calls)

@@ -1,6 +1,6 @@
 """The kernel-only analysis's outputs for a run of a target (`rpcscope run --target`): the step cost
 tables and matching figures (analysis/kernelonly.json), every call's path (analysis/kernelonly-calls.csv)
-and the first screen, as text.
+and the first screen, as text (report/first-screen.txt).
 
     summary = summarize(analyze_case(case_dir))      # dict: one case's tables
     write(rundir, [summary, ...], [CaseResult, ...])
@@ -18,6 +18,7 @@ from .kernelonly import PATH_IDS
 FORMAT = "rpcscope-kernelonly/1"
 JSON_NAME = "kernelonly.json"
 CSV_NAME = "kernelonly-calls.csv"
+SCREEN_NAME = "first-screen.txt"          # in report/
 LARGEST = 3
 
 
@@ -59,7 +60,7 @@ def summarize(res):
             "unmatched": res.unmatched, "other_sockets": res.others, "setup_exchanges": res.setup,
             "program_calls_matched_%": round(100 * len(calls) / res.program_calls, 2) if res.program_calls else 0,
             "program_unmatched": res.program_unmatched,
-            "calls": len(calls), "program_calls": res.program_calls,
+            "calls": len(calls), "program_calls": res.program_calls, "exchanges_per_call": res.per_call,
             "rtt_p50_us": round(p50, 3), "rtt_mean_us": round(mean_rtt / 1e3, 3),
             "program_p50_us": round(res.program_p50_us, 3),
             "rtt_vs_program_%": round(100 * (p50 - res.program_p50_us) / res.program_p50_us, 1)
@@ -76,12 +77,16 @@ def _missing_side(sid):
 
 
 def write(rundir, summaries, results):
-    """kernelonly.json and kernelonly-calls.csv in the run directory's analysis/; their paths."""
+    """kernelonly.json and kernelonly-calls.csv in the run directory's analysis/, the first screens in its
+    report/first-screen.txt; their paths."""
     rd = RunDir(rundir)
     out = rd.path / "analysis"
     out.mkdir(parents=True, exist_ok=True)
     jpath, cpath = out / JSON_NAME, out / CSV_NAME
     jpath.write_text(json.dumps({"format": FORMAT, "cases": summaries}, indent=1))
+    (rd.path / "report").mkdir(exist_ok=True)
+    spath = rd.path / "report" / SCREEN_NAME
+    spath.write_text("\n\n".join(first_screen(s) for s in summaries) + "\n")
     with open(cpath, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["case", "call", "socket", "t0_ns", "rtt_ns", *PATH_IDS, "KO1", "KO2", "server_slept",
@@ -91,7 +96,7 @@ def write(rundir, summaries, results):
                 w.writerow([res.case_id, c.index, c.socket, c.t[0], c.rtt, *(c.steps[s] for s in PATH_IDS),
                             c.overlap["KO1"], c.overlap["KO2"], int(c.slept["server"]), int(c.slept["client"]),
                             ";".join(c.missing)])
-    return jpath, cpath
+    return jpath, cpath, spath
 
 
 def first_screen(s):
@@ -100,13 +105,16 @@ def first_screen(s):
     lines = [f"rpcscope: {s['target']} {s['transport'].upper()} {s['case']} - kernel events only, the program "
              f"unmodified",
              f"  calls matched   {s['calls']} of the program's {s['program_calls']} calls "
-             f"({s['program_calls_matched_%']:.1f} %)"
+             f"({s['program_calls_matched_%']:.2f} %)"
              + (f"; unmatched: {', '.join(f'{n} {r}' for r, n in s['program_unmatched'].items())}"
                 if s["program_unmatched"] else ""),
-             f"  all exchanges   {s['matched']} of {s['exchanges']} matched ({s['matched_%']:.1f} %; set-up and "
+             f"  all exchanges   {s['matched']} of {s['exchanges']} matched ({s['matched_%']:.2f} %; set-up and "
              f"warm-up {s['setup_exchanges']}"
              + (f", other sockets {sum(s['other_sockets'].values())}" if s["other_sockets"] else "") + ")"
              + (f"; unmatched: {', '.join(f'{n} {r}' for r, n in s['unmatched'].items())}" if s["unmatched"] else ""),
+             f"  NOTE            {s['exchanges_per_call']:.2f} exchanges a call on the program's connection: its "
+             f"calls take more than one request and reply (window acknowledgements, fragments); the kernel-only "
+             f"path and RTT here are those of one exchange, not of a call" if s["exchanges_per_call"] > 1.05 else None,
              f"  RTT p50         {s['rtt_p50_us']:.1f} us kernel-only; {s['program_p50_us']:.1f} us as the program "
              f"measured it ({s['rtt_vs_program_%']:+.1f} %)" if s["rtt_vs_program_%"] is not None else "",
              f"  between calls   {s['between_calls_p50_us']:.1f} us p50 in the client's user space from a reply's "

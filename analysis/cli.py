@@ -4,9 +4,10 @@ import pathlib
 import sys
 
 from rpcscope.output import UserError, emit_json, table
-from rpcscope.rundir import RTT_CSV, STEPS_JSON, RunDir
+from rpcscope.rundir import RPCS_TABLE, RTT_CSV, STEPS_JSON, RunDir
 
 from .clocksync import summary_line
+from .rpcs import CALL_BEGIN_MARK, CALL_END_MARK
 from .run import RunError
 from .steps import analyze
 from .tracenotes import TraceNote, note_line
@@ -21,7 +22,8 @@ EPILOG = """examples:
 
 Writes runs/NAME/analysis/steps.csv (one row per case and step: n, mean, median,
 p10, p90, p99, std in us, corrected mean and median, tracepoints inside, missing
-RPCs by reason), rtt.csv and steps.json. Decoded traces are cached in
+RPCs by reason), rtt.csv, steps.json and rpcs.jsonl.gz (every RPC's time in
+each step). Decoded traces are cached in
 runs/NAME/analysis/cache/; the cases are decoded and rebuilt in one forked
 worker per CPU. "n/a": the run's conditions rule the step out;
 "-": applies but not measured (see missing_reasons). Rules: analysis/rpcs.py.
@@ -99,7 +101,7 @@ def cmd_analyze(args):
            "traced_%": _r(d["traced_vs_untraced_pct"], 1), "corrected_%": _r(d["corrected_vs_untraced_pct"], 1)}
           for d in res["rtt"]]
     how = sorted({d["corrected_by"] for d in res["rtt"] if d.get("corrected_by")})
-    print("round trip, us (traced: c1_begin..c21_end from the trace; untraced: the manifest's p50; "
+    print(f"round trip, us (traced: {CALL_BEGIN_MARK}..{CALL_END_MARK} from the trace; untraced: the manifest's p50; "
           f"% = difference to untraced; corrected: the probe cost of {' / '.join(how) or 'nothing'} taken off)")
     table(rt, ["case", "rpcs", "complete", "traced_p50", "corrected_p50", "untraced_p50", "traced_%", "corrected_%"])
     if not res["calibrated"]:
@@ -127,7 +129,7 @@ def cmd_analyze(args):
             print("  " + note_line(n))
     if res.get("partial"):
         print(f"PARTIAL ANALYSIS: {_partial_why(res)}")
-    print(f"\nwritten: {RunDir(path).steps_csv}, {RTT_CSV}, {STEPS_JSON}")
+    print(f"\nwritten: {RunDir(path).steps_csv}, {RTT_CSV}, {STEPS_JSON}, {RPCS_TABLE}")
     return 0
 
 

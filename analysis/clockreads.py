@@ -19,14 +19,15 @@ Kernel-bounded steps (C8, S1, C15, the wake-ups) have no user marks and no clock
 """
 import numpy as np
 
-from rpcscope.tracepoints import STEPS
+from rpcscope.tracepoints import SPANS as CATALOG_SPANS, STEPS
 
-from .rpcs import _attach_zero_ids
+from .rpcs import CALL_BEGIN_MARK, _attach_zero_ids
 from .traceread import TraceError, read_clockmarks
 
 _STEP = {s["id"]: s for s in STEPS}
-# The user-mark spans of analysis/rpcs.py's extra rows: from the first mark of one step to the last of another.
-SPANS = {"C7-C9": ("C7", "C9"), "S8-S10": ("S8", "S10"), "C14-C17": ("C14", "C17"), "RTT": ("C1", "C21")}
+# The user-mark spans of analysis/rpcs.py's extra rows (the catalog's [spans]): from the first mark of
+# one step to the last of another.
+SPANS = {name: (sp["first"], sp["last"]) for name, sp in CATALOG_SPANS.items()}
 
 
 def row_marks():
@@ -65,7 +66,7 @@ def _pairs(marks, begin, end):
 def _measured_calls(client, warmup):
     """The calls the step tables count: those with a c1_begin, less the first call and the warm-up
     calls of each activity (rpc/bench.c's order: the sequence number in the call id's low half)."""
-    begin = _STEP["C1"]["user_events"][0]
+    begin = CALL_BEGIN_MARK
     names = {n: i for i, n in enumerate(client["names"])}
     starts = np.unique(client["call_id"][client["name"] == names.get(begin, -1)])
     act, seq = starts >> np.uint64(32), starts & np.uint64(0xFFFFFFFF)

@@ -6,7 +6,7 @@ import collections
 
 import numpy as np
 
-from rpcscope.tracepoints import syscalls_of
+from rpcscope.tracepoints import KERNEL_EVENTS, NET_RX_VECTOR, syscalls_of
 
 from .traceread import KIND
 
@@ -15,13 +15,8 @@ SEND_SYSCALLS = set(syscalls_of("kernel_begin", "sendmsg"))
 RECV_SYSCALLS = set(syscalls_of("kernel_inside", "recv"))
 EPOLL_SYSCALLS = set(syscalls_of("kernel_begin", "select"))
 
-_PERF_NAME = {
-    "net_queue": "net:net_dev_queue", "net_start_xmit": "net:net_dev_start_xmit", "net_xmit": "net:net_dev_xmit",
-    "net_receive": "net:netif_receive_skb", "net_rx": "net:netif_rx", "softirq_entry": "irq:softirq_entry",
-    "softirq_exit": "irq:softirq_exit", "softirq_raise": "irq:softirq_raise", "irq_entry": "irq:irq_handler_entry",
-    "irq_exit": "irq:irq_handler_exit", "sched_waking": "sched:sched_waking", "sched_wakeup": "sched:sched_wakeup",
-    "sched_switch": "sched:sched_switch", "copy_to_user": "skb:skb_copy_datagram_iovec",
-}
+# The analysis's kernel event kinds as perf and tracefs name them (the catalog's [kernel_events]).
+_PERF_NAME = {kind: e["perf"] for kind, e in KERNEL_EVENTS.items() if "code" in e}
 
 # ---------------------------------------------------------------- vectorised helpers
 
@@ -129,8 +124,8 @@ class _Kernel:
         self.m_send_exit = _names_mask(ev, "syscall_exit", SEND_SYSCALLS)
         self.m_epoll_exit = _names_mask(ev, "syscall_exit", EPOLL_SYSCALLS)
         self.softirq, self.softirq_exit = {}, {}
-        sirq = (kind == KIND["softirq_entry"]) & (np.asarray(ev.vec) == 3)
-        sirq_x = (kind == KIND["softirq_exit"]) & (np.asarray(ev.vec) == 3)
+        sirq = (kind == KIND["softirq_entry"]) & (np.asarray(ev.vec) == NET_RX_VECTOR)
+        sirq_x = (kind == KIND["softirq_exit"]) & (np.asarray(ev.vec) == NET_RX_VECTOR)
         for c in np.unique(self.cpu[sirq]):
             self.softirq[int(c)] = _Sel(ev, sirq & (self.cpu == c))
             self.softirq_exit[int(c)] = _Sel(ev, sirq_x & (self.cpu == c))
@@ -194,7 +189,8 @@ class _Kernel:
 # scheduler, softirq, copies).
 CLASS_UST, CLASS_NET, CLASS_OTHER = 0, 1, 2
 N_CLASSES = 3
-NET_KINDS = [KIND[k] for k in ("net_queue", "net_start_xmit", "net_xmit", "net_receive", "net_rx")]
+# The network-device events: the kinds of the catalog's [kernel_events] in the kernel's net subsystem.
+NET_KINDS = [KIND[k] for k, e in KERNEL_EVENTS.items() if "code" in e and e["perf"].startswith("net:")]
 _KIND_CLASS = np.full(256, CLASS_OTHER, np.int8)        # a kernel event's class by its kind
 _KIND_CLASS[NET_KINDS] = CLASS_NET
 # What _ProbeEvents reads of a window: the events' time, CPU, thread (user: whose) and cost key.

@@ -8,7 +8,7 @@ import ctypes.util
 
 import numpy as np
 
-from rpcscope.tracepoints import EVENTS, SPLIT, STEPS
+from rpcscope.tracepoints import EVENTS, SPANS, SPLIT, STEPS, span_of, span_steps, step
 
 from .rpckernel import CLASS_UST, COST_COLUMNS, _Costs, _ProbeEvents
 from .traceread import KIND
@@ -17,18 +17,24 @@ MEASURED, NOT_APPLICABLE, MISSING = 0, 1, 2
 
 _SIDE_OF = {s["id"]: s["side"] for s in STEPS}
 # Rows beside the catalog's steps: the parts of a split step (the catalog's [split]), and spans of user
-# marks that cross several steps.
+# marks that cross several steps (its [spans]): name -> (side, the step whose conditions rule it out or
+# None, title).
 EXTRA_ROWS = {
     **{name: (_SIDE_OF[part["of"]], part["of"], part["name"]) for name, part in SPLIT.items()},
-    "C7-C9": ("client", None, "packet send from user marks (c7_begin .. c9_end)"),
-    "S8-S10": ("server", "S8", "packet send from user marks (s8_begin .. s10_end)"),
-    "C14-C17": ("client", "C14", "the client's wait from user marks (c14_begin .. c17_end)"),
-    "RTT": ("client", None, "traced round trip (c1_begin .. c21_end)"),
+    **{name: (sp["side"], sp.get("applies"), sp["name"]) for name, sp in SPANS.items()},
 }
-ROW_ORDER = [s["id"] for s in STEPS if s["side"] == "client"] + \
-    [n for n, p in SPLIT.items() if _SIDE_OF[p["of"]] == "client"] + ["C7-C9", "C14-C17"] + \
-    [s["id"] for s in STEPS if s["side"] == "server"] + \
-    [n for n, p in SPLIT.items() if _SIDE_OF[p["of"]] == "server"] + ["S8-S10", "RTT"]
+# Per side its steps, the parts of its split steps and its spans; the call's span (the RTT row) last.
+ROW_ORDER = [name for side in ("client", "server") for name in
+             [s["id"] for s in STEPS if s["side"] == side] +
+             [n for n, p in SPLIT.items() if _SIDE_OF[p["of"]] == side] +
+             [n for n, sp in SPANS.items() if sp["side"] == side and sp["kind"] != "call"]] + \
+    [n for n, sp in SPANS.items() if sp["kind"] == "call"]
+
+# The call's span (the catalog's [spans] of kind call, the RTT row): a call is measured from the first
+# begin mark of its first step to the last end mark of its last one.
+CALL_ROW = span_of("call")
+CALL_FIRST, CALL_LAST = span_steps(CALL_ROW)
+CALL_BEGIN_MARK, CALL_END_MARK = step(CALL_FIRST)["user_events"][0], step(CALL_LAST)["user_events"][-1]
 
 _STEP = {s["id"]: s for s in STEPS}
 # event name (without provider) -> (step id, mark)

@@ -73,7 +73,7 @@ import types
 
 import numpy as np
 
-from rpcscope.tracepoints import STEPS, applicable
+from rpcscope.tracepoints import SPANS, SPLIT, STEPS, applicable, span_steps
 
 # The parts live in rpckernel.py (kernel events and probe classes), rpcrows.py (the tables) and
 # rpcsteps.py (the rules); their names the analysis, the reports and the tests use are importable here.
@@ -93,6 +93,11 @@ from .rpckernel import (  # noqa: F401
 from .rpcrows import (  # noqa: F401
     _MARK,
     _STEP,
+    CALL_BEGIN_MARK,
+    CALL_END_MARK,
+    CALL_FIRST,
+    CALL_LAST,
+    CALL_ROW,
     EXTRA_ROWS,
     MEASURED,
     MISSING,
@@ -169,7 +174,7 @@ class _Plan:
                     pids.setdefault(t, pid)
                 user = np.asarray(ev.kind) == KIND["user"]
                 name, cid, ts = np.asarray(ev.name), np.asarray(ev.call_id).astype(np.uint64), np.asarray(ev.ts)
-                for out, n in ((c1, "c1_begin"), (c21, "c21_end")):
+                for out, n in ((c1, CALL_BEGIN_MARK), (c21, CALL_END_MARK)):
                     m = user & (name == nid.get(n, -2))
                     out.append((tid[m], cid[m], ts[m].astype(np.int64)))
                 m = user & (cid != 0)
@@ -342,7 +347,7 @@ def _build(case, ust, roles, call_ids, kev, cond, excluded, inferred):
     sel = sel[np.lexsort((ts[sel], r[sel]))]
     U = _Marks(r[sel], ts[sel], tid[sel], cpu[sel], step_of[sel], mark_of[sel])
     n_all = len(call_ids)
-    c1, c21 = U.of("C1"), U.of("C21")
+    c1, c21 = U.of(CALL_FIRST), U.of(CALL_LAST)
     first_c1, last_c21 = _first_per(U.r[c1], n_all), _last_per(U.r[c21], n_all)
     ok = (first_c1 >= 0) & (last_c21 >= 0)
     ok[ok] &= U.mark[c21[last_c21[ok]]] == END
@@ -352,7 +357,7 @@ def _build(case, ust, roles, call_ids, kev, cond, excluded, inferred):
         m = ok[U.r]
         U = _Marks(renum[U.r[m]], U.ts[m], U.tid[m], U.cpu[m], U.step[m], U.mark[m])
         call_ids = call_ids[ok]
-        c1, c21 = U.of("C1"), U.of("C21")
+        c1, c21 = U.of(CALL_FIRST), U.of(CALL_LAST)
     n = len(call_ids)
     first_c1, last_c21 = _first_per(U.r[c1], n), _last_per(U.r[c21], n)
 
@@ -369,17 +374,23 @@ def _build(case, ust, roles, call_ids, kev, cond, excluded, inferred):
     ctx = _Ctx(n, rows, U, K, cond, user_ts_of)
 
     _user_steps(ctx)
-    waits_user = _span(ctx, "C14", "C18" if "recv_wait" in cond["client"] else "C17")
-    _put(ctx, "C7-C9", *_or_reason(ctx, _span(ctx, "C7", "C9"), "user marks not found"))
-    _put(ctx, "S8-S10", *_or_reason(ctx, _span(ctx, "S8", "S10"), "user marks not found"))
-    _put(ctx, "C14-C17", *_or_reason(ctx, waits_user, NOT_TAKEN_REPLY))
+    # The spans of user marks but the call's: a send's (its marks not found) and the client's wait (no
+    # such marks: the reply was there before the client waited).
+    waits_user = None
+    for name, sp in SPANS.items():
+        if sp["kind"] == "call":
+            continue
+        occ = _span(ctx, *span_steps(name, cond[sp["side"]]))
+        _put(ctx, name, *_or_reason(ctx, occ, NOT_TAKEN_REPLY if sp["kind"] == "wait" else "user marks not found"))
+        if sp["kind"] == "wait":
+            waits_user = occ
 
     client_tid = U.tid[c1[first_c1]]
     waits_kernel = None
     if K is None:
         kernel_steps = [s["id"] for s in STEPS if not (len(s["user_events"]) >= 2 and
                         not any(c in cond[s["side"]] for c in s["absent_marks"]))]
-        for name in kernel_steps + ["C8'", "C8''", "S9'", "S9''"]:
+        for name in kernel_steps + list(SPLIT):
             _put(ctx, name, fail=_reasons(n, "no kernel trace"))
     else:
         waits_kernel = _client_kernel(ctx, client_tid)

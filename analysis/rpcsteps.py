@@ -6,10 +6,10 @@ import types
 
 import numpy as np
 
-from rpcscope.tracepoints import STEPS
+from rpcscope.tracepoints import SPANS, STEPS, side_step, span_of, span_steps, split_of, with_role
 
 from .rpckernel import _first_fail, _first_per, _last_per, _seek
-from .rpcrows import MEASURED, MISSING, NOT_APPLICABLE
+from .rpcrows import CALL_ROW, MEASURED, MISSING, NOT_APPLICABLE
 
 # ---------------------------------------------------------------- reconstruction
 #
@@ -20,6 +20,10 @@ from .rpcrows import MEASURED, MISSING, NOT_APPLICABLE
 BEGIN, END, OTHER = 0, 1, 2
 _MARK_CODE = {"begin": BEGIN, "end": END}
 _STEP_INDEX = {s["id"]: i for i, s in enumerate(STEPS)}
+# The steps of each side by their role (the catalog's `role`): what each rule below bounds.
+_ROLE = {side: {role: side_step(side, role) for role in ("send_in", "sendmsg", "send_out", "sleep", "softirq",
+                                                         "wake", "select", "recv")}
+         for side in ("client", "server")}
 
 
 class _Marks:
@@ -137,11 +141,14 @@ def _to_next_end(ctx, first_step, last_step):
         np.where(j >= 0, U.cpu[je] if len(pe) else 0, 0), j >= 0
 
 
-def _sends(ctx, first, last, k_first, k_mid, k_last, split):
-    """The send syscalls inside user marks first..last: the three steps around and in the syscall
-    and the split of the syscall at its first device hand-off."""
+def _sends(ctx, side):
+    """The send syscalls inside a side's user marks around a send (its steps of roles send_in ..
+    send_out): the three steps around and in the syscall (send_in, sendmsg, send_out) and the split
+    of the syscall at its first device hand-off (the catalog's [split] of the sendmsg step)."""
     K, n = ctx.K, ctx.n
-    qr, b, th, e, _, found = _to_next_end(ctx, first, last)
+    R = _ROLE[side]
+    k_first, k_mid, k_last, split = R["send_in"], R["sendmsg"], R["send_out"], split_of(R["sendmsg"])
+    qr, b, th, e, _, found = _to_next_end(ctx, k_first, k_last)
     en = K.find("send_enter", "first", th, b, e)
     ex = K.find("send_exit", "last", th, b, e)
     sys_ok = en.found & ex.found & (ex.ts >= en.ts)
@@ -232,11 +239,13 @@ def _sleeps(ctx, qr, th, lo, hi, unmarked, unmarked_reason, none_reason, absent=
 
 
 def _client_kernel(ctx, client_tid):
-    """C7-C9 and the client's waits (C14-C18); returns its sleeps (r, out, waking) for the RTT charge."""
-    K = ctx.K
-    _sends(ctx, "C7", "C9", "C7", "C8", "C9", ("C8'", "C8''"))
+    """The client's send (C7-C9) and its waits (C14-C18, the span of kind wait); returns its sleeps (r,
+    out, waking) for the RTT charge."""
+    K, R = ctx.K, _ROLE["client"]
+    _sends(ctx, "client")
     recv = "recv_wait" in ctx.cond["client"]
-    qr, b, _, e, ecpu, found = _to_next_end(ctx, "C14", "C18" if recv else "C17")
+    wait = span_of("wait", "client")
+    qr, b, _, e, ecpu, found = _to_next_end(ctx, *span_steps(wait, ctx.cond["client"]))
     th = client_tid[qr]
     # A reply that came before the client waited for it (there at the non-blocking select, or as the
     # client entered its blocking wait, which returned at once) was not waited for: no C14-C16 for
@@ -245,19 +254,20 @@ def _client_kernel(ctx, client_tid):
     w, fail, before = _sleeps(ctx, qr, th, b, e, ~found, "user marks not found", NOT_TAKEN_REPLY,
                               absent=() if recv else ("did not sleep",), none_absent=True)
     good = w.good
-    occ = {"C14": _sub((qr, b, w.out.ts, K.cpu[w.out.idx]), good), "C16": w.resume, "C15": w.softirq}
+    occ = {R["sleep"]: _sub((qr, b, w.out.ts, K.cpu[w.out.idx]), good), R["wake"]: w.resume,
+           R["softirq"]: w.softirq}
     if recv:
-        occ["C18"] = _sub((qr, w.sw_in.ts, e, ecpu), good)
-        occ["C17"] = (np.zeros(0, np.int64),) * 4
-        _put_waits(ctx, ("C14", "C15", "C16", "C17", "C18"), occ, qr, fail)
+        occ[R["recv"]] = _sub((qr, w.sw_in.ts, e, ecpu), good)
+        occ[R["select"]] = (np.zeros(0, np.int64),) * 4
+        _put_waits(ctx, [R[x] for x in ("sleep", "softirq", "wake", "select", "recv")], occ, qr, fail)
     else:
-        # C17 (the return from the blocking wait) also when it returned without sleeping.
+        # The select step (the return from the blocking wait) also when it returned without sleeping.
         slept = good | (w.absent & found)
         ex = K.find("epoll_exit", "last", th, np.where(good, w.sw_in.ts, b), e)
-        occ["C17"] = _sub((qr, ex.ts, e, ecpu), slept & ex.found)
-        _put_waits(ctx, ("C14", "C15", "C16"), occ, qr, fail, ~w.absent)
-        _put_waits(ctx, ("C17",), occ, qr, fail, slept)
-        _did_not_occur(ctx, ("C14", "C15", "C16", "C17", "C14-C17"), w.no_wait,
+        occ[R["select"]] = _sub((qr, ex.ts, e, ecpu), slept & ex.found)
+        _put_waits(ctx, [R[x] for x in ("sleep", "softirq", "wake")], occ, qr, fail, ~w.absent)
+        _put_waits(ctx, [R["select"]], occ, qr, fail, slept)
+        _did_not_occur(ctx, [R[x] for x in ("sleep", "softirq", "wake", "select")] + [wait], w.no_wait,
                        "the reply was there before the client waited")
     return _sub((qr, w.out.ts, np.maximum(w.out.ts, w.wk.ts)), good & before)
 
@@ -277,8 +287,8 @@ def _did_not_occur(ctx, names, mask, why):
         row.why[m] = why
 
 
-_WAIT_NOT_FOUND = {"C15": "NET_RX softirq not found", "S1": "NET_RX softirq not found",
-                   "C17": "epoll exit not found", "S3": "epoll exit not found"}
+_WAIT_NOT_FOUND = {**{sid: "NET_RX softirq not found" for sid in with_role("softirq")},
+                   **{sid: "epoll exit not found" for sid in with_role("select")}}
 
 
 def _put_waits(ctx, names, occ, qr, fail, expected_mask=None):
@@ -294,17 +304,17 @@ def _put_waits(ctx, names, occ, qr, fail, expected_mask=None):
 
 
 def _server_kernel(ctx):
-    K, U, n = ctx.K, ctx.U, ctx.n
-    _sends(ctx, "S8", "S10", "S8", "S9", "S10", ("S9'", "S9''"))
+    K, U, n, R = ctx.K, ctx.U, ctx.n, _ROLE["server"]
+    _sends(ctx, "server")
     recv = "recv_wait" in ctx.cond["server"]
-    # Fragments received: each s4_end, woken before its s3_end (or s4_end with --wait recv).
-    p4 = U.of("S4", END)
+    # Fragments received: each s4_end (recv), woken before its s3_end (select; or s4_end with --wait recv).
+    p4 = U.of(R["recv"], END)
     qr, th, t4, c4 = U.r[p4], U.tid[p4], U.ts[p4], U.cpu[p4]
     if recv:
         mts, mcpu, has_mark = t4, c4, np.ones(len(p4), bool)
     else:
         # The last s3_end of the call on the same thread at or before the s4_end.
-        p3 = U.of("S3", END)
+        p3 = U.of(R["select"], END)
         tix = {t: i for i, t in enumerate(ctx.user_ts_of)}
         nt = len(tix) + 1
         g3 = U.r[p3] * nt + np.array([tix.get(t, nt - 1) for t in U.tid[p3].tolist()], np.int64)
@@ -331,21 +341,22 @@ def _server_kernel(ctx):
     w, fail, _ = _sleeps(ctx, qr, th, prev, mts, ~has_mark, not_taken, "user marks not found",
                          absent=() if recv else ("did not sleep", not_taken))
     good = w.good
-    occ = {"S2": w.resume, "S1": w.softirq}
+    occ = {R["wake"]: w.resume, R["softirq"]: w.softirq}
     if recv:
-        occ["S4"] = _sub((qr, w.sw_in.ts, t4, c4), good)
-        _put_waits(ctx, ("S1", "S2", "S4"), occ, qr, fail)
+        occ[R["recv"]] = _sub((qr, w.sw_in.ts, t4, c4), good)
+        _put_waits(ctx, [R[x] for x in ("softirq", "wake", "recv")], occ, qr, fail)
     else:
-        # S3 (the return from the blocking wait) also when it returned without sleeping.
+        # The select step (the return from the blocking wait) also when it returned without sleeping.
         slept = good | (w.absent & has_mark)
         ex = K.find("epoll_exit", "last", th, np.where(good, w.sw_in.ts, prev), mts)
-        occ["S3"] = _sub((qr, ex.ts, mts, mcpu), slept & ex.found)
-        _put_waits(ctx, ("S1", "S2"), occ, qr, fail, ~w.absent)
-        _put_waits(ctx, ("S3",), occ, qr, fail, slept)
-        _did_not_occur(ctx, ("S1", "S2", "S3"), w.no_wait, "the request was there before the listener waited")
+        occ[R["select"]] = _sub((qr, ex.ts, mts, mcpu), slept & ex.found)
+        _put_waits(ctx, [R[x] for x in ("softirq", "wake")], occ, qr, fail, ~w.absent)
+        _put_waits(ctx, [R["select"]], occ, qr, fail, slept)
+        _did_not_occur(ctx, [R[x] for x in ("softirq", "wake", "select")], w.no_wait,
+                       "the request was there before the listener waited")
 
-    # S14: s14_begin -> the listener's switch out before its next user event.
-    p14 = U.of("S14", BEGIN)
+    # The sleep step (S14): its begin mark -> the listener's switch out before its next user event.
+    p14 = U.of(R["sleep"], BEGIN)
     qr, th, b = U.r[p14], U.tid[p14], U.ts[p14]
     nxt = np.full(len(p14), np.iinfo(np.int64).max, np.int64)
     for t in np.unique(th).tolist():
@@ -361,11 +372,11 @@ def _server_kernel(ctx):
     end_idx = np.where(out.found, out.idx, ex.idx)
     found = out.found | ex.found
     fail, _ = _first_fail(qr, np.where(found, None, "did not sleep").astype(object), n)
-    _put(ctx, "S14", _sub((qr, b, end, K.cpu[end_idx]), found), fail)
-    # No s14_begin: the next request was there at the non-blocking select, the listener did not wait.
-    _did_not_occur(ctx, ("S14",), _first_per(qr, n) < 0, "the next request was there before the listener waited")
-    # C12/C13/S13: transmit-complete interrupts (a real NIC): not reconstructed yet.
-    for name in ("C12", "C13", "S13"):
+    _put(ctx, R["sleep"], _sub((qr, b, end, K.cpu[end_idx]), found), fail)
+    # No begin mark: the next request was there at the non-blocking select, the listener did not wait.
+    _did_not_occur(ctx, [R["sleep"]], _first_per(qr, n) < 0, "the next request was there before the listener waited")
+    # The transmit-complete interrupts (a real NIC's; role tx_irq): not reconstructed yet.
+    for name in with_role("tx_irq"):
         _put(ctx, name, fail=_reasons(n, "transmit interrupt not reconstructed yet"))
 
 
@@ -373,13 +384,13 @@ def _rtt(ctx, rtt_b, rtt_e, ccpu, waits_kernel, waits_user):
     """The RTT row (c1 .. c21_end) and its probe charge: the client's CPU over the call, except
     while the client waits, where the server's CPU is charged instead (one CPU: the same thing)."""
     U, n = ctx.U, ctx.n
-    row = ctx.rows["RTT"]
+    row = ctx.rows[CALL_ROW]
     row.begin[:], row.end[:], row.dur[:] = rtt_b, rtt_e, (rtt_e - rtt_b).astype(float)
     row.count[:], row.status[:] = 1, MEASURED
     r = np.arange(n)
     row.occ_r, row.occ_b, row.occ_e, row.occ_cpu = r, rtt_b, rtt_e, ccpu
     scpu = np.full(n, -1, np.int64)
-    for step in ("S8", "S6", "S4"):            # the first of S4, else S6, else S8
+    for step in reversed(SPANS[CALL_ROW]["server_cpu"]):     # the first the call has wins
         p = U.of(step)
         f = _first_per(U.r[p], n)
         scpu[f >= 0] = U.cpu[p[f[f >= 0]]]

@@ -48,7 +48,7 @@ from rpcscope.rundir import RTP_JSON
 from rpcscope.tracepoints import SPLIT, side_step, with_role
 
 from .graph import Graph
-from .rpcs import EXTRA_ROWS, KERNEL_COLUMNS, MEASURED, reconstruct
+from .rpcs import CALL_FIRST, CALL_ROW, EXTRA_ROWS, KERNEL_COLUMNS, MEASURED, reconstruct
 from .rtpstats import _SIDE, CALL_EDGES, aggregate, probe_split, split_charges  # noqa: F401  (the tests use them here)
 from .run import load_run
 
@@ -457,8 +457,8 @@ def analyze_case(case, progress=None, sample=None, detail=True):
             costs = rpcs.window_costs(w, kernel=kev)
             del kev
         labels, occs = rpc_labels(rpcs, r, g, roles)
-        b, e = int(rpcs.rows["RTT"].begin[r]), int(rpcs.rows["RTT"].end[r])
-        c1 = occs.get("C1")
+        b, e = int(rpcs.rows[CALL_ROW].begin[r]), int(rpcs.rows[CALL_ROW].end[r])
+        c1 = occs.get(CALL_FIRST)
         client = c1[0][2] if c1 else next((t for t, v in roles.items() if v == "client"), -1)
         segs, probs = walk(g, labels, client, b, e, roles, role_cpu)
         for p in probs:

@@ -6,6 +6,7 @@ import sys
 from rpcscope.output import UserError, emit_json
 
 from .probe import in_situ
+from .rpcs import CALL_FIRST, CALL_LAST, CALL_ROW
 from .rtp import analyze_rtp
 from .run import RunError
 
@@ -108,7 +109,7 @@ def cmd_rtp(args):
     print(f"{res['run']}: the measured round-trip path, median us on the path per RPC "
           f"(% of RPCs with the segment on it); dce: the DCE study's Figure 5 (rtp/off)")
     _grid(rows, ["segment", "dce"] + names)
-    tot = {"segment": "RTT C1..C21 (median)", "dce": ""}
+    tot = {"segment": f"{CALL_ROW} {CALL_FIRST}..{CALL_LAST} (median)", "dce": ""}
     chk = {"segment": "max |sum - RTT|, us", "dce": ""}
     prb = {"segment": "probes on the path (median)", "dce": ""}
     ovl = {"segment": "  of which overlap absorbs", "dce": ""}

@@ -2,7 +2,8 @@
 corrected for the probe effect, and the traced vs untraced round trip.
 
     from rpcscope.analysis.steps import analyze
-    result = analyze("runs/x")             # dict, also written to runs/x/analysis/steps.{csv,json}
+    result = analyze("runs/x")             # dict, also written to runs/x/analysis/steps.{csv,json}, rtt.csv
+                                           # and the per-RPC table rpcs.jsonl.gz (rpctable.py)
 
 Times are in microseconds. A step's statistics are over the RPCs where it was
 measured (status "measured"); "n/a" means the run's conditions rule the step out;
@@ -27,7 +28,8 @@ from rpcscope.tracepoints import STEPS
 from . import probe as probe_mod, traceread
 from .clockreads import case_clock_reads
 from .probe import path_probe_ns
-from .rpcs import EXTRA_ROWS, MEASURED, MISSING, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
+from .rpcs import CALL_ROW, EXTRA_ROWS, MEASURED, MISSING, NOT_APPLICABLE, ROW_ORDER, incomplete, reconstruct
+from .rpctable import write_rpc_table
 from .rtpstats import SPLIT_COST_SPREAD, SPLIT_MIN_SHARE
 from .run import (
     Run,
@@ -101,7 +103,7 @@ def probe_split_rows(rpcs):
         extra[k] = cost - min(cost, min(means)) if cost and means else 0.0
     if not any(extra.values()):
         return None
-    rtt = rpcs.rows["RTT"]
+    rtt = rpcs.rows[CALL_ROW]
     spread = _beyond(rtt, extra)
     room = rtt.dur - (rtt.cost - spread)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -120,7 +122,7 @@ def _split_summary(rpcs, split):
     if split is None:
         return None
     extra, factor = split
-    m = rpcs.rows["RTT"].status == MEASURED
+    m = rpcs.rows[CALL_ROW].status == MEASURED
     return {"user_beyond_ns": round(extra["user"], 1), "kernel_beyond_ns": round(extra["kernel"], 1),
             "factor_median": round(float(np.median(factor[m])), 4) if m.any() else None}
 
@@ -180,7 +182,7 @@ def step_rows(rpcs, split):
 
 def rtt_summary(rpcs, split):
     case = rpcs.case
-    row = rpcs.rows["RTT"]
+    row = rpcs.rows[CALL_ROW]
     m = row.status == MEASURED
     traced = float(np.median(row.dur[m])) / 1000 if m.any() else None
     # Corrected: the probe cost on the round-trip path taken off (the in-situ calibration's events on
@@ -360,6 +362,7 @@ def analyze(run_path, progress=None, write=True, kernel=True, workers=None):
                             clock_accuracy_ns=cs["accuracy_ns"], untraced_modes=modes_label(d.get("untraced_modes")))
                 w.writerow({k: "" if flat[k] is None else flat[k] for k in cols})
         (run.out_dir / STEPS_JSON).write_text(json.dumps(result, indent=1, default=str))
+        write_rpc_table(run.out_dir, per_rpc)
     result["_rpcs"] = per_rpc
     return result
 

@@ -17,7 +17,7 @@ import time
 import xml.etree.ElementTree as ET
 
 from rpcscope.output import UserError
-from rpcscope.tracepoints import lttng_kernel_names
+from rpcscope.tracepoints import NET_RX_VECTOR, kernel_filter, lttng_kernel_names
 
 PROVIDER = "rpcscope"
 UST_CHANNEL = "rpcs_ust"
@@ -121,14 +121,15 @@ def lttng_kernel_commands(session, output, events, syscalls, devices, procnames,
         name = LTTNG_KERNEL_NAMES.get(ev)
         if not name:
             continue
-        if ev == "sched:sched_switch":
+        kind = kernel_filter(ev)           # what the catalog says the collectors keep of it
+        if kind == "switch":
             flt = " || ".join([_procname_filter(procnames, "prev_comm"), _procname_filter(procnames, "next_comm")])
-        elif ev.startswith("sched:"):
+        elif kind == "woken":
             flt = _procname_filter(procnames, "comm")
-        elif ev.startswith("net:"):
+        elif kind == "device":
             flt = " || ".join(f'name == "{d}"' for d in devices)
-        elif ev.startswith("irq:softirq"):
-            flt = "vec == 3"
+        elif kind == "net_rx":
+            flt = f"vec == {NET_RX_VECTOR}"
         else:
             flt = _procname_filter(procnames)
         groups.setdefault(flt, []).append(name)

@@ -14,7 +14,7 @@ import subprocess
 import time
 
 from rpcscope.output import UserError
-from rpcscope.tracepoints import kernel_group, syscalls_of
+from rpcscope.tracepoints import NET_RX_VECTOR, full_only_events, kernel_filter, kernel_group, syscalls_of
 
 from . import leftovers
 
@@ -33,7 +33,7 @@ SCHED_EVENTS = kernel_group("sched")
 SOFTIRQ_EVENTS = kernel_group("softirq")
 COPY_EVENTS = kernel_group("copy")
 QDISC_EVENTS = kernel_group("qdisc")
-NET_RX_SOFTIRQ = 3
+NET_RX_SOFTIRQ = NET_RX_VECTOR
 # What `--kernel-events full` adds to the default "lean" set: the start of each device's transmit
 # beside its hand-off, and the wake-up's second event (the analysis takes sched_waking, and
 # sched_wakeup only from a kernel without it); the local testbed's capture then also records the
@@ -42,8 +42,8 @@ NET_RX_SOFTIRQ = 3
 # the probe correction that takes that length off again is the model's largest error term. These add
 # 9 kernel events to a UDP null call (29 -> 38 a call, 15 -> 24 on its path) and say nothing the
 # analysis needs: the path goes from the sender's hand-off to the receiver's netif_receive_skb of the
-# same skb either way (collectors/README.md, "The event set").
-FULL_ONLY_EVENTS = ("net:net_dev_start_xmit", "sched:sched_wakeup")
+# same skb either way (collectors/README.md, "The event set"). The catalog marks them lean = false.
+FULL_ONLY_EVENTS = full_only_events()
 KERNEL_EVENT_SETS = ("lean", "full")
 # perf ring buffer per CPU, in pages: 16 MiB, so that a burst of ~150,000 events
 # (a second of 8 KiB calls with both hosts on one CPU) does not overrun it.
@@ -59,17 +59,19 @@ def _names(field, names):
 
 
 def event_filter(event, procnames=PROCNAMES, devices=()):
-    """The tracefs filter for one event (None: unfiltered)."""
-    if event == "sched:sched_switch":
+    """The tracefs filter for one event (None: unfiltered), by what the catalog says the collectors keep
+    of it (tracepoints.kernel_filter)."""
+    kind = kernel_filter(event)
+    if kind == "switch":
         return _or([_names("prev_comm", procnames), _names("next_comm", procnames)])
-    if event in ("sched:sched_waking", "sched:sched_wakeup"):
+    if kind == "woken":
         return _names("comm", procnames)         # the woken thread's name
-    if event.startswith("net:"):
+    if kind == "device":
         return _names("name", devices)
-    if event.startswith("irq:softirq"):
+    if kind == "net_rx":
         return f"vec == {NET_RX_SOFTIRQ}"
-    if event.startswith("qdisc:"):
-        return None                              # only present on a shaped link; low volume
+    if kind == "none":
+        return None                              # a shaped link's qdisc: low volume
     # syscalls and the copy to user: the current task's name
     return _names("comm", procnames)
 

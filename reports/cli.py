@@ -15,7 +15,7 @@ PERCENT_ERROR = ("% error = (Measured − Calculated) × 100 / Measured, the DCE
 EPILOG = """examples:
   rpcscope analyze runs/maxarg-udp && rpcscope model runs/maxarg-udp && rpcscope report runs/maxarg-udp
   rpcscope report runs/maxarg-udp                 writes runs/maxarg-udp/report/{report.md,index.html,fig-*.svg}
-  rpcscope report runs/maxarg-udp --per-rpc       also rebuild every RPC from the traces: per-RPC RTT histograms
+  rpcscope report runs/maxarg-udp --per-rpc       also per-RPC traced RTT histograms (analysis/rpcs.jsonl.gz)
   rpcscope report runs/maxarg-udp --out /tmp/r --json
   rpcscope report runs/maxarg-udp --no-calls      without report/calls/ (each diagram's call as a Perfetto trace)
 
@@ -82,7 +82,7 @@ def register(subparsers):
     ap.add_argument("run", metavar="runs/NAME", help="a run directory (rpcscope capture), ideally analysed")
     ap.add_argument("--out", metavar="DIR", help="where to write (default runs/NAME/report)")
     ap.add_argument("--per-rpc", action="store_true",
-                    help="rebuild every RPC from the traces for per-RPC RTT distributions (slower)")
+                    help="per-RPC traced RTT distributions, from the per-RPC table `rpcscope analyze` writes")
     ap.add_argument("--no-calls", action="store_true",
                     help="do not export each case's example call as a Perfetto trace (report/calls/)")
     ap.add_argument("--json", action="store_true", help="print the written paths and a summary as JSON")

@@ -11,8 +11,8 @@
     d.latency(case)    per-case latency samples / percentiles for the distribution figures
 
 Nothing here writes. It reads the run's outputs (rpcscope/rundir.py names them); the analysis's readings of
-the manifest (path_shape, cpu_losses, ...) are called for their words, and per_rpc=True rebuilds
-every RPC from the traces (rpcscope.analysis analyze).
+the manifest (path_shape, cpu_losses, ...) are called for their words, and per_rpc=True reads every
+RPC's traced RTT from the per-RPC table `rpcscope analyze` writes (analysis/rpcs.jsonl.gz).
 """
 from __future__ import annotations
 
@@ -23,14 +23,24 @@ from pathlib import Path
 
 from rpcscope.analysis.clocksync import summary_line
 from rpcscope.analysis.cpuspeed import cpu_losses, describe, describe_pace, pace_response
-from rpcscope.analysis.rpcs import MEASURED
+from rpcscope.analysis.rpctable import RpcTableError, read_rpc_table
 from rpcscope.analysis.run import path_shape, valid_histogram
-from rpcscope.analysis.steps import analyze
 from rpcscope.analysis.wakeup import run_wake_costs
-from rpcscope.rundir import MODEL_FORMAT, PROBE_FORMAT, RunDir, in_situ_calibrations, sweeps_summary
+from rpcscope.rundir import (
+    ANALYSIS,
+    MODEL_FORMAT,
+    PROBE_FORMAT,
+    RPCS_TABLE,
+    RunDir,
+    in_situ_calibrations,
+    sweeps_summary,
+)
+from rpcscope.tracepoints import span_of
 
 # "(analysis/clocksync.py)" or "(analysis/run.py path_shape; ...)" in a value an analysis module words
 CODE_PATH = re.compile(r"\s*\((?:[\w-]+/)+[\w-]+\.(?:py|c)\b[^()]*\)")
+RPCS_SOURCE = f"{ANALYSIS}/{RPCS_TABLE}"
+CALL_ROW = span_of("call")          # the RTT row: the call's span of user marks (the catalog's [spans])
 PCTS = (("min", 0.0), ("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
 
 
@@ -56,7 +66,7 @@ class RunData:
     rtp: dict | None
     missing: list = field(default_factory=list)      # what is absent and how to make it
     models: dict = field(default_factory=dict)       # transport -> (analysis/ file name, model dict)
-    per_rpc: dict = field(default_factory=dict)      # case id -> [traced RTT us] (from traces)
+    per_rpc: dict = field(default_factory=dict)      # case id -> [traced RTT us] (the per-RPC table)
     per_rpc_source: str = ""
 
     @property
@@ -258,8 +268,8 @@ class RunData:
 
 
 def load(run, per_rpc=False):
-    """Read a run directory (and its analysis/ output when present). per_rpc: rebuild every RPC from the
-    traces (rpcscope.analysis) for per-RPC traced RTT distributions."""
+    """Read a run directory (and its analysis/ output when present). per_rpc: read every RPC's traced RTT
+    (analysis/rpcs.jsonl.gz) for per-RPC traced RTT distributions."""
     path = Path(run)
     rd = RunDir(path)
     manifest = _read_json(rd.manifest_path)
@@ -294,13 +304,11 @@ def _models(rd):
 
 
 def per_rpc_rtts(path):
-    """Per-RPC traced RTT (c1_begin..c21_end, us) per case, rebuilt from the traces by rpcscope.analysis."""
-    import numpy as np
-
-    res = analyze(path, write=False)
-    out = {}
-    for cid, r in res["_rpcs"].items():
-        row = r.rows["RTT"]
-        m = row.status == MEASURED
-        out[cid] = (np.asarray(row.dur)[m] / 1000.0).tolist()
-    return out, "traces via rpcscope.analysis (RTT row: c1_begin..c21_end, per RPC)"
+    """Per-RPC traced RTT (the call's span, the RTT row: its first to its last user mark, us) per case,
+    from the per-RPC table `rpcscope analyze` writes; ReportError when it is not there."""
+    try:
+        table = read_rpc_table(path)
+    except RpcTableError as e:
+        raise ReportError(str(e)) from None
+    return ({cid: t.measured_us(CALL_ROW) for cid, t in table.items()},
+            f"{RPCS_SOURCE} ({CALL_ROW} row, per RPC)")

@@ -49,9 +49,8 @@ from rpcscope.tracepoints import STEPS
 
 SEQUENCE = 1                    # one trusted packet sequence for the whole trace
 SUFFIX = ".perfetto-trace"
-_NAMES = {s["id"]: s["name"] for s in STEPS} | {k: v[2] for k, v in R.EXTRA_ROWS.items()} | \
-    {"RTT": "traced round trip (c1_begin .. c21_end)"}
-_SIDE = {s["id"]: s["side"] for s in STEPS} | {k: v[0] for k, v in R.EXTRA_ROWS.items()} | {"RTT": "client"}
+_NAMES = {s["id"]: s["name"] for s in STEPS} | {k: v[2] for k, v in R.EXTRA_ROWS.items()}
+_SIDE = {s["id"]: s["side"] for s in STEPS} | {k: v[0] for k, v in R.EXTRA_ROWS.items()}
 
 
 class ExportError(Exception):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html import escape
 
-from rpcscope.tracepoints import step as catalog_step, unit_of
+from rpcscope.tracepoints import side_of, unit_of
 
 from .svg import line_plot, nice_ticks, text_width
 
@@ -88,11 +88,8 @@ class TransportView:
 
 def _side(label):
     """client or server for a path segment, None where neither the catalog nor the label says."""
-    base = label.rstrip("'")
-    try:
-        return catalog_step(base)["side"]
-    except KeyError:
-        pass
+    if side_of(label):
+        return side_of(label)
     for side in ("client", "server"):
         if label.startswith(side):
             return side

@@ -15,7 +15,7 @@ from pathlib import Path
 from rpcscope import packets as P
 from rpcscope.analysis.run import modes_label, path_shape, traced_noise_pct, untraced_modes
 from rpcscope.packets import request_body_bytes
-from rpcscope.tracepoints import STEPS, side_step
+from rpcscope.tracepoints import SPLIT, STEPS, side_of, side_step, span_of, split_of
 
 from . import first_screen as FS, svg
 from .data import PCTS, RunData
@@ -24,6 +24,8 @@ from .objects import Figure, Report, Section, Table
 from .render import to_html, to_markdown
 
 __all__ = ["Figure", "Report", "Section", "Table", "build", "to_html", "to_markdown", "write"]
+
+_CALL_ROW = span_of("call")          # the RTT row: the call's span of user marks (the catalog's [spans])
 
 def _f(v, nd=2):
     if v is None or v == "":
@@ -138,7 +140,7 @@ def clock_check_tables(steps, rtp=None):
         names = list(dict.fromkeys(r["step"] for r in mine))
         rows = []
         for n in names:
-            diff = {r["size"]: 1000 * ((path.get(r.get("case")) or r["corrected_median_us"]) if n == "RTT" else
+            diff = {r["size"]: 1000 * ((path.get(r.get("case")) or r["corrected_median_us"]) if n == _CALL_ROW else
                                        r["corrected_median_us"]) - 1000 * r["clock_reads_median_us"]
                     for r in mine if r["step"] == n}
             row = {"step": n, **{str(z): (f"{diff[z]:+.0f}" if z in diff else "") for z in sizes}}
@@ -219,7 +221,11 @@ def steps_section(d: RunData):
 def _lane(step, given=None):
     if given in svg.LANES:
         return given
-    return "client" if step.startswith("C") else "server" if step.startswith("S") else "network"
+    return side_of(step) or "network"
+
+
+# The parts of the split sends off the DCE study's round-trip path (on a virtual link the wire's time).
+_OFF_PATH_PARTS = "/".join(name for name, part in SPLIT.items() if not part["rtp"])
 
 
 def _catalog_boxes(case_rows, packets_note):
@@ -250,7 +256,7 @@ def _catalog_boxes(case_rows, packets_note):
                 boxes.append({"lane": "network", "label": f"{sid} {packets_note.get(sid, '')}".strip(),
                               "us": None, "begin": t, "rtp": True,
                               "tip": f"{sid}: in flight (not measured; a virtual link's wire time is inside "
-                                     "C8''/S9'')"})
+                                     f"{_OFF_PATH_PARTS})"})
                 continue
             if not cat[sid]["rtp"] or not applies(sid):
                 continue
@@ -301,7 +307,7 @@ def _example_boxes(entry):
         # last of C8', C8'').
         prev = _before(sid)
         ends = [b["begin"] + b["us"] for b in boxes
-                if prev and b["label"].split()[0].split(" (")[0] in (prev, prev + "'", prev + "''")]
+                if prev and b["label"].split()[0].split(" (")[0] in (prev, *split_of(prev))]
         if not ends:
             continue
         begin = max(ends)
@@ -573,9 +579,9 @@ def latency_section(d: RunData):
                                   svg.histogram(samples[0]["values"], f"Traced RTT per RPC, {c['id']}"),
                                   samples[0]["source"]))
     if not d.per_rpc:
-        s.items.append("Per-RPC RTTs rebuilt from the traces are not in the analysis output: the distributions "
-                       "are the client's own (a histogram of every measured call, or from older clients its "
-                       "percentiles). `rpcscope report --per-rpc` rebuilds every RPC from the traces.")
+        s.items.append("The distributions are the client's own (a histogram of every measured call, or from older "
+                       "clients its percentiles). `rpcscope report --per-rpc` adds each RPC's traced RTT from the "
+                       "analysis's per-RPC table (analysis/rpcs.jsonl.gz).")
     return s
 
 

@@ -16,6 +16,7 @@ Layout (format 1):
     cases/ID/                       one case (CaseRecord.dir): ust/, kernel/, client-*.json, rounds.json,
                                     clock-client.txt.gz, clock-server.txt.gz, server-*.log
     analysis/steps.json, steps.csv, rtt.csv   `rpcscope analyze`
+    analysis/rpcs.jsonl.gz          every RPC's time in each step and row (`rpcscope analyze`; RPCS_FORMAT)
     analysis/probe.json             the in-situ probe calibration (analysis/probe.py)
     analysis/rtp.json               the round-trip path (`rpcscope rtp`)
     analysis/model-TRANSPORT.json   the RTT model of one transport (`rpcscope model`)
@@ -37,6 +38,7 @@ ROUNDS_FORMAT = "rpcscope-rounds/1"          # cases/ID/rounds.json
 RTP_FORMAT = "rpcscope-rtp/1"                # analysis/rtp.json
 PROBE_FORMAT = "rpcscope-probe/19"           # analysis/probe.json
 MODEL_FORMAT = "rpcscope-model/2"            # analysis/model-TRANSPORT.json
+RPCS_FORMAT = "rpcscope-rpcs/1"              # analysis/rpcs.jsonl.gz (its first line)
 PREDICTION_FORMAT = "rpcscope-prediction/1"  # `rpcscope whatif --out`
 CLOCKMARK_FORMAT = "rpcscope-clockmarks/1"   # cases/ID/clock-ROLE.txt.gz (rpc/clockmark.h)
 
@@ -49,6 +51,7 @@ REPORT = "report"
 STEPS_JSON = "steps.json"
 STEPS_CSV = "steps.csv"
 RTT_CSV = "rtt.csv"
+RPCS_TABLE = "rpcs.jsonl.gz"
 PROBE_JSON = "probe.json"
 RTP_JSON = "rtp.json"
 
@@ -113,6 +116,10 @@ class RunDir:
     @property
     def rtt_csv(self):
         return self.analysis / RTT_CSV
+
+    @property
+    def rpcs_table(self):
+        return self.analysis / RPCS_TABLE
 
     @property
     def probe_json(self):

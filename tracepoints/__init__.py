@@ -3,7 +3,18 @@
     from rpcscope.tracepoints import STEPS, EVENTS, step
 """
 try:
-    from .catalog_gen import CLASSES, EVENTS, KERNEL_EVENTS, KERNEL_SYSCALLS, PROVIDER, SEGMENT_UNITS, SPLIT, STEPS
+    from .catalog_gen import (
+        CLASSES,
+        EVENTS,
+        KERNEL_EVENTS,
+        KERNEL_SYSCALLS,
+        NET_RX_VECTOR,
+        PROVIDER,
+        SEGMENT_UNITS,
+        SPANS,
+        SPLIT,
+        STEPS,
+    )
 except ImportError as e:  # pragma: no cover - only before the first `make`
     raise ImportError("rpcscope.tracepoints.catalog_gen is missing: run `make` to generate it "
                       "from tracepoints/steps.toml") from e
@@ -47,11 +58,58 @@ def side_step(side, role):
     return got[0]
 
 
+def side_of(name):
+    """The side (client or server) of a step, of a part of a split step or of a span of user marks; None
+    for a name the catalog does not know (a path segment that is no step)."""
+    if name in _BY_ID:
+        return _BY_ID[name]["side"]
+    if name in SPLIT:
+        return _BY_ID[SPLIT[name]["of"]]["side"]
+    if name in SPANS:
+        return SPANS[name]["side"]
+    return None
+
+
+def split_of(step_id):
+    """The parts of a split step (steps.toml [split]), in catalog order: split_of("C8") is ["C8'", "C8''"]."""
+    return [name for name, part in SPLIT.items() if part["of"] == step_id]
+
+
+def span_of(kind, side=None):
+    """The one span of user marks (steps.toml [spans]) of a kind, on a side: span_of("wait", "client") is
+    "C14-C17", span_of("call") the RTT row."""
+    got = [n for n, sp in SPANS.items() if sp["kind"] == kind and side in (None, sp["side"])]
+    if len(got) != 1:
+        raise KeyError(f"the catalog has {len(got)} spans of kind {kind!r}{f' on the {side} side' if side else ''}"
+                       ", not one")
+    return got[0]
+
+
+def span_steps(name, conditions=()):
+    """(first step, last step) of a span under a run's conditions (its last_if)."""
+    sp = SPANS[name]
+    last = next((sid for cond, sid in sp.get("last_if", {}).items() if cond in conditions), sp["last"])
+    return sp["first"], last
+
+
 def kernel_group(group):
     """The perf/tracefs names of the kernel events of a collector group (steps.toml [kernel_events]),
     in catalog order: kernel_group("sched") is ("sched:sched_waking", "sched:sched_wakeup",
     "sched:sched_switch")."""
     return tuple(e["perf"] for e in KERNEL_EVENTS.values() if e["group"] == group)
+
+
+def kernel_filter(event):
+    """What the collectors keep of a kernel event (its perf/tracefs name; steps.toml [kernel_events]
+    `filter`): "switch", "woken", "device", "net_rx", "none", or "task" (the RPC's programs' own
+    threads: a system call, or a kind without a filter)."""
+    return next((e.get("filter", "task") for e in KERNEL_EVENTS.values() if e["perf"] == event), "task")
+
+
+def full_only_events():
+    """The perf/tracefs names of the kernel events recorded only with `capture --kernel-events full`
+    (steps.toml [kernel_events] `lean = false`), in catalog order."""
+    return tuple(e["perf"] for e in KERNEL_EVENTS.values() if not e.get("lean", True))
 
 
 def lttng_kernel_names():
@@ -78,6 +136,7 @@ def applicable(step_id, conditions):
     return not (set(step(step_id)["not_applicable"]) & set(conditions))
 
 
-__all__ = ["CLASSES", "EVENTS", "KERNEL_EVENTS", "KERNEL_SYSCALLS", "PROVIDER", "SEGMENT_UNITS", "SPLIT", "STEPS",
-           "step", "unit_of", "with_role",
-           "side_step", "syscalls_of", "kernel_group", "lttng_kernel_names", "applicable"]
+__all__ = ["CLASSES", "EVENTS", "KERNEL_EVENTS", "KERNEL_SYSCALLS", "NET_RX_VECTOR", "PROVIDER", "SEGMENT_UNITS",
+           "SPANS", "SPLIT", "STEPS", "step", "unit_of", "with_role", "side_of", "split_of", "span_of", "span_steps",
+           "side_step", "syscalls_of", "kernel_group", "kernel_filter", "full_only_events", "lttng_kernel_names",
+           "applicable"]

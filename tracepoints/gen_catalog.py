@@ -20,8 +20,14 @@ NA_CONDITIONS = {"tcp", "single_window", "virtual_link", "inline", "busy_poll", 
 MODEL_UNITS = ("call", "send", "packet", "receive", "wakeup", "ack")
 # The collectors' kernel event groups (steps.toml [kernel_events], a kind's `group`).
 KERNEL_GROUPS = ("net", "sched", "softirq", "copy", "qdisc", "none")
+# What the collectors keep of a kernel event (steps.toml [kernel_events], a kind's `filter`; task: absent).
+KERNEL_FILTERS = ("task", "switch", "woken", "device", "net_rx", "none")
 # What a step can be to the path walk and the reconstruction (steps.toml, a step's `role`).
-ROLES = ("sendmsg", "softirq", "wake", "select", "recv")
+ROLES = ("send_in", "sendmsg", "send_out", "sleep", "softirq", "wake", "select", "recv", "tx_irq")
+# Roles several steps of one side may have (steps.toml, a step's `role`); the others have one a side.
+SHARED_ROLES = ("tx_irq",)
+# The rules that build a span of user marks (steps.toml [spans], a span's `kind`).
+SPAN_KINDS = ("send", "wait", "call")
 # Where a step falls in the report's drawing of the round trip (steps.toml, a step's `phase`).
 PHASES = ("request", "serve", "reply")
 
@@ -82,6 +88,8 @@ def check(cat, path):
             raise CatalogError(f"{where}: phase must be one of {', '.join(PHASES)}, got {s.get('phase')!r}")
         if s.get("role", "sendmsg") not in ROLES:
             raise CatalogError(f"{where}: role must be one of {', '.join(ROLES)}, got {s['role']!r}")
+    if not isinstance(cat.get("net_rx_vector"), int):
+        raise CatalogError(f"{path}: net_rx_vector (the NET_RX softirq's vector) must be a whole number")
     kev = cat.get("kernel_events", {})
     codes = [e["code"] for e in kev.values() if "code" in e]
     if len(codes) != len(set(codes)) or any(c < 4 or c > 255 for c in codes):
@@ -89,6 +97,9 @@ def check(cat, path):
     for kind, e in kev.items():
         if not e.get("perf") or e.get("group") not in KERNEL_GROUPS:
             raise CatalogError(f"{path}: [kernel_events.{kind}] needs perf and a group of {', '.join(KERNEL_GROUPS)}")
+        if e.get("filter", "task") not in KERNEL_FILTERS or not isinstance(e.get("lean", True), bool):
+            raise CatalogError(f"{path}: [kernel_events.{kind}]: filter must be one of "
+                               f"{', '.join(KERNEL_FILTERS[1:])} (or absent), lean true or false")
         if "code" in e and not e.get("name"):
             raise CatalogError(f"{path}: [kernel_events.{kind}] has a code and so needs the analysis's name")
     for prefix, kind in cat.get("kernel_syscalls", {}).items():
@@ -99,11 +110,40 @@ def check(cat, path):
             raise CatalogError(f"{path}: [segments] {name!r}: unit must be one of "
                                f"{', '.join(MODEL_UNITS + ('network',))}, got {unit!r}")
     roles = {s["id"]: s.get("role") for s in cat["steps"]}
+    seen = set()
+    for s in cat["steps"]:
+        key = (s["side"], s.get("role"))
+        if s.get("role") and s["role"] not in SHARED_ROLES and key in seen:
+            raise CatalogError(f"{path}: step {s['id']}: a second {s['side']} step of role {s['role']!r}")
+        seen.add(key)
+    check_spans(cat, path)
     for name, part in cat.get("split", {}).items():
         if roles.get(part.get("of")) != "sendmsg" or not name.startswith(part["of"]):
             raise CatalogError(f"{path}: [split] {name!r}: 'of' must name the step of role sendmsg it is part of")
         if part.get("unit") not in MODEL_UNITS or not isinstance(part.get("rtp"), bool) or not part.get("name"):
             raise CatalogError(f"{path}: [split] {name!r} needs a name, rtp (true or false) and a unit")
+
+
+def check_spans(cat, path):
+    """[spans]: every step a span names is a step of its side; one span of kind call, and it lists last."""
+    sides = {s["id"]: s["side"] for s in cat["steps"]}
+    spans = cat.get("spans", {})
+    for name, sp in spans.items():
+        where = f"{path}: [spans] {name!r}"
+        if sp.get("kind") not in SPAN_KINDS or sp.get("side") not in SIDES or not sp.get("name"):
+            raise CatalogError(f"{where} needs a side, a name and a kind of {', '.join(SPAN_KINDS)}")
+        named = [sp.get("first"), sp.get("last"), *sp.get("last_if", {}).values()]
+        named += [sp["applies"]] if "applies" in sp else []
+        if any(sides.get(sid) != sp["side"] for sid in named):
+            raise CatalogError(f"{where}: first, last, last_if and applies must name {sp['side']} steps")
+        bad = set(sp.get("last_if", {})) - NA_CONDITIONS
+        if bad:
+            raise CatalogError(f"{where}: unknown last_if condition(s) {sorted(bad)}")
+        if any(sides.get(sid) != "server" for sid in sp.get("server_cpu", [])):
+            raise CatalogError(f"{where}: server_cpu must name server steps")
+    calls = [n for n, sp in spans.items() if sp.get("kind") == "call"]
+    if spans and (len(calls) != 1 or calls[0] != list(spans)[-1]):
+        raise CatalogError(f"{path}: [spans] needs one span of kind call, the last one")
 
 
 def events(cat):
@@ -182,6 +222,8 @@ def python_module(cat):
         f"STEPS = {pprint.pformat(steps, sort_dicts=False, width=100)}",
         f"EVENTS = {pprint.pformat(evs, sort_dicts=False, width=100)}",
         f"SPLIT = {pprint.pformat(cat.get('split', {}), sort_dicts=False, width=100)}",
+        f"NET_RX_VECTOR = {cat['net_rx_vector']!r}",
+        f"SPANS = {pprint.pformat(cat.get('spans', {}), sort_dicts=False, width=100)}",
         f"SEGMENT_UNITS = {pprint.pformat(cat.get('segments', {}), sort_dicts=False, width=100)}",
         f"KERNEL_EVENTS = {pprint.pformat(cat.get('kernel_events', {}), sort_dicts=False, width=100)}",
         f"KERNEL_SYSCALLS = {pprint.pformat(cat.get('kernel_syscalls', {}), sort_dicts=False, width=100)}",

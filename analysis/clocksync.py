@@ -253,7 +253,16 @@ def summary_line(cs):
                  f"{cs['cases'] - cs['failed']} cases")
     elif "applied" in cs:
         line += f"; applied to the server's events in {cs['applied']} of {cs['cases']} cases"
-    return line + _flagged(cs)
+    return line + _checked(cs) + _flagged(cs)
+
+
+def _checked(cs):
+    c = cs.get("check")
+    if not c:
+        return ""
+    if c["errors"] and not c["agrees"]:
+        return f"; independent check (ssh timestamps) not made: {c['errors'][0]}"
+    return f"; independent check (ssh timestamps): agrees within the bounds in {c['agrees']} of {c['cases']} cases"
 
 
 def _flagged(cs):

@@ -43,6 +43,7 @@ from .run import (
     traced_noise_pct,
     untraced_modes,
 )
+from .timeline import independent_check
 from .tracenotes import trace_notes
 from .wakeup import run_wake_costs
 from .workers import CaseWorkers, cpu_workers
@@ -275,6 +276,11 @@ def clock_sync_summary(rtts, run):
                    points_range=[min(sum(f["pairs"].values()) for f in ok), max(sum(f["pairs"].values()) for f in ok)],
                    metadata_shift_ns=sorted({f.get("metadata_shift_ns", 0) for f in ok}),
                    zero_within_bound=sum(bool(f["zero_within_bound"]) for f in ok))
+    checks = [f["check"] for f in fits if f.get("check")]
+    if checks:
+        out["check"] = {"method": next((c["method"] for c in checks if c.get("method")), None), "cases": len(checks),
+                        "agrees": sum(c.get("agrees") is True for c in checks),
+                        "errors": sorted({c["error"] for c in checks if c.get("error")})}
     return out
 
 
@@ -290,6 +296,8 @@ def clock_sync(case):
     shared = bool(case.run.manifest.get("testbed", {}).get("shared_kernel"))
     d.update(reference="client", host=case.host_of("server"), shared_kernel=shared,
              zero_within_bound=(abs(d["offset_ns"]) <= d["accuracy_ns"]) if d["offset_ns"] is not None else None)
+    # The capture's own timestamp exchange over SSH, where it took one (capture --inventory).
+    d["check"] = independent_check(case.meta.get("clock_check"), d)
     return d
 
 
@@ -353,13 +361,17 @@ def analyze(run_path, progress=None, write=True, kernel=True, workers=None):
         with open(run.out_dir / RTT_CSV, "w", newline="") as f:
             cols = [k for k in rtts[0] if k not in ("excluded", "conditions", "problems", "other_path",
                                                      "incomplete_by_first_missing_step", "clock_sync")] if rtts else []
-            cols += ["clock_quality", "clock_offset_ns", "clock_accuracy_ns"] if rtts else []
+            cols += ["clock_quality", "clock_offset_ns", "clock_accuracy_ns", "clock_drift_ppm", "clock_points",
+                     "clock_applied", "clock_check_agrees", "clock_flag"] if rtts else []
             w = csv.DictWriter(f, cols, extrasaction="ignore")
             w.writeheader()
             for d in rtts:
                 cs = d["clock_sync"]
                 flat = dict(d, clock_quality=cs["quality"], clock_offset_ns=cs["offset_ns"],
-                            clock_accuracy_ns=cs["accuracy_ns"], untraced_modes=modes_label(d.get("untraced_modes")))
+                            clock_accuracy_ns=cs["accuracy_ns"], clock_drift_ppm=cs["drift_ppm"],
+                            clock_points=sum(cs["pairs"].values()), clock_applied=cs.get("applied"),
+                            clock_check_agrees=(cs.get("check") or {}).get("agrees"), clock_flag=cs.get("flag"),
+                            untraced_modes=modes_label(d.get("untraced_modes")))
                 w.writerow({k: "" if flat[k] is None else flat[k] for k in cols})
         (run.out_dir / STEPS_JSON).write_text(json.dumps(result, indent=1, default=str))
         write_rpc_table(run.out_dir, per_rpc)

@@ -251,3 +251,41 @@ def _flag(tl):
                 f"messages ({min(med) / 1000:.1f} us): the order of the server's steps against the client's "
                 f"is not established within it")
     return ""
+
+
+def independent_check(clock_check, clock_sync):
+    """The capture's timestamp exchange over SSH (collectors/clockcheck.py; the manifest's
+    cases[].clock_check, one before the case and one after) against the hull's estimate: the server's
+    offset from the client (raw CLOCK_MONOTONIC) by the exchange, on the line through the two at the
+    estimate's reference time, and whether the two agree within the sum of their bounds. None where
+    the capture took none; {"error": ...} where it could not be made."""
+    if not clock_check:
+        return None
+    roles = {h["host"]: h["role"] for h in clock_sync.get("hosts") or [] if h.get("host")}
+    points, errors = [], []
+    for when in ("before", "after"):
+        c = clock_check.get(when) or {}
+        if c.get("error"):
+            errors.append(f"{when}: {c['error']}")
+            continue
+        by_role = {roles.get(h): v for h, v in (c.get("hosts") or {}).items()}
+        cl, sv = by_role.get("client"), by_role.get("server")
+        if cl and sv:
+            points.append((sv["at_ns"] + cl["offset_ns"], sv["offset_ns"] - cl["offset_ns"],
+                           (sv["rtt_ns"] + cl["rtt_ns"]) / 2))
+    method = (clock_check.get("before") or clock_check.get("after") or {}).get("method")
+    if not points:
+        return {"method": method, "error": "; ".join(errors) or "the exchange has no client and server"}
+    if clock_sync.get("offset_ns") is None:
+        return {"method": method, "offset_ns": points[0][1], "bound_ns": points[0][2], "agrees": None,
+                "note": "no estimate to compare with"}
+    x = clock_sync["reference_ns"]
+    if len(points) == 2 and points[1][0] != points[0][0]:
+        (t0, o0, b0), (t1, o1, b1) = points
+        off = o0 + (o1 - o0) * (x - t0) / (t1 - t0)
+        bound = max(b0, b1)
+    else:
+        _, off, bound = points[0]
+    diff = clock_sync["offset_ns"] - off
+    return {"method": method, "exchanges": len(points), "offset_ns": off, "bound_ns": bound,
+            "difference_ns": diff, "agrees": bool(abs(diff) <= clock_sync["accuracy_ns"] + bound)}

@@ -3,7 +3,8 @@
 Each (transport, size) case is one run of the playbook; each host has its own
 lttng-sessiond and kernel collector. The playbook leaves in the case directory
 client-{traced,untraced}-HOST.json, ust-HOST/, kernel-HOST/ and host-HOST.json
-(losses, CPU, kernel, tool versions); this module writes the manifest from them.
+(losses, CPU, kernel, tool versions); this module writes the manifest from them, with a timestamp
+exchange over SSH with every host before and after each case (clockcheck.py; cases[].clock_check).
 Calibration is not run on real hosts by this driver (manifest: calibration {}).
 """
 import datetime
@@ -16,6 +17,7 @@ from rpcscope.deploy import run_playbook
 from rpcscope.output import UserError
 from rpcscope.rundir import MANIFEST_FORMAT, RunDir
 
+from . import clockcheck
 from .manifest import git_commit
 from .options import BASE_PORT, case_id
 from .processes import aslr_record, bt_count, dir_bytes, placement_cpus
@@ -51,6 +53,7 @@ def run(p, out, inventory, progress=None, echo=lambda s: None):
         "tools": {}, "calibration": {}, "cases": [],
     }
     cpus = placement_cpus(p["placement"])
+    ssh = clockcheck.ssh_commands(inventory)      # the independent clock check around each case
 
     def write():
         RunDir(out).write_manifest(manifest)
@@ -72,16 +75,19 @@ def run(p, out, inventory, progress=None, echo=lambda s: None):
                       "capture_wait": p["wait"], "capture_server_executors": p["executors"],
                       "capture_aslr": p.get("aslr", "off"),
                       "capture_kernel_events": p.get("kernel_events", "lean")}
+                before = clockcheck.check(ssh)
                 try:
                     summary = run_playbook("capture.yml", inventory, extra_vars=xv, timeout=3600, echo=echo)
                 except BaseException:
                     _cleanup(inventory, xv, echo)
                     raise
+                after = clockcheck.check(ssh)
                 if summary.get("rc") != 0:
                     _cleanup(inventory, xv, echo)
                     raise UserError(f"capture.yml failed for {cid}; see {summary.get('log')} "
                                     f"(capture_cleanup.yml stopped what it had started)")
-                manifest["cases"].append(_case(p, cid, transport, size, cdir, manifest, cpus))
+                manifest["cases"].append(dict(_case(p, cid, transport, size, cdir, manifest, cpus),
+                                              clock_check={"before": before, "after": after}))
                 write()
                 if progress is not None:
                     progress.update(3)

@@ -14,7 +14,10 @@ Layout (format 1):
     manifest.json                   the capture's record (Manifest), rewritten as each case completes
     capture-state.json              what a running capture started (collectors/leftovers.py); gone at its end
     cases/ID/                       one case (CaseRecord.dir): ust/, kernel/, client-*.json, rounds.json,
-                                    clock-client.txt.gz, clock-server.txt.gz, server-*.log
+                                    clock-client.txt.gz, clock-server.txt.gz, server-*.log; on real hosts
+                                    ust-HOST/, kernel-HOST/, host-HOST.json, and the manifest's
+                                    cases[].clock_check: an SSH timestamp exchange with every host before
+                                    and after the case (collectors/clockcheck.py)
     analysis/steps.json, steps.csv, rtt.csv   `rpcscope analyze`
     analysis/rpcs.jsonl.gz          every RPC's time in each step and row (`rpcscope analyze`; RPCS_FORMAT)
     analysis/probe.json             the in-situ probe calibration (analysis/probe.py)
@@ -301,7 +304,7 @@ TOP_OBJECTS = ("params", "testbed", "hosts", "server_wait", "kernel_collectors",
 # Per case: whole numbers, objects, text.
 CASE_INTS = ("size", "calls", "warmup")
 CASE_OBJECTS = ("untraced", "traced", "ust_only", "repeats", "pids", "sleeps_per_call", "clock_reads", "losses",
-                "events", "trace_bytes")
+                "events", "trace_bytes", "clock_check")
 CASE_TEXT = ("id", "transport", "proc", "dir")
 PARAM_INTS = ("calls", "warmup", "executors")
 

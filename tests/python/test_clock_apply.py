@@ -21,8 +21,9 @@ from rpcscope.analysis import native
 from rpcscope.analysis.rpcs import MEASURED, reconstruct
 from rpcscope.analysis.run import load_run
 from rpcscope.analysis.steps import analyze
-from rpcscope.analysis.timeline import CPU_STRIDE, ClockMap
+from rpcscope.analysis.timeline import CPU_STRIDE, ClockMap, independent_check
 from rpcscope.analysis.traceread import _cache_key, read_trace
+from rpcscope.collectors.clockcheck import exchange, ssh_commands
 
 RUN = pathlib.Path(__file__).parent / "fixtures" / "run-two-kernels"
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -219,3 +220,46 @@ def test_clock_map_is_exact_and_monotonic():
     assert all(abs(m.backward(int(x)) - int(r)) <= 1 for x, r in zip(t, raw))
     assert list(m.cpus(np.array([-1, 0, 3], np.int16))) == [-1, CPU_STRIDE, CPU_STRIDE + 3]
     assert ClockMap().identity and not m.identity
+
+
+def test_the_ssh_check_against_the_estimate(base):
+    """analysis/timeline.py independent_check on the fixture's fits: an exchange that saw the hull's
+    offset (within its own bound) agrees; one 5 ms away disagrees; a failed exchange says why."""
+    for cs in _by_case(base[0]).values():
+        x, off = cs["reference_ns"], cs["offset_ns"]
+
+        def exchange(server_off, when):
+            return {"method": "ssh", "hosts": {"rpcs-client": {"offset_ns": 1000, "rtt_ns": 40_000, "at_ns": when},
+                                               SERVER: {"offset_ns": int(1000 + server_off), "rtt_ns": 300_000,
+                                                        "at_ns": when}}}
+        drift = cs["slope"] - 1
+        good = {"before": exchange(off - drift * 5e9, x - 5 * 10**9 - 1000),
+                "after": exchange(off + drift * 5e9, x + 5 * 10**9 - 1000)}
+        c = independent_check(good, cs)
+        assert c["agrees"] and c["exchanges"] == 2 and c["bound_ns"] == 170_000, c
+        assert abs(c["difference_ns"]) < 1000, c
+        bad = {"before": exchange(off + 5_000_000, x)}
+        assert independent_check(bad, cs)["agrees"] is False
+        err = independent_check({"before": {"method": "ssh", "error": "rpcs-server: Connection refused"}}, cs)
+        assert "Connection refused" in err["error"]
+    assert independent_check(None, cs) is None
+
+
+def test_a_timestamp_exchange_with_this_machine_finds_no_offset():
+    """collectors/clockcheck.py's exchange through a pipe to a shell on this machine (one clock): the
+    offset is zero within half the round trip."""
+    r = exchange(["sh", "-c"], rounds=8)
+    assert r["samples"] == 8 and r["rtt_ns"] > 0
+    assert abs(r["offset_ns"]) <= r["rtt_ns"] // 2 + 1, r
+
+
+def test_ssh_commands_from_an_inventory(tmp_path):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  vars:\n    ansible_user: root\n    ansible_ssh_private_key_file: /k\n"
+                   "    ansible_ssh_common_args: -o UserKnownHostsFile=/kh -o IdentitiesOnly=yes\n"
+                   "  children:\n    rpc_servers:\n      hosts:\n        rpcs-server:\n"
+                   "          ansible_host: 198.18.0.3\n          ansible_port: 2222\n")
+    cmd = ssh_commands(inv)["rpcs-server"]
+    assert cmd[0] == "ssh" and cmd[-1] == "root@198.18.0.3" and ["-p", "2222"] == cmd[cmd.index("-p"):][:2]
+    assert "-i" in cmd and "UserKnownHostsFile=/kh" in cmd
+    assert ssh_commands(tmp_path / "missing.yml") == {}

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rpcscope.tracepoints import side_step, step
+
 
 @dataclass
 class ClockFit:
@@ -203,8 +205,13 @@ def _edge(gap, cands, a_best, lower):
 # User marks that bound a packet's one-way trip: (send mark, receive mark) per
 # direction, client -> server and server -> client. They are looser than the
 # kernel's device hand-off and receive (the user marks sit outside the
-# syscalls), which only widens the hull: the bound stays honest.
-USER_PACKET_MARKS = {"a_to_b": ("c7_begin", "s4_end"), "b_to_a": ("s8_begin", "c18_end")}
+# syscalls), which only widens the hull: the bound stays honest. The catalog names them: the begin mark
+# of the sender's step of role send_in, the end mark of the receiver's step of role recv.
+def _packet_marks(sender, receiver):
+    return step(side_step(sender, "send_in"))["user_events"][0], step(side_step(receiver, "recv"))["user_events"][-1]
+
+
+USER_PACKET_MARKS = {"a_to_b": _packet_marks("client", "server"), "b_to_a": _packet_marks("server", "client")}
 
 
 def match_user_packets(ev_a, ev_b, marks=USER_PACKET_MARKS):

@@ -17,12 +17,12 @@ import sys
 import time
 
 import pytest
+from helpers import REPO, RPCSCOPE, rpcscope
 
 from rpcscope.collectors import leftovers as lo, lttng as clttng, perf as cperf
+from rpcscope.testbed import held_by_tests
+from rpcscope.testbed.config import STATE_DIR
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
-STATE_DIR = pathlib.Path("/run/rpcscope/testbed")
 LOCK = "/tmp/rpcscope-testbed.lock"
 SERVER_NS = "rpcs-server"
 
@@ -40,13 +40,6 @@ def on_testbed(f):
     for m in TESTBED_MARKS:
         f = m(f)
     return f
-
-
-def rpcscope(*args, timeout=300, check=True):
-    p = subprocess.run(RPCSCOPE + list(args), capture_output=True, text=True, timeout=timeout, cwd=REPO)
-    if check:
-        assert p.returncode == 0, f"rpcscope {' '.join(args)} exited {p.returncode}\n{p.stdout}\n{p.stderr}"
-    return p
 
 
 def _held_by_an_ancestor(path):
@@ -88,7 +81,6 @@ def _take_lock(lock, wait=1200):
 @pytest.fixture(scope="module")
 def testbed():
     """The testbed under the agents' lock: the one up (left up), or one brought up here and down at the end."""
-    from rpcscope.testbed import held_by_tests
     with open(LOCK, "a") as lock:
         _take_lock(lock)
         with held_by_tests(wait=1200):

@@ -11,13 +11,12 @@ import os
 import pathlib
 import shutil
 import subprocess
-import sys
 
 import pytest
+from helpers import RPCSCOPE
 
 HERE = pathlib.Path(__file__).resolve().parent
 FIXTURE = HERE / "fixtures" / "run-udp-small"
-RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
 DAMAGED, INTACT = "udp-maxarg-0", "udp-maxarg-8032"
 
 pytestmark = pytest.mark.skipif(not shutil.which("babeltrace2"), reason="needs babeltrace2 (make bootstrap)")

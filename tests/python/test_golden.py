@@ -12,14 +12,13 @@ import os
 import pathlib
 import shutil
 import subprocess
-import sys
 
 import pytest
+from helpers import RPCSCOPE
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 RUN = FIXTURES / "run-e2e"
 GOLDEN = FIXTURES / "run-e2e.golden"
-RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
 UPDATE = bool(os.environ.get("RPCSCOPE_UPDATE_GOLDEN"))
 
 

@@ -24,30 +24,23 @@ import struct
 import threading
 import time
 
-LOOPBACK = "127.0.0.1"
-HDR_LEN = 80
-MAX_PDU = 4096
-FRAG_BODY = MAX_PDU - HDR_LEN
-INTERFACE_ID = bytes([0x72, 0x70, 0x63, 0x73, 0x63, 0x6F, 0x70, 0x65, 0x2D, 0x72, 0x65, 0x66, 0x2D, 0x76, 0x31, 0x00])
-T_REQUEST, T_RESPONSE, T_ACKREQ, T_ACK, T_REJECT = range(5)
-F_LAST, F_ACKREQ = 0x01, 0x02
-MAGIC = 0x52504353
+from pdu import (
+    F_ACKREQ,
+    F_LAST,
+    FRAG_BODY,
+    HDR_LEN,
+    LOOPBACK,
+    MAX_PDU,
+    T_ACK,
+    T_ACKREQ,
+    T_RESPONSE,
+    pack_header,
+    unpack_header,
+)
+
 PROC_MAXARG, PROC_MAXRESULT = 2, 3
 WINDOW_MAX_FRAGS = 32768 // MAX_PDU
 AMPLIFY_LIMIT = 10  # the acceptance bound: bytes received by a non-acknowledging source / bytes it sent
-
-
-def pack_header(*, ptype=T_REQUEST, flags=0, activity=bytes(16), seq=0, proc=0, frag_num=0, frag_len=0,
-                total_len=0, window=0, status=0) -> bytes:
-    """An 80-byte PDU header as rpc/wire.c encodes it, network byte order (wire.h's layout)."""
-    return struct.pack(">BBBBI16s16sQIHHIIIIII", 1, ptype, flags, 0, MAGIC, INTERFACE_ID, activity, 0, seq, proc, 0,
-                       frag_num, frag_len, total_len, window, status, 0)
-
-
-def unpack_header(d: bytes) -> dict:
-    f = struct.unpack(">BBBBI16s16sQIHHIIIIII", d[:HDR_LEN])
-    return {"type": f[1], "flags": f[2], "activity": f[5], "seq": f[8], "frag_num": f[11], "frag_len": f[12],
-            "total_len": f[13], "window": f[14], "status": f[15]}
 
 
 def maxresult_request(activity: bytes, seq: int, size: int) -> bytes:

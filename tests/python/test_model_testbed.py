@@ -5,18 +5,12 @@ model's % errors are the report's and the closing figures'); what is checked is 
 on real captures and says where each number came from."""
 import json
 import os
-import pathlib
 import shutil
-import subprocess
-import sys
 
+import helpers
 import pytest
+from helpers import testbed_for_module
 
-from rpcscope.testbed import held_by_tests
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
-STATE_DIR = pathlib.Path("/run/rpcscope/testbed")
 CAPTURE = ["--transport", "udp", "--proc", "maxarg", "--calls", "300", "--warmup", "30", "--kernel", "ftrace",
            "--calibration", "quick", "--calibration-calls", "300", "--repeats", "1"]
 
@@ -30,23 +24,15 @@ pytestmark = [
 
 
 def rpcscope(*args, timeout=600):
-    p = subprocess.run(RPCSCOPE + [str(a) for a in args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
-    assert p.returncode == 0, f"rpcscope {' '.join(map(str, args))} exited {p.returncode}\n{p.stdout}\n{p.stderr}"
-    return p
+    """rpcscope ARGS, asserted to exit 0: a capture or a model stage may take minutes here."""
+    return helpers.rpcscope(*args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def testbed():
-    with held_by_tests(wait=1200):
-        if STATE_DIR.exists():
-            pytest.skip("a testbed is already up on this machine; this test would replace it "
-                        "(run `rpcscope testbed down` first)")
-        try:
-            rpcscope("testbed", "up", "--json", timeout=180)
-            rpcscope("deploy", timeout=600)
-            yield
-        finally:
-            subprocess.run(RPCSCOPE + ["testbed", "down"], capture_output=True, timeout=180, cwd=REPO)
+    with testbed_for_module():
+        rpcscope("deploy", timeout=600)
+        yield
 
 
 def test_three_fitted_sizes_predict_a_fourth_and_a_shaped_link(testbed, tmp_path):

@@ -25,14 +25,13 @@ import sys
 import time
 
 import pytest
+from helpers import REPO, RPCSCOPE, rpcscope, rpcscope_json, sh
 
+from rpcscope.testbed.config import STATE_DIR
 from rpcscope.testbed.lock import TEST_OWNER_ENV, held_by_tests
 from rpcscope.testbed.sshd import ssh_argv
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(sys.executable).parent
-RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
-STATE_DIR = pathlib.Path("/run/rpcscope/testbed")
 INVENTORY = REPO / "ansible" / "inventories" / "local" / "hosts.yml"
 CLIENT, SERVER = "rpcs-client", "rpcs-server"
 CLIENT_ADDR, SERVER_ADDR = "198.18.0.2", "198.18.0.3"
@@ -45,31 +44,11 @@ pytestmark = [
 ]
 
 
-def rpcscope(*args, timeout=120, env=None, check=True, user=None):
-    argv = RPCSCOPE + list(args)
-    if user:
-        argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] + argv
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                       env={**os.environ, **(env or {})})
-    if check:
-        assert p.returncode == 0, f"rpcscope {' '.join(args)} exited {p.returncode}\n{p.stdout}\n{p.stderr}"
-    return p
-
-
-def rpcscope_json(*args, timeout=120):
-    p = rpcscope(*args, "--json", timeout=timeout)
-    return json.loads(p.stdout)
-
-
 def ansible_playbook(playbook, *extra, timeout=300):
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
            "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
     return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(INVENTORY), playbook, *extra],
                           capture_output=True, text=True, timeout=timeout, cwd=REPO / "ansible", env=env)
-
-
-def sh(*argv, timeout=30, check=False):
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=check)
 
 
 def leftovers():

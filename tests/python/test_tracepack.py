@@ -6,15 +6,14 @@ import json
 import pathlib
 import shutil
 import subprocess
-import sys
 
 import pytest
+from helpers import RPCSCOPE
 
 from rpcscope.analysis import tracepack
 from rpcscope.pipeline import lean
 
 RUN = pathlib.Path(__file__).parent / "fixtures" / "run-e2e"
-RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
 
 pytestmark = pytest.mark.skipif(not shutil.which("zstd"), reason="needs zstd (make bootstrap installs it)")
 

@@ -204,6 +204,41 @@ def test_interpolation_and_line_baselines_on_known_points():
     assert M.percent_error(100.0, 98.0) == pytest.approx(2.0) and M.percent_error(None, 1.0) is None
 
 
+def test_the_line_baseline_has_no_negative_term():
+    """RTTs with a window-wait step (not a line in bytes and packets) must not buy a negative cost per
+    byte: the constrained line never falls as a call grows."""
+    wl = Workload("udp")
+    steps = {0: 75.0, 1392: 93.0, 4016: 189.0, 8032: 244.0, 16064: 415.0, 24096: 532.0}
+    f = M.line_baseline(steps, wl)
+    grid = list(range(0, 60001, 500))
+    values = [f(z) for z in grid]
+    assert min(values) > 0
+    assert all(b >= a - 1e-9 for a, b in zip(values, values[1:]))
+
+
+def test_a_cycling_fit_keeps_the_layout_that_fits_its_own_path_best(monkeypatch):
+    """Counts depend on the costs; where two layouts each fit the other, the fit stops at the one
+    whose own path has the smaller weighted residual instead of wherever the iteration ran out."""
+    obs = synthetic("udp")
+    calls = []
+    real = M._nnls
+
+    def flip(X, y, w, active):
+        coef = real(X, y, w, active)
+        calls.append(coef)
+        if len(calls) % 2 == 0:            # every other solve lands on a worse layout
+            coef = coef * 1.3
+        return coef
+
+    monkeypatch.setattr(M, "_nnls", flip)
+    theta, _, it = M.fit_theta(obs, DCE)
+    assert it < M.MAX_ITERATIONS
+    monkeypatch.setattr(M, "_nnls", real)
+    good, _, _ = M.fit_theta(obs, DCE)
+    for u in ("call", "send", "packet", "receive", "wakeup"):
+        assert theta[u] == pytest.approx(good[u], rel=0.02), u
+
+
 def test_every_step_has_a_unit_the_model_knows():
     assert {s["unit"] for s in STEPS} <= set(CLASSES)
     for label in ("C8'", "C8''", "S9''", "client (no step)", "server blocked (woken by tid 7)", "network"):

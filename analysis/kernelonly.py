@@ -30,6 +30,8 @@ from rpcscope.collectors.target import RECV_SYSCALLS, SEND_SYSCALLS, load_case
 from rpcscope.output import UserError
 from rpcscope.tracepoints.targetsteps import on_path
 
+from . import uprobesteps
+
 PATH_IDS = tuple(s.id for s in on_path())
 SEND, RECV = frozenset(SEND_SYSCALLS), frozenset(RECV_SYSCALLS)
 OPENS = frozenset(("socket", "accept", "accept4"))
@@ -84,6 +86,7 @@ class CaseResult:
     per_call: float               # the connection's exchanges per call the program made (warm-up included)
     program_p50_us: float
     program_calls: int
+    uprobes: list = dataclasses.field(default_factory=list)   # analysis/uprobesteps.py rows, one per --uprobe
 
 
 # ---------------------------------------------------------------- decoding
@@ -457,8 +460,14 @@ def analyze_case(case_dir):
     label, calls, n_main, why_not, _ = results[0]
     # the program's measured calls are its connection's last ones; those before are set-up and warm-up
     first = max(0, n_main - tc.program_calls)
+    measured = [c for c in calls if c.index >= first]
+    try:
+        probes = json.loads((case_dir / "uprobes.json").read_text())
+    except (OSError, ValueError):
+        probes = []
     return CaseResult(case_id=case_dir.name, target=tc.target, transport=tc.transport, size=tc.size,
-                      exchanges=sum(r[2] for r in results), calls=[c for c in calls if c.index >= first],
+                      exchanges=sum(r[2] for r in results), calls=measured,
+                      uprobes=uprobesteps.summarize(prog, probes, measured, tc.program_p50_us),
                       matched=sum(len(r[1]) for r in results), unmatched=dict(unmatched),
                       program_unmatched=dict(collections.Counter(w for k, w in why_not.items() if k >= first)),
                       others={r[0]: r[2] for r in results[1:]}, setup=first,

@@ -69,7 +69,7 @@ def summarize(res):
             "rtt_with_between_calls_vs_program_%": round(100 * (p50 + gap - res.program_p50_us) / res.program_p50_us, 1)
             if res.program_p50_us else None,
             "calls_with_missing_events": sum(1 for c in calls if c.missing),
-            "calls_whose_path_does_not_sum": bad_sums, "largest": largest, "steps": steps}
+            "calls_whose_path_does_not_sum": bad_sums, "largest": largest, "steps": steps, "uprobes": res.uprobes}
 
 
 def _missing_side(sid):
@@ -131,4 +131,12 @@ def first_screen(s):
         share = f"{x['share_%']:.0f} %" if x["share_%"] is not None else "beside"
         lines.append(f"  {x['id']:<4} {x['name'][:36]:<36} {','.join(x['dce'])[:14]:<14} {x['p50_us']:>8.2f} "
                      f"{x['mean_us']:>8.2f} {share:>6}")
+    for u in s.get("uprobes", []):
+        line = (f"  uprobe {u['step']} ({u['symbol']}): {u['where']}, {u['calls_with_it']} of {u['calls']} calls, "
+                f"p50 {u['per_call_p50_us']} us a call")
+        if u["call_rtt_p50_us"] is not None:
+            line += (f"; before the first send {u['before_first_send_p50_us']} us, after the last receive "
+                     f"{u['after_last_receive_p50_us']} us; its entry to return {u['call_rtt_p50_us']} us p50 "
+                     f"({u['call_rtt_vs_program_%']:+.1f} % off the program's median)")
+        lines.append(line)
     return "\n".join(line for line in lines if line is not None)

@@ -35,9 +35,14 @@ from rpcscope.tracepoints.targetsteps import by_id
 
 from . import ftrace, perf
 from .idle import IdlePolicy
+from .uprobes import Uprobes, resolve
 
 # --target name -> the experiments' system (rpcscope/experiments/systems.py)
 TARGETS = {"libtirpc": "tirpc", "grpc": "grpc", "reference": "rpcscope"}
+# Each system's client and server programs (where --uprobe looks for its functions, with their libraries).
+PROGRAMS = {"tirpc": (systems.PEERS_BIN / "tirpc-client", systems.PEERS_BIN / "tirpc-server"),
+            "grpc": (systems.PEERS_BIN / "grpc-client", systems.PEERS_BIN / "grpc-server"),
+            "rpcscope": (systems.NOTRACE_BIN / "rpc-client", systems.NOTRACE_BIN / "rpc-server")}
 SEND_SYSCALLS = tuple(e.split("sys_enter_", 1)[1] for e in by_id("K1").kernel_begin)
 RECV_SYSCALLS = tuple(e.split("sys_exit_", 1)[1] for e in by_id("K5").kernel_end)
 # What tells one socket on an fd number from the next: its creation and its closing.
@@ -270,8 +275,10 @@ def client_argv(system, placement, transport, proc, size, calls, warmup, max_sec
     return base + [str(systems.PEERS_BIN / "grpc-client"), "--port", str(systems.PORTS["grpc"]), *common]
 
 
-def capture(target, transports, proc, sizes, calls, warmup, out_dir, max_seconds=30.0, placement="split", say=print):
-    """Capture every (transport, size) case of a target into out_dir/cases/ID; the TargetCases."""
+def capture(target, transports, proc, sizes, calls, warmup, out_dir, max_seconds=30.0, placement="split", say=print,
+            uprobes=()):
+    """Capture every (transport, size) case of a target into out_dir/cases/ID; the TargetCases.
+    uprobes: --uprobe specs (SYMBOL[:STEP]), probed at entry and return in every case."""
     if target not in TARGETS:
         raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
     system = TARGETS[target]
@@ -288,19 +295,23 @@ def capture(target, transports, proc, sizes, calls, warmup, out_dir, max_seconds
     cases = []
     idle = IdlePolicy("poll")
     idle.check()
-    with idle:
+    probes = resolve(list(uprobes), PROGRAMS[system])
+    with idle, Uprobes(probes) as up:
         for t in transports:
             for s in sizes:
                 case_dir = out_dir / "cases" / f"{t}-{proc}-{s}"
                 case_dir.mkdir(parents=True, exist_ok=True)
-                say(f"  {target} {t} {proc} {s} B: {warmup} + {calls} calls, kernel events only")
-                cases.append(_one_case(target, system, pl, devices, t, proc, s, calls, warmup, case_dir, max_seconds))
+                say(f"  {target} {t} {proc} {s} B: {warmup} + {calls} calls, kernel events only"
+                    + (f" and {len(probes)} uprobe(s)" if probes else ""))
+                (case_dir / "uprobes.json").write_text(json.dumps(up.record(), indent=1))
+                cases.append(_one_case(target, system, pl, devices, t, proc, s, calls, warmup, case_dir, max_seconds,
+                                       up.events))
     return cases
 
 
-def _one_case(target, system, pl, devices, transport, proc, size, calls, warmup, case_dir, max_seconds):
+def _one_case(target, system, pl, devices, transport, proc, size, calls, warmup, case_dir, max_seconds, extra=()):
     tag = f"rpcscope-target-{os.getpid()}"
-    progs = ProgramRecorder(program_events(), name=f"{tag}-p")
+    progs = ProgramRecorder(program_events() + list(extra), name=f"{tag}-p")
     net = NetRecorder(list(NET) + [IDLE_SWITCH], devices, buffer_kb=BUFFER_KB, name=f"{tag}-n", record_tgid=False)
     poller = SocketPoller()
     client = None

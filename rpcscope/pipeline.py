@@ -119,6 +119,8 @@ def cmd_run(args):
         raise UserError(f"--transport {args.transport!r}: use udp, tcp or udp,tcp")
     if args.target:
         return cmd_run_target(args, sizes, transports, testbed, main)
+    if args.uprobe:
+        raise UserError("--uprobe goes with --target (the reference RPC's own steps come from its tracepoints)")
     all_sizes = sorted(set(sizes) | set(holdout))
     if len(set(sizes) - set(holdout)) < 2:
         raise UserError("the model needs at least two fitted sizes besides the held-out ones")
@@ -369,6 +371,10 @@ def register(subparsers):
                          " "
                          "capture its calls at --sizes over --transport, match each request with its reply, "
                          "its round-trip path and step costs (--holdout, the model's stages and --kernel do not apply)")
+    ap.add_argument("--uprobe", action="append", default=[], metavar="SYMBOL[:STEP]",
+                    help="with --target: probe a function of the target's client, server or their libraries at its "
+                         "entry and return (perf probe -x), e.g. peer_echo_1:call, rpcspeer_prog_1:dispatch, "
+                         "rpcspeer::Peer::Stub::Echo:call; repeatable")
     ap.add_argument("--out", metavar="runs/NAME", help="run directory (default runs/run-DATE-TIME)")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
     ap.add_argument("--keep-testbed", action="store_true", help="leave the testbed up at the end")

@@ -82,10 +82,11 @@ def cmd_run_target(args, sizes, transports, testbed, main):
         cases = []
         for t, s in todo:
             cases += capture(target, [t], args.proc, [s], args.calls, args.warmup, out,
-                             placement="split" if args.placement == "split" else "one")
+                             placement="split" if args.placement == "split" else "one", uprobes=args.uprobe)
         (out / TARGET_JSON).write_text(json.dumps({
             "format": TARGET_FORMAT, "target": target, "proc": args.proc, "calls": args.calls,
-            "warmup": args.warmup, "left_out": notes, "cases": [dataclasses.asdict(c) for c in cases]}, indent=1))
+            "warmup": args.warmup, "uprobes": args.uprobe, "left_out": notes,
+            "cases": [dataclasses.asdict(c) for c in cases]}, indent=1))
         summaries, _ = analyze(out, quiet=args.json)
     finally:
         if started and not args.keep_testbed:

@@ -317,3 +317,53 @@ def table_rows(v):
             row.update({"model %": pct(e.model_pct), "interp %": pct(e.interp_pct), "line %": pct(e.line_pct)})
         out.append(row)
     return out
+
+
+HOSTS_COLUMNS = ["host", "role", "kind", "kernel", "clock", "tracers"]
+
+
+def hosts_rows(d):
+    """What kind of hosts the run saw, one row per host: a namespace on a shared kernel, a QEMU guest or
+    a machine of its own; its kernel, its clock (CLOCK_MONOTONIC over its clocksource) and its tracers
+    (LTTng-UST for the RPC's marks, the kernel collector that host ran). From manifest.json."""
+    m = d.manifest
+    tb = m.get("testbed") or {}
+    per_host = m.get("kernel_collectors") or {}
+    rows = []
+    for name, h in (m.get("hosts") or {}).items():
+        guest = "QEMU" in (h.get("cpu_model") or "")
+        kind = ("namespace, shared kernel" if tb.get("shared_kernel") else
+                "QEMU guest, own kernel" if guest else "own kernel")
+        kc = per_host.get(name) or per_host.get("shared") or m.get("kernel_collector") or "none"
+        rows.append({"host": name, "role": h.get("role", ""), "kind": kind, "kernel": h.get("kernel") or "",
+                     "clock": f"{m.get('clock') or 'monotonic'} ({h.get('clocksource') or 'clocksource not recorded'})",
+                     "tracers": f"LTTng-UST; kernel: {kc}"})
+    return rows
+
+
+def sync_sentence(d):
+    """The synchronisation of the hosts' clocks in one sentence (analysis/steps.json clock_sync)."""
+    cs = (d.steps_json or {}).get("clock_sync") or {}
+    if not cs.get("cases"):
+        return ""
+    if cs.get("shared_kernel"):
+        return (f"Clocks: one kernel clock for both hosts; the convex-hull check over the RPC's messages finds "
+                f"zero within its bound in {cs.get('zero_within_bound', 0)} of {cs['cases']} cases.")
+    if "offset_ns_range" not in cs:
+        return f"Clocks: the server's clock could not be fitted to the client's in any of {cs['cases']} cases."
+    lo, hi = (x / 1e9 for x in cs["offset_ns_range"])
+    alo, ahi = (x / 1000 for x in cs["accuracy_ns_range"])
+    dlo, dhi = cs["drift_ppm_range"]
+    pts = cs.get("points_range") or [0, 0]
+    s = (f"Clocks: two kernels. {cs.get('host') or 'The server'}'s CLOCK_MONOTONIC is {lo:+.6f} to {hi:+.6f} s "
+         f"from {cs.get('reference') or 'the client'}'s (drift {dlo:+.1f} to {dhi:+.1f} ppm), fitted per case over "
+         f"{pts[0]}-{pts[1]} messages with a bound of {alo:.1f}-{ahi:.1f} µs, and applied to the server's events "
+         f"in {cs.get('applied', 0)} of {cs['cases']} cases.")
+    ck = cs.get("check")
+    if ck:
+        s += (f" The SSH timestamp exchange agrees within the bounds in {ck['agrees']} of {ck['cases']} cases."
+              if not ck.get("errors") or ck["agrees"] else f" The SSH timestamp exchange failed: {ck['errors'][0]}.")
+    if cs.get("flagged"):
+        s += (f" Flagged: {len(cs['flagged'])} case(s) whose bound exceeds the messages' one-way delay, where "
+              "the order of one host's steps against the other's is not established by the clocks.")
+    return s

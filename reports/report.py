@@ -64,6 +64,13 @@ def first_screen_section(d: RunData):
     table of their figures with the model's % error beside its baselines."""
     s = Section("Where does the time go?", folded=False)
     s.items.append(FIRST_INTRO)
+    hosts = FS.hosts_rows(d)
+    if hosts:
+        s.items.append(Table("Hosts", FS.HOSTS_COLUMNS, hosts,
+                             "manifest.json hosts, kernel_collectors, clock, testbed"))
+    sync = FS.sync_sentence(d)
+    if sync:
+        s.items.append(sync + " (analysis/steps.json clock_sync)")
     vs = FS.views(d)
     if not vs:
         s.items.append("No measured round-trip path and no model file yet: run `rpcscope analyze`, `rpcscope rtp` "

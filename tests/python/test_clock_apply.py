@@ -23,6 +23,7 @@ from rpcscope.analysis.run import load_run
 from rpcscope.analysis.steps import analyze
 from rpcscope.analysis.timeline import CPU_STRIDE, ClockMap, independent_check
 from rpcscope.analysis.traceread import _cache_key, read_trace
+from rpcscope.cli import main as rpcscope_main
 from rpcscope.collectors.clockcheck import exchange, ssh_commands
 
 RUN = pathlib.Path(__file__).parent / "fixtures" / "run-two-kernels"
@@ -263,3 +264,17 @@ def test_ssh_commands_from_an_inventory(tmp_path):
     assert cmd[0] == "ssh" and cmd[-1] == "root@198.18.0.3" and ["-p", "2222"] == cmd[cmd.index("-p"):][:2]
     assert "-i" in cmd and "UserKnownHostsFile=/kh" in cmd
     assert ssh_commands(tmp_path / "missing.yml") == {}
+
+
+def test_the_report_first_screen_names_both_kernels_and_the_sync(base, tmp_path):
+    """The two-kernel run's report: the first screen's hosts table has each host's kernel, clock and
+    tracer, and the clock sentence the fit (offset, drift, bound, messages) and where it applied."""
+    out = tmp_path / "rep"
+    assert rpcscope_main(["report", str(base[1]), "--out", str(out)]) == 0
+    first = (out / "report.md").read_text().split("\n## ")[1]
+    assert first.startswith("Where does the time go?")
+    m = json.loads((base[1] / "manifest.json").read_text())
+    for name, h in m["hosts"].items():
+        assert name in first and h["kernel"] in first, (name, first[:2000])
+    assert "QEMU guest, own kernel" in first and "kernel: lttng" in first and "kernel: perf" in first
+    assert "Clocks: two kernels" in first and "messages with a bound of" in first and "applied" in first

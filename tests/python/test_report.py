@@ -209,3 +209,14 @@ def test_the_clock_check_table_sets_each_corrected_step_beside_the_clock_build()
     rtp = {"cases": [{"transport": "udp", "size": 0, "rtt_corrected_median_ns": 18440.0}]}
     (t,) = clock_check_tables([row(0, "RTT", 15.8, 18.94)], rtp)
     assert t.rows == [{"step": "RTT", "0": "-500", "median |diff| ns": "500"}]
+
+
+def test_the_first_screen_says_what_hosts_it_saw(run, tmp_path):
+    """One kernel shared by two namespaces: the first screen's hosts table and clock sentence say so."""
+    out = tmp_path / "rep"
+    assert main(["report", str(run), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    first = md.split("\n## ")[1]                   # the first section: "Where does the time go?"
+    assert first.startswith("Where does the time go?"), first[:80]
+    assert "namespace, shared kernel" in first and "LTTng-UST; kernel: " in first, first[:3000]
+    assert "Clocks: one kernel clock for both hosts" in first, first[:3000]

@@ -128,7 +128,13 @@ def cmd_run(args):
     if args.max_seconds and not AFTER_CAPTURE_SECONDS < args.max_seconds <= 86400:
         raise UserError(f"--max-seconds {args.max_seconds:g}: give more than {AFTER_CAPTURE_SECONDS} (the stages "
                         "after the capture need about that) and at most 86400, or 0 for no limit")
-    link = link_options(args, testbed.load_state())
+    state = testbed.load_state()
+    link = link_options(args, state)
+    vm = [r for r in ("client", "server") if getattr(args, r, "netns") == "vm"]
+    if vm:
+        _check_vm_run(args, state, vm)
+    if vm:      # a guest under TCG runs many times slower: no time limit, one case after another
+        args.turns, args.max_seconds = args.turns or "off", 0
     if args.turns is None:
         # Runs taking turns share one link: on a shaped one, each run's turns would refill the token bucket
         # for the others, and the bucket's pace (what the model predicts for back-to-back calls) is lost.
@@ -151,9 +157,10 @@ def cmd_run(args):
     # through `finally`, so that the testbed it started goes down (rpcscope/interrupts.py).
     with interruptible():
         try:
-            st.run("testbed up", ["testbed", "up"] + link)
+            st.run("testbed up", ["testbed", "up"] + link + [a for r in vm for a in (f"--{r}", "vm")])
             st.run("deploy", ["deploy"])
-            cap = ["capture", "--sizes", ",".join(map(str, all_sizes)), "--proc", args.proc,
+            cap = vm_capture_args(args, all_sizes, transports, out) if vm else \
+                ["capture", "--sizes", ",".join(map(str, all_sizes)), "--proc", args.proc,
                    "--transport", ",".join(transports), "--calls", str(args.calls), "--warmup", str(args.warmup),
                    "--kernel", args.kernel, "--placement", args.placement, "--idle", args.idle,
                    "--aslr", args.aslr, "--kernel-events", args.kernel_events,
@@ -273,6 +280,34 @@ def link_options(args, state):
     return out
 
 
+def _check_vm_run(args, state, vm):
+    """A run with a QEMU guest as a host (--server vm, --client vm): the testbed this command brings up, or
+    one already up with those guests; the real-host capture path (collectors/remote.py) takes the
+    options that apply to it."""
+    if state is not None:
+        kinds = {h.get("role"): h.get("kind") for h in state.get("hosts", [])}
+        if any(kinds.get(r) != "vm" for r in vm):
+            up = ", ".join(f"{r} {k}" for r, k in kinds.items())
+            raise UserError(f"--{vm[0]} vm: a testbed is up without that guest ({up}); "
+                            "take it down first (`rpcscope testbed down`) or drop --server/--client vm")
+    if args.kernel == "ftrace":
+        raise UserError("--kernel ftrace: a guest records with LTTng or perf (the real-host capture path); use "
+                        "--kernel auto (LTTng in the guest, perf on this machine's namespace)")
+    if args.turns == "on":
+        raise UserError("--turns on: the local testbed's one kernel only; a guest is captured one case after "
+                        "another (drop --turns or use --turns off)")
+
+
+def vm_capture_args(args, sizes, transports, out):
+    """`rpcscope capture` through the testbed's inventory (ansible/capture.yml, as on real hosts): no
+    calibration, clock reads or turns there (collectors/remote.py)."""
+    return ["capture", "--inventory", str(testbed.INVENTORY), "--sizes", ",".join(map(str, sizes)),
+            "--proc", args.proc, "--transport", ",".join(transports), "--calls", str(args.calls),
+            "--warmup", str(args.warmup), "--kernel", args.kernel, "--placement", args.placement,
+            "--idle", args.idle, "--aslr", args.aslr, "--kernel-events", args.kernel_events,
+            "--calibration", "none", "--out", str(out)] + (["--replace"] if args.replace else [])
+
+
 def run_repeats(args):
     """The capture's --repeats: the run's own, else TURNS_REPEATS taking turns and DEFAULT_REPEATS not."""
     if args.repeats is not None:
@@ -371,6 +406,11 @@ def register(subparsers):
                          " "
                          "capture its calls at --sizes over --transport, match each request with its reply, "
                          "its round-trip path and step costs (--holdout, the model's stages and --kernel do not apply)")
+    for role in ("client", "server"):
+        ap.add_argument(f"--{role}", choices=("netns", "vm"), default="netns",
+                        help=f"the {role} host: a namespace on this machine's kernel (default) or vm, a QEMU guest "
+                             "with its own kernel (testbed up --" + role + " vm; make vm builds it); the capture then "
+                             "goes through the inventory as on real hosts (no calibration, clock reads or turns)")
     ap.add_argument("--uprobe", action="append", default=[], metavar="SYMBOL[:STEP]",
                     help="with --target: probe a function of the target's client, server or their libraries at its "
                          "entry and return (perf probe -x), e.g. peer_echo_1:call, rpcspeer_prog_1:dispatch, "

@@ -5,9 +5,9 @@ import argparse
 import json
 from pathlib import Path
 
+from rpcscope import units
 from rpcscope.output import UserError, emit_json, table
 from rpcscope.rundir import RunDir
-from rpcscope.units import UnitError, parse_rate
 
 from . import model as M, network as N, paper
 from .model_input import measured_us, observations
@@ -48,16 +48,12 @@ procedure. % Error = (Measured - Predicted) x 100 / Measured; goal: within 5 %.
 """
 
 
-def parse_sizes(s):
-    if s is None:
-        return None
+def parse_sizes(text, option):
+    """The option's sizes (rpcscope/units.py), none for nothing; a UserError for bad ones."""
     try:
-        out = [int(x) for x in s.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise UserError(f"sizes must be comma-separated integers, got {s!r}") from None
-    if any(x < 0 or x > 1 << 20 for x in out):
-        raise UserError(f"sizes must be between 0 and {1 << 20}, got {s!r}")
-    return out
+        return units.parse_sizes(text, option, allow_empty=True)
+    except units.UnitError as e:
+        raise UserError(str(e)) from None
 
 
 def _f(v, nd=2):
@@ -121,18 +117,18 @@ def cmd_model(args):
         raise UserError("give a run directory (rpcscope capture, analyze and rtp make one) or --paper dce")
     try:
         obs = observations(args.input, args.transport, args.proc)
-        held = parse_sizes(args.holdout) if args.holdout is not None else _held_out(args.input)
-        fit_sizes = parse_sizes(args.fit) if args.fit else [z for z in obs.sizes if z not in set(held)]
+        held = parse_sizes(args.holdout, "--holdout") if args.holdout is not None else _held_out(args.input)
+        fit_sizes = parse_sizes(args.fit, "--fit") if args.fit else [z for z in obs.sizes if z not in set(held)]
         lacking = [z for z in fit_sizes if not (obs.sizes.get(z) and obs.sizes[z].path_us)]
         if lacking:
             raise UserError(f"no measured round-trip path at fitted size(s) {', '.join(map(str, lacking))}: "
                             f"run `rpcscope rtp {args.input}`, or leave them out with --fit")
         m = M.fit(obs, fit_sizes)
-        rows = m.rows(parse_sizes(args.predict) or [])
+        rows = m.rows(parse_sizes(args.predict, "--predict") or [])
     except M.ModelError as e:
         raise UserError(str(e)) from None
     out = Path(args.out) if args.out else RunDir(args.input).model_json(args.transport)
-    doc = m.to_json(parse_sizes(args.predict) or [])
+    doc = m.to_json(parse_sizes(args.predict, "--predict") or [])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
     if args.json:
@@ -171,15 +167,15 @@ def cmd_whatif(args):
         raise UserError(f"{args.model}: not a model file ({e})") from None
     base = m.obs.link
     try:
-        rate = parse_rate(args.link_rate) if args.link_rate is not None else base.rate_bps
+        rate = units.parse_rate(args.link_rate) if args.link_rate is not None else base.rate_bps
         kind = args.link or ("tbf" if rate and args.link_rate is not None else base.kind if rate else "none")
         link = N.Link(kind, rate if kind != "none" else None, args.mtu or base.mtu,
                       base.latency_us if args.latency_us is None else args.latency_us)
-    except UnitError as e:
+    except units.UnitError as e:
         raise UserError(f"--link-rate {e}") from None
     except N.LinkError as e:
         raise UserError(str(e)) from None
-    sizes = parse_sizes(args.predict) or sorted(m.obs.sizes)
+    sizes = parse_sizes(args.predict, "--predict") or sorted(m.obs.sizes)
     try:
         pred = M.prediction(m, sizes, link)
         before = M.prediction(m, sizes, base)

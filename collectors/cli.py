@@ -121,7 +121,7 @@ def params_from(args):
         "user_only_runs": args.user_only_runs, "keep_perf_data": args.keep_perf_data,
         "clock_reads": args.clock_reads, "turns": args.turns, "turn_calls": args.turn_calls,
         "replace": args.replace,
-        "holdout": cap.parse_sizes(args.holdout) if getattr(args, "holdout", None) else [],
+        "holdout": cap.parse_sizes(args.holdout, "--holdout") if getattr(args, "holdout", None) else [],
     }
     stray = sorted(set(p["holdout"]) - set(p["sizes"]))
     if stray:

@@ -7,7 +7,7 @@ import pathlib
 import shutil
 import subprocess
 
-from rpcscope import ROOT, packets, testbed
+from rpcscope import ROOT, packets, testbed, units
 from rpcscope.output import UserError
 from rpcscope.rundir import RunDir
 
@@ -68,16 +68,12 @@ def proc_max_size(proc, max_msg=MAX_MSG):
     return max_msg - 8
 
 
-def parse_sizes(text):
+def parse_sizes(text, option="--sizes"):
+    """The option's payload sizes (rpcscope/units.py), one or more; a UserError for bad ones."""
     try:
-        sizes = [int(s) for s in str(text).split(",") if s.strip() != ""]
-    except ValueError:
-        raise UserError(f"--sizes {text!r}: give byte counts separated by commas, e.g. 0,1392,4016,8032") from None
-    if not sizes or any(s < 0 for s in sizes):
-        raise UserError(f"--sizes {text!r}: give one or more non-negative byte counts, e.g. 0,4016")
-    if len(set(sizes)) != len(sizes):
-        raise UserError(f"--sizes {text!r}: a size is repeated")
-    return sizes
+        return units.parse_sizes(text, option)
+    except units.UnitError as e:
+        raise UserError(str(e)) from None
 
 
 def parse_transports(text):

@@ -1,11 +1,14 @@
-"""Link rates: as people write them (tc's units) and as rpcscope records them (bits per second).
+"""Link rates and payload sizes as people write them on the command line.
 
     parse_rate("10mbit") -> 10_000_000      parse_rate("none") -> None (an unshaped link)
     fmt_rate(10_000_000) -> "10mbit"        fmt_rate(None) -> "unshaped"
+    parse_sizes("0,1392,4016") -> [0, 1392, 4016]
 
 A rate is a number with an optional k, m or g (10^3, 10^6, 10^9) and an optional unit: bit (bits per
 second, the default) or bps (bytes per second, as tc reads it). fmt_rate writes what parse_rate reads
 back to the same value, so a recorded rate can be given to `rpcscope testbed up --link-rate` again.
+
+Sizes are payload byte counts separated by commas, each from 0 to MAX_SIZE, none repeated.
 """
 import re
 
@@ -15,6 +18,7 @@ UNIT = {"bit": 1, "bps": 8}
 MIN_RATE, MAX_RATE = 8_000, 100_000_000_000           # 8kbit to 100gbit
 UNSHAPED = ("", "none", "0", "off", "unshaped")
 EXAMPLES = "e.g. 10mbit, 100mbit, 1gbit or none"
+MAX_SIZE = 1 << 20
 
 
 class UnitError(ValueError):
@@ -44,3 +48,19 @@ def fmt_rate(bits):
         if bits >= mult and bits % mult == 0:
             return f"{bits // mult}{unit}"
     return f"{bits}bit"
+
+
+def parse_sizes(text, option="--sizes", allow_empty=False):
+    """Byte counts from '0,1392,4016' (blanks and empty items ignored); [] for nothing where allow_empty
+    (None reads as nothing). A UnitError names the option and what to write."""
+    try:
+        sizes = [int(s) for s in str(text if text is not None else "").split(",") if s.strip()]
+    except ValueError:
+        raise UnitError(f"{option} {text!r}: give byte counts separated by commas, e.g. 0,1392,4016,8032") from None
+    if not sizes and not allow_empty:
+        raise UnitError(f"{option} {text!r}: give one or more byte counts, e.g. 0,4016")
+    if any(not 0 <= s <= MAX_SIZE for s in sizes):
+        raise UnitError(f"{option} {text!r}: sizes are byte counts from 0 to {MAX_SIZE}")
+    if len(set(sizes)) != len(sizes):
+        raise UnitError(f"{option} {text!r}: a size is repeated")
+    return sizes

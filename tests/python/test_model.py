@@ -329,7 +329,7 @@ def test_model_whatif_verify_commands(tmp_path):
 @pytest.mark.parametrize("argv, expect", [
     (["model"], "give a run directory"),
     (["model", "/nonexistent"], "manifest.json not found"),
-    (["model", "RUN", "--fit", "0,x"], "comma-separated integers"),
+    (["model", "RUN", "--fit", "0,x"], "--fit '0,x': give byte counts separated by commas"),
     (["model", "RUN", "--fit", "0,4016"], "at least 3 sizes"),
     (["model", "RUN", "--fit", "0,1392,777"], "no measured round-trip path at fitted size(s) 777"),
     (["whatif", "/nonexistent.json"], "no such model file"),

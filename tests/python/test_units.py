@@ -2,7 +2,7 @@
 share."""
 import pytest
 
-from rpcscope.units import UnitError, fmt_rate, parse_rate
+from rpcscope.units import UnitError, fmt_rate, parse_rate, parse_sizes
 
 
 @pytest.mark.parametrize("text, bits", [
@@ -42,3 +42,26 @@ def test_rates_are_written_in_the_largest_exact_unit(bits, text):
 @pytest.mark.parametrize("bits", [8_000, 1_500_000, 10_000_000, 1_234_567, 2_500_000_000, 100_000_000_000, None])
 def test_a_written_rate_reads_back_to_the_same_value(bits):
     assert parse_rate(fmt_rate(bits)) == bits
+
+
+@pytest.mark.parametrize("text, sizes", [
+    ("0,1392,4016", [0, 1392, 4016]), (" 0 , 8032 ", [0, 8032]), ("0,4016,", [0, 4016]), ("1048576", [1 << 20]),
+])
+def test_sizes_parse_to_byte_counts(text, sizes):
+    assert parse_sizes(text) == sizes
+
+
+def test_no_sizes_only_where_allowed():
+    assert parse_sizes("", "--holdout", allow_empty=True) == [] and parse_sizes(None, "--fit", allow_empty=True) == []
+    with pytest.raises(UnitError, match="--sizes '': give one or more byte counts"):
+        parse_sizes("")
+
+
+@pytest.mark.parametrize("text, words", [
+    ("a,b", "give byte counts separated by commas"), ("1.5", "give byte counts separated by commas"),
+    ("-1,0", "from 0 to 1048576"), ("1048577", "from 0 to 1048576"), ("0,4016,0", "a size is repeated"),
+])
+def test_bad_sizes_are_refused_naming_the_option(text, words):
+    with pytest.raises(UnitError, match=words) as e:
+        parse_sizes(text, "--predict")
+    assert str(e.value).startswith(f"--predict {text!r}: ")

@@ -17,7 +17,9 @@ Columns (all the same length):
     ts      int64   CLOCK_MONOTONIC ns: the raw clock value of the trace's clock
                     (LTTng's clock class carries an offset to the epoch, perf's
                     does not; both count CLOCK_MONOTONIC, so the raw value is the
-                    comparable one on one host)
+                    comparable one on one host). The offset is in
+                    sources[].clock.offset_ns; a case's traces of several hosts
+                    are put on one clock by timeline.py (StoredTrace.on_clock).
     cpu     int16   CPU the event was recorded on (-1 unknown)
     tid     int32   thread that was running (UST: vtid; perf: perf_tid; LTTng
                     kernel: the tid context, or the CPU's current thread from

@@ -4,7 +4,8 @@ client run on the client host, and that run's checked result.
     rpcscope   the reference RPC, untraced build (build/notrace/bin: rpc-server, rpc-client)
     tirpc      ONC RPC through libtirpc, rpcgen stubs; tirpc-serve starts rpcbind beside the server
     grpc       gRPC C++ unary calls over TCP
-    sockperf   sockperf's ping-pong (sr / pp --full-rtt): a message and its echo, the floor
+    sockperf   sockperf's ping-pong (sr / pp --full-rtt): a message and its echo, the floor; N
+               threads are N sockperf pp processes at once, their messages per second summed
 
 Every server is bounded in time (its own --duration, or `timeout` for sockperf) and stopped when the
 experiment ends, however it ends; every client run is bounded in calls and in seconds.
@@ -229,7 +230,7 @@ def run_client(servers, system, transport, proc, size, calls, warmup, threads=1,
               "--calls", str(calls), "--warmup", str(warmup), "--threads", str(threads), "--cpu", cpus,
               "--max-seconds", f"{max_seconds:g}", "--json"]
     if system == "sockperf":
-        return _sockperf(base, p, transport, proc, size, sockperf_seconds)
+        return _sockperf(base, p, transport, proc, size, sockperf_seconds, clients=threads)
     if system == "rpcscope":
         argv = base + ["setarch", "-R", str(NOTRACE_BIN / "rpc-client"), "--port", str(PORTS["rpcscope"]),
                        "--wait", wait, "--hist-bin-ns", "0", *common]
@@ -270,33 +271,57 @@ def _failed(system, transport, proc, size, threads, error):
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _sockperf(base, p, transport, proc, size, seconds):
-    """sockperf ping-pong with a message of the call's argument bytes: its percentiles, and its own
-    checks (no message dropped, duplicated or out of order) as the result's."""
+def _sockperf(base, p, transport, proc, size, seconds, clients=1):
+    """sockperf ping-pong with a message of the call's argument bytes, from `clients` sockperf
+    processes at once (each one ping-pong client, as each of the RPC client's threads makes one call
+    at a time): their messages per second summed, the median of their p50s, and their own checks (no
+    message dropped, duplicated or out of order) as the result's."""
     msg = max(SOCKPERF_MIN_MSG, wire_bytes(proc, size))
     argv = base + ["sockperf", "pp", "-i", p.server_addr, "-p", str(PORTS[f"sockperf-{transport}"]),
                    *(["--tcp"] if transport == "tcp" else []), "-m", str(msg), "-t", f"{max(1, round(seconds))}",
                    "--full-rtt"]
+    procs = []
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 30)
+        for _ in range(clients):
+            procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        outs = [(pr.communicate(timeout=seconds + 30)[0], pr.returncode) for pr in procs]
     except subprocess.TimeoutExpired:
-        return _failed("sockperf", transport, proc, size, 1, "sockperf pp did not finish in time")
-    out = ANSI.sub("", r.stdout + r.stderr)
+        return _failed("sockperf", transport, proc, size, clients, "sockperf pp did not finish in time")
+    finally:
+        for pr in procs:
+            if pr.poll() is None:
+                pr.kill()
+                pr.wait(timeout=10)
+    runs = [_sockperf_parse(out, rc) for out, rc in outs]
+    failed = [r for r in runs if isinstance(r, str)]
+    if failed:
+        return _failed("sockperf", transport, proc, size, clients, failed[0])
+    got, lost, sent = (sum(r[k] for r in runs) for k in ("got", "lost", "sent"))
+    ok = lost == 0 and all(r["got"] > 0 for r in runs)
+    p50s = sorted(r["p50"] for r in runs)
+    return Result(system="sockperf", transport=transport, proc=proc, size=size, threads=clients, calls=got,
+                  errors=lost, mismatches=0, min_us=min(r["min"] for r in runs), p50_us=p50s[len(p50s) // 2],
+                  mean_us=sum(r["mean"] * r["got"] for r in runs) / got if got else 0,
+                  p90_us=max(r["p90"] for r in runs), p99_us=max(r["p99"] for r in runs),
+                  max_us=max(r["max"] for r in runs), calls_per_s=sum(r["rate"] for r in runs),
+                  first_call_us=0, ok=ok,
+                  error="" if ok else f"{lost} messages dropped, duplicated or out of order of {sent}")
+
+
+def _sockperf_parse(out, returncode):
+    """One sockperf pp run's figures (a dict), or why it failed (a string)."""
+    out = ANSI.sub("", out)
     valid = re.search(r"\[Valid Duration\] RunTime=([0-9.]+) sec; SentMessages=(\d+); ReceivedMessages=(\d+)", out)
     bad = re.search(r"dropped messages = (\d+); # duplicated messages = (\d+); # out-of-order messages = (\d+)", out)
     pct = {k: float(v) for k, v in re.findall(r"percentile (\d+\.\d+) =\s*([0-9.]+)", out)}
     lo = re.search(r"<MIN> observation =\s*([0-9.]+)", out)
     hi = re.search(r"<MAX> observation =\s*([0-9.]+)", out)
     avg = re.search(r"Round trip is ([0-9.]+) usec", out)
-    if r.returncode or not (valid and bad and avg and "50.000" in pct):
+    if returncode or not (valid and bad and avg and "50.000" in pct):
         tail = out.strip().splitlines()[-1:] or ["no output"]
-        return _failed("sockperf", transport, proc, size, 1, f"sockperf pp failed (exit {r.returncode}): {tail[0]}")
+        return f"sockperf pp failed (exit {returncode}): {tail[0]}"
     run_s, sent, got = float(valid.group(1)), int(valid.group(2)), int(valid.group(3))
-    lost = sum(int(x) for x in bad.groups())
-    ok = lost == 0 and got > 0
-    return Result(system="sockperf", transport=transport, proc=proc, size=size, threads=1, calls=got, errors=lost,
-                  mismatches=0, min_us=float(lo.group(1)) if lo else 0, p50_us=pct["50.000"],
-                  mean_us=float(avg.group(1)), p90_us=pct.get("90.000", 0), p99_us=pct.get("99.000", 0),
-                  max_us=float(hi.group(1)) if hi else 0, calls_per_s=got / run_s if run_s else 0,
-                  first_call_us=0, ok=ok,
-                  error="" if ok else f"{lost} messages dropped, duplicated or out of order of {sent}")
+    return {"got": got, "sent": sent, "lost": sum(int(x) for x in bad.groups()), "rate": got / run_s if run_s else 0,
+            "p50": pct["50.000"], "p90": pct.get("90.000", 0), "p99": pct.get("99.000", 0),
+            "min": float(lo.group(1)) if lo else 0, "max": float(hi.group(1)) if hi else 0,
+            "mean": float(avg.group(1))}

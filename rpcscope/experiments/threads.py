@@ -1,20 +1,26 @@
 """Throughput against caller threads: `dce-throughput` (the DCE study's Table 1, seed 004) and
 `firefly` (Firefly RPC's Table I and, with fewer processors, Tables X and XI, seed 003).
 
-dce-throughput: null calls per second and 4016-byte sends (maxarg 4016: DCE's one full PDU of
-data) with 1-10 client threads, the calls of a run shared out among its threads as the paper's 1000
-RPCs were; the first call against the later ones; and, at one thread, the floor: sockperf's
-ping-pong with a 14-byte and a 4016-byte message beside the reference RPC's null, maxarg 4016 and
-echo 4016 (sockperf's server echoes the whole message, as echo does).
+dce-throughput: null calls per second and 4016-byte sends (maxarg 4016) with 1-10 client threads,
+the calls of a run shared out among its threads as the paper's 1000 RPCs were; the first call
+against the later ones; at one thread, the floor: sockperf's ping-pong with a 14-byte and a
+4016-byte message beside the reference RPC's null, maxarg 4016 and echo 4016 (sockperf's server
+echoes the whole message, as echo does); and the 4016-byte throughput against sockperf's at every
+thread count (N threads: N sockperf ping-pong clients at once) and at each one's own best thread
+count. Throughput is DCE Table 1's: the caller's data bytes per call x calls/s. DCE's 4016 bytes
+were a fixed array filling one PDU; maxarg's opaque adds a 4-byte length, so maxarg 4016 takes two
+PDUs and a window ack over UDP, and maxarg 4012 is the one-PDU call, both shown.
 
 firefly: Null(), MaxResult(1440) and MaxArg(1440) with 1-8 caller threads (Table I); then client and
 server on two CPUs (each its own) against both on one CPU: one thread's Null() (Table X) and
 MaxResult's throughput with 1-5 threads (Table XI). Placements alternate round by round, the servers
 restarted on their CPU for each.
 """
+import collections
 import math
+import statistics
 
-from .tables import Spec, cell_text, fmt, paper, ratio, text_table
+from .tables import Spec, cell_text, fmt, paper, ratio, spread_pct, text_table
 
 
 def per_thread(calls, threads):
@@ -41,9 +47,27 @@ DCE_SEND = 4016
 ONE_PDU_ARG = 4012
 
 
+# The 4016-byte throughput against its floor, over UDP at each thread count: (key, system, proc,
+# argument size, bytes counted per call, what goes on the wire). The bytes counted are the caller's
+# data, as DCE Table 1 counts them; sockperf's echo of the message is not counted.
+FLOOR_4016 = (
+    ("rpcscope maxarg 4016", "rpcscope", "maxarg", DCE_SEND, DCE_SEND,
+     "4016 argument bytes and their 4-byte length: 4020 body bytes in two PDUs (4016 + 4); the first asks for "
+     "a window ack, so a call is two round trips; no result (an 80-byte reply PDU)"),
+    (f"rpcscope maxarg {ONE_PDU_ARG}", "rpcscope", "maxarg", ONE_PDU_ARG, ONE_PDU_ARG,
+     f"{ONE_PDU_ARG} argument bytes and their length: 4016 body bytes, one full PDU (3 IP packets), as DCE's "
+     "4016-byte fixed array was; one round trip; no result (an 80-byte reply PDU)"),
+    ("sockperf 4016 B", "sockperf", "echo", DCE_SEND, DCE_SEND,
+     "one 4016-byte datagram (3 IP packets) and its echo, 4016 bytes back (not counted); N threads: N sockperf "
+     "pp processes at once"),
+)
+FLOOR_KEY = "sockperf 4016 B"
+
+
 def dce_specs(threads):
     out = [Spec(s, t, proc, size, n) for n in threads for s, t in DCE_SYSTEMS
            for proc, size in (("null", 0), ("maxarg", DCE_SEND))]
+    out += [Spec(s, "udp", proc, size, n) for n in threads for _, s, proc, size, _, _ in FLOOR_4016]
     floor = [Spec("sockperf", "udp", "null", 0), Spec("sockperf", "udp", "echo", DCE_SEND),
              Spec("rpcscope", "udp", "null", 0), Spec("rpcscope", "udp", "maxarg", DCE_SEND),
              Spec("rpcscope", "udp", "echo", DCE_SEND), Spec("rpcscope", "udp", "maxarg", ONE_PDU_ARG)]
@@ -87,7 +111,65 @@ def dce_build(cells, threads):
                       "rpcscope_calls_per_s": cells[spec].median("calls_per_s"),
                       "sockperf_calls_per_s": ref.median("calls_per_s"),
                       "rpcscope_p50_us": cells[spec].median("p50_us"), "sockperf_p50_us": ref.median("p50_us")}
-    return {"rows": rows, "first_call": first, "floor_udp_1_thread": floor, "paper_source": note}
+    return {"rows": rows, "first_call": first, "floor_udp_1_thread": floor,
+            "throughput_4016": throughput_4016(cells, threads), "paper_source": note}
+
+
+def _floor_spec(key, n):
+    for k, s, proc, size, _, _ in FLOOR_4016:
+        if k == key:
+            return Spec(s, "udp", proc, size, n)
+    raise KeyError(key)
+
+
+def _counted(key):
+    return next(b for k, _, _, _, b, _ in FLOOR_4016 if k == key)
+
+
+def round_peaks(cells, key, threads):
+    """Per round: (Mbit/s, threads) at the thread count where `key` ran fastest in that round; None
+    for a round in which any of its thread counts did not run or did not check."""
+    runs = [cells[_floor_spec(key, n)].runs for n in threads]
+    out = []
+    for r in range(max((len(x) for x in runs), default=0)):
+        got = [(x[r].calls_per_s * _counted(key) * 8 / 1e6, n) for x, n in zip(runs, threads)
+               if r < len(x) and x[r] is not None and x[r].ok]
+        out.append(max(got) if len(got) == len(threads) else None)
+    return out
+
+
+def throughput_4016(cells, threads):
+    """The reference RPC's 4016-byte throughput against sockperf's with the same message: at every
+    thread count (ratios within each round), and each at its own best thread count (a round's peak
+    against the same round's peak; the median over the rounds)."""
+    rows = []
+    for n in threads:
+        row = {"threads": n, "mbps": {}, "mbps_spread_pct": {}, "ratio_to_sockperf": {}, "cells": {}}
+        ref = cells[_floor_spec(FLOOR_KEY, n)]
+        for key, *_ in FLOOR_4016:
+            c = cells[_floor_spec(key, n)]
+            row["mbps"][key] = mbps(c, _counted(key))
+            row["mbps_spread_pct"][key] = c.spread("calls_per_s") if c.ok and not c.na else None
+            row["cells"][key] = c.as_json()
+            if key != FLOOR_KEY:
+                med, spr = ratio(c, ref, "calls_per_s")
+                row["ratio_to_sockperf"][key] = {
+                    "median": med * _counted(key) / _counted(FLOOR_KEY) if med else None, "spread_pct": spr}
+        rows.append(row)
+    peaks = {key: round_peaks(cells, key, threads) for key, *_ in FLOOR_4016}
+    peak = {}
+    for key, *_ in FLOOR_4016:
+        got = [p for p in peaks[key] if p]
+        vals = [v for v, _ in got]
+        peak[key] = {"mbps": statistics.median(vals) if vals else None, "spread_pct": spread_pct(vals),
+                     "threads": collections.Counter(n for _, n in got).most_common(1)[0][0] if got else None,
+                     "threads_by_round": [p[1] if p else None for p in peaks[key]]}
+        if key != FLOOR_KEY:
+            rs = [a[0] / b[0] for a, b in zip(peaks[key], peaks[FLOOR_KEY]) if a and b and b[0]]
+            peak[key]["ratio_to_sockperf_peak"] = statistics.median(rs) if rs else None
+            peak[key]["ratio_spread_pct"] = spread_pct(rs)
+    return {"rows": rows, "peak": peak, "counted": {k: {"bytes_per_call": b, "wire": w}
+                                                    for k, _, _, _, b, w in FLOOR_4016}}
 
 
 def dce_render(result, cells, threads, say=print):
@@ -109,6 +191,8 @@ def dce_render(result, cells, threads, say=print):
         lines.append(d)
     text_table(lines, list(lines[0].keys()), say=say)
     say("paper: IBM RS/6000, AIX, 10 Mbit/s Ethernet, 1000 RPCs with N threads")
+    say("4016 Mbit/s: maxarg with 4016 argument bytes, calls/s x 4016 x 8 (the caller's data, as the paper counts "
+        "it); the reference RPC over UDP sends them with their length as two PDUs and a window ack (see below)")
     say("")
     say("First call against later calls (us; one thread):")
     text_table([{"system": k, "first call": fmt(v["first_call_us"]), "later p50": fmt(v["later_p50_us"]),
@@ -122,6 +206,31 @@ def dce_render(result, cells, threads, say=print):
                  "sockperf msgs/s": fmt(v["sockperf_calls_per_s"], 0), "ratio": fmt(v["calls_per_s_ratio"], 2),
                  "spread": fmt(v["spread_pct"], 0, "%")} for k, v in tab["floor_udp_1_thread"].items()],
                ["comparison", "rpcscope calls/s", "sockperf msgs/s", "ratio", "spread"], say=say)
+    say("")
+    tp = tab["throughput_4016"]
+    say("4016-byte throughput against its floor over UDP, in the same rounds: Mbit/s = calls/s x the caller's "
+        "data bytes x 8 (DCE Table 1's caller-to-server measure)")
+    for key, *_ in FLOOR_4016:
+        say(f"  {key}: {tp['counted'][key]['wire']}")
+    cols = ["threads"] + [k for k, *_ in FLOOR_4016] + [f"{k} / sockperf" for k, *_ in FLOOR_4016 if k != FLOOR_KEY]
+    lines = []
+    for row in tp["rows"]:
+        d = {"threads": str(row["threads"])}
+        for key, *_ in FLOOR_4016:
+            spr = row["mbps_spread_pct"][key]
+            d[key] = fmt(row["mbps"][key], 0) + (f" ±{spr:.0f}%" if spr is not None and result["repeats"] > 1 else "")
+            if key != FLOOR_KEY:
+                d[f"{key} / sockperf"] = fmt(row["ratio_to_sockperf"][key]["median"], 2)
+        lines.append(d)
+    text_table(lines, cols, say=say)
+    say("Each at its own best thread count (a round's best against the same round's best; median of the rounds):")
+    pk = tp["peak"]
+    text_table([{"system": k, "best threads": fmt(v["threads"], 0), "Mbit/s": fmt(v["mbps"], 0),
+                 "spread": fmt(v["spread_pct"], 0, "%"),
+                 "of sockperf's best": fmt(v.get("ratio_to_sockperf_peak"), 2) if k != FLOOR_KEY else "1",
+                 "ratio spread": fmt(v.get("ratio_spread_pct"), 0, "%") if k != FLOOR_KEY else ""}
+                for k, v in pk.items()],
+               ["system", "best threads", "Mbit/s", "spread", "of sockperf's best", "ratio spread"], say=say)
 
 
 # ---------------------------------------------------------------- firefly

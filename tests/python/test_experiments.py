@@ -147,6 +147,18 @@ def test_dce_throughput_threads_and_floor(testbed):
     assert set(r["table"]["first_call"]) == {"rpcscope udp", "tirpc udp", "rpcscope tcp", "grpc tcp"}
     for k, v in r["table"]["floor_udp_1_thread"].items():
         assert v["calls_per_s_ratio"] > 0 and v["sockperf_calls_per_s"] > 0, k
+    tp = r["table"]["throughput_4016"]
+    assert [row["threads"] for row in tp["rows"]] == [1, 2]
+    for row in tp["rows"]:
+        assert set(row["cells"]) == {"rpcscope maxarg 4016", "rpcscope maxarg 4012", "sockperf 4016 B"}
+        for key, cell in row["cells"].items():
+            check_cell(cell, 2, 40 // row["threads"] * row["threads"])
+            assert cell["threads"] == row["threads"] and row["mbps"][key] > 0, key
+        for key, v in row["ratio_to_sockperf"].items():
+            assert v["median"] > 0, (row["threads"], key)
+    for key, v in tp["peak"].items():                  # each system's best thread count, round by round
+        assert v["mbps"] > 0 and v["threads"] in (1, 2) and len(v["threads_by_round"]) == 2, key
+        assert key == "sockperf 4016 B" or v["ratio_to_sockperf_peak"] > 0, key
     assert running_in_hosts() == []
 
 

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from rpcscope.experiments import codesize, netwise
+from rpcscope.experiments import codesize, netwise, threads
 from rpcscope.experiments.cli import parse_threads
 from rpcscope.experiments.courier import classify
 from rpcscope.experiments.systems import Result, supports
@@ -56,6 +56,35 @@ def test_medians_spreads_and_ratios_within_rounds():
     na = Cell(spec=Spec("tirpc", "udp", "echo", 16000), runs=[], na=supports("tirpc", "udp", "echo", 16000))
     assert na.ok and "8800" in na.na and cell_text(na) == "n/a"
     assert supports("grpc", "udp", "null", 0) and supports("tirpc", "tcp", "echo", 16000) is None
+
+
+def test_4016_throughput_each_system_at_its_own_best_thread_count():
+    """Rows per thread count with ratios taken within rounds, and each round's best thread count
+    against the same round's best of the floor; a round with a failed run has no peak."""
+    cps = {"rpcscope maxarg 4016": {1: [100, 110], 2: [300, 280], 4: [250, 320]},
+           "rpcscope maxarg 4012": {1: [200, 200], 2: [400, 400], 4: [390, 380]},
+           "sockperf 4016 B": {1: [200, 200], 2: [500, 350], 4: [400, 400]}}
+    cells = {}
+    for key, by_n in cps.items():
+        for n, rates in by_n.items():
+            spec = threads._floor_spec(key, n)
+            cells[spec] = Cell(spec=spec, runs=[result(10, cps=c) for c in rates])
+    tp = threads.throughput_4016(cells, [1, 2, 4])
+    assert [r["threads"] for r in tp["rows"]] == [1, 2, 4]
+    row1 = tp["rows"][0]
+    assert row1["mbps"]["sockperf 4016 B"] == pytest.approx(200 * 4016 * 8 / 1e6)
+    assert row1["ratio_to_sockperf"]["rpcscope maxarg 4016"]["median"] == pytest.approx(0.525)   # rounds .5, .55
+    assert row1["ratio_to_sockperf"]["rpcscope maxarg 4012"]["median"] == pytest.approx(4012 / 4016)
+    pk = tp["peak"]
+    assert pk["sockperf 4016 B"]["threads_by_round"] == [2, 4]
+    assert pk["rpcscope maxarg 4016"]["threads_by_round"] == [2, 4]
+    assert pk["rpcscope maxarg 4016"]["ratio_to_sockperf_peak"] == pytest.approx((300 / 500 + 320 / 400) / 2)
+    assert pk["rpcscope maxarg 4012"]["ratio_to_sockperf_peak"] == pytest.approx((0.8 + 1.0) / 2 * 4012 / 4016)
+    spec = threads._floor_spec("sockperf 4016 B", 4)
+    cells[spec].runs[1] = result(10, cps=400, ok=False)
+    pk = threads.throughput_4016(cells, [1, 2, 4])["peak"]
+    assert pk["sockperf 4016 B"]["threads_by_round"] == [2, None]
+    assert pk["rpcscope maxarg 4016"]["ratio_to_sockperf_peak"] == pytest.approx(0.6)
 
 
 def test_option_parsing_names_what_is_wrong():

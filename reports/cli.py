@@ -2,11 +2,11 @@
 import argparse
 from pathlib import Path
 
+from rpcscope.analysis.export import SUFFIX, export_examples
 from rpcscope.output import UserError, emit_json
 from rpcscope.rundir import RunDir
 
 from .data import ReportError, load
-from .export import SUFFIX, export_examples
 from .report import build, write
 
 PERCENT_ERROR = ("% error = (Measured − Calculated) × 100 / Measured, the DCE study's sign: positive where the "

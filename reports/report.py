@@ -594,7 +594,7 @@ def latency_section(d: RunData):
 
 def build(d: RunData, calls=None, call_errors=None) -> Report:
     """The report of one run. calls: {case id: export.Exported} of the example calls exported beside
-    it (reports/export.py export_examples), linked under the round-trip-path diagrams."""
+    it (analysis/export.py export_examples), linked under the round-trip-path diagrams."""
     sections = [first_screen_section(d), summary_section(d), model_section(d), steps_section(d),
                 rtp_section(d, calls, call_errors), rtt_section(d), latency_section(d)]
     head = {"run": str(d.path), "cases": len(d.cases), "analysis": d.steps_json is not None,

@@ -20,7 +20,7 @@ COMMAND_MODULES = [
     "rpcscope.analysis.rtp_cli",
     "rpcscope.analysis.model_cli",
     "rpcscope.reports.cli",
-    "rpcscope.reports.export",
+    "rpcscope.analysis.export",
     "rpcscope.pipeline",
     "rpcscope.experiments.cli",
     "rpcscope.bench",

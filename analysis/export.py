@@ -1,7 +1,7 @@
 """`rpcscope export runs/NAME --case ID --call N`: calls of a case as a Perfetto trace, to open in
 ui.perfetto.dev (Open trace file) or any viewer that reads Perfetto's TrackEvent protos.
 
-    from rpcscope.reports.export import export_calls
+    from rpcscope.analysis.export import export_calls
     ex = export_calls("runs/NAME", "udp-maxarg-4016", calls=range(3, 4), out="call-3.perfetto-trace")
     ex.call_ids, ex.slices, ex.instants, ex.flows
 
@@ -40,12 +40,13 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
     TrackEvent,
 )
 
-from rpcscope.analysis import rpcs as R
-from rpcscope.analysis.graph import PACKET_GAP_NS, SOFTIRQ_NAMES
-from rpcscope.analysis.run import RunError, load_run
-from rpcscope.analysis.traceread import KIND, KIND_NAME, TraceError
 from rpcscope.output import UserError, emit_json
 from rpcscope.tracepoints import STEPS
+
+from . import rpcs as R
+from .graph import PACKET_GAP_NS, SOFTIRQ_NAMES
+from .run import RunError, load_run
+from .traceread import KIND, KIND_NAME, TraceError
 
 SEQUENCE = 1                    # one trusted packet sequence for the whole trace
 SUFFIX = ".perfetto-trace"

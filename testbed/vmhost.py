@@ -248,7 +248,7 @@ def guest_ssh(ssh_argv, h, command, timeout=30):
         return subprocess.CompletedProcess(ssh_argv, 255, "", f"ssh to {h['name']} timed out after {timeout}s")
 
 
-# The inventory's variables for a VM host (testbed.write_inventory adds them to the host's own).
+# The inventory's variables for a VM host (inventory.write_inventory adds them to the host's own).
 INVENTORY_VARS = {
     "rpcscope_host_kind": "vm",
     # `rpcscope capture --inventory ... --kernel auto`: LTTng's kernel tracer, whose modules `make vm`

@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import shutil
 import subprocess
-import sys
 
 import pytest
+from helpers import REPO, processes_in_hosts, rpcscope
 
 from rpcscope.testbed import health, held_by_tests, load_state
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
-HOSTS = ("rpcs-client", "rpcs-server")
 PEERS = REPO / "build" / "peers" / "bin"
 
 pytestmark = [
@@ -31,29 +27,6 @@ pytestmark = [
     pytest.mark.skipif(not all(shutil.which(t) for t in ("ip", "sshd", "sockperf", "rpcbind", "perf")),
                        reason="needs iproute2, openssh-server, sockperf, rpcbind, perf (make bootstrap)"),
 ]
-
-
-def rpcscope(*args, timeout=300, check=True):
-    p = subprocess.run(RPCSCOPE + list(args), capture_output=True, text=True, timeout=timeout, cwd=REPO)
-    if check:
-        assert p.returncode == 0, f"rpcscope {' '.join(args)} exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr}"
-    return p
-
-
-def running_in_hosts():
-    """Processes in the testbed's namespaces other than their sshd (servers, rpcbind, clients)."""
-    found = []
-    for h in HOSTS:
-        pids = subprocess.run(["ip", "netns", "pids", h], capture_output=True, text=True, timeout=30).stdout.split()
-        for pid in pids:
-            try:
-                cmd = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-                state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if state != "Z" and "sshd" not in cmd:
-                found.append(f"{h}: {pid} {cmd}")
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +100,7 @@ def test_netwise_every_system_every_test(testbed, tmp_path):
     text = md.read_text()
     assert "rpcscope experiment netwise" in text and "opaque 16000" in text and "Sun udp" in text
     assert "FAILED" not in text
-    assert running_in_hosts() == []
+    assert processes_in_hosts() == []
 
 
 def test_dce_throughput_threads_and_floor(testbed):
@@ -159,7 +132,7 @@ def test_dce_throughput_threads_and_floor(testbed):
     for key, v in tp["peak"].items():                  # each system's best thread count, round by round
         assert v["mbps"] > 0 and v["threads"] in (1, 2) and len(v["threads_by_round"]) == 2, key
         assert key == "sockperf 4016 B" or v["ratio_to_sockperf_peak"] > 0, key
-    assert running_in_hosts() == []
+    assert processes_in_hosts() == []
 
 
 def test_firefly_threads_and_processors(testbed, tmp_path):
@@ -185,7 +158,7 @@ def test_firefly_threads_and_processors(testbed, tmp_path):
     assert [x["threads"] for x in r["table"]["table11"]] == [1, 2]
     for xi in r["table"]["table11"]:
         assert all(v["one_cpu_mbps"] > 0 and v["two_cpus_mbps"] > 0 for v in xi["today"].values())
-    assert running_in_hosts() == []
+    assert processes_in_hosts() == []
 
 
 def test_courier_transports_results_and_profile(testbed):
@@ -210,4 +183,4 @@ def test_courier_transports_results_and_profile(testbed):
         assert v["send_pct"] > 0 and 99 <= total <= 101, (k, v)
     # A one-way call waits for nothing: its client receives nothing.
     assert prof["udp courier_oneway"]["receive_pct"] < prof["udp courier"]["receive_pct"]
-    assert running_in_hosts() == []
+    assert processes_in_hosts() == []

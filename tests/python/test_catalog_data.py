@@ -8,6 +8,7 @@ import tomllib
 import pytest
 
 from rpcscope.analysis import rpcs
+from rpcscope.analysis.clocksync import USER_PACKET_MARKS
 from rpcscope.collectors import lttng, perf
 from rpcscope.tracepoints import (
     SPANS,
@@ -74,6 +75,7 @@ def test_roles_spans_and_sides_read_from_the_catalog():
     assert span_steps("C14-C17") == ("C14", "C17") and span_steps("C14-C17", {"recv_wait"}) == ("C14", "C18")
     assert split_of("C8") == ["C8'", "C8''"] and split_of("C7") == []
     assert [side_of(x) for x in ("C8", "S9''", "S8-S10", "network")] == ["client", "server", "server", None]
+    assert USER_PACKET_MARKS == {"a_to_b": ("c7_begin", "s4_end"), "b_to_a": ("s8_begin", "c18_end")}
     with pytest.raises(KeyError, match="spans of kind 'wait' on the server side"):
         span_of("wait", "server")
 

@@ -23,6 +23,7 @@ import collections
 import dataclasses
 import json
 import pathlib
+import statistics
 import struct
 
 from rpcscope.collectors import ftrace
@@ -83,6 +84,7 @@ class CaseResult:
     program_unmatched: dict       # reason -> count, over the program's calls
     others: dict                  # socket pair -> exchanges that are not the program's calls
     setup: int                    # exchanges before the program's calls (connection setup, warm-up)
+    control: int                  # the protocol's own exchanges on the connection (e.g. HTTP/2 PINGs)
     per_call: float               # the connection's exchanges per call the program made (warm-up included)
     program_p50_us: float
     program_calls: int
@@ -358,50 +360,63 @@ def _exchanges(ops):
     return out
 
 
+def _serves(server_ops):
+    """The server's ops on one socket cut into (recvs, sends) serves: the receives since its last send,
+    then its sends up to its next receive."""
+    out, recvs, sends = [], [], []
+    for op in sorted(server_ops, key=lambda o: o.enter):
+        if op.kind == "recv":
+            if sends:
+                out.append((recvs, sends))
+                recvs, sends = [], []
+            recvs.append(op)
+        else:
+            sends.append(op)
+    if recvs or sends:
+        out.append((recvs, sends))
+    return out
+
+
 def match_pair(client_ops, server_ops, udp, timeline, label, unmatched):
     """The matched Calls of one socket pair, in order, and the number of exchanges; the reason each
-    unmatched exchange is not a call goes into unmatched (exchange index -> reason)."""
+    unmatched exchange is not a call goes into unmatched (exchange index -> reason).
+
+    An exchange is one of the server's serves that answers something: the client's sends whose last
+    position the server took in the serve's receives are the request (the first one's send begins the
+    call), the serve's sends are the reply, and the client's receive that takes its last position ends
+    the call. Sends of the server's own that answer nothing (an HTTP/2 PING) are no exchange."""
     cs = sorted([o for o in client_ops if o.kind == "send"], key=lambda o: o.enter)
     cr = sorted([o for o in client_ops if o.kind == "recv"], key=lambda o: o.enter)
     ss = sorted([o for o in server_ops if o.kind == "send"], key=lambda o: o.enter)
     sr = sorted([o for o in server_ops if o.kind == "recv"], key=lambda o: o.enter)
-    _positions(cs, udp), _positions(cr, udp)
-    sr_ends, ss_ends = _positions(sr, udp), _positions(ss, udp)
-    calls = []
-    for k, (sends, recvs) in enumerate(_exchanges(client_ops)):
-        if not recvs:
+    cs_ends, cr_ends = _positions(cs, udp), _positions(cr, udp)
+    _positions(sr, udp), _positions(ss, udp)
+    calls, k = [], -1
+    for rin, sout in _serves(server_ops):
+        if not rin:
+            continue                              # the server's own, answering nothing
+        k += 1
+        if not sout:
+            unmatched[k] = "no reply sent (the trace ends first)"
+            continue
+        r0, r1 = rin[0].pos, rin[-1].pos + rin[-1].n
+        lo, hi = bisect.bisect_right(cs_ends, r0), bisect.bisect_right(cs_ends, r1 - 1)
+        sends = cs[lo:hi + 1] if hi < len(cs) else cs[lo:]
+        sends = [o for o in sends if r0 <= o.pos + o.n - 1 < r1]
+        if not sends:
+            unmatched[k] = "the server took bytes no client send accounts for"
+            continue
+        got, first, last = rin[-1], sout[0], sout[-1]
+        c, d = first.pos, last.pos + last.n
+        end = _containing(cr, cr_ends, d - 1)
+        if end is None:
             unmatched[k] = "no reply received (the trace ends first)"
             continue
-        c, d = recvs[0].pos, recvs[-1].pos + recvs[-1].n
-        k_first = bisect.bisect_right(ss_ends, c)
-        last = _containing(ss, ss_ends, d - 1)
-        if k_first >= len(ss) or last is None:
-            unmatched[k] = "the server's sends do not carry the reply"
-            continue
-        # The request: the longest run of the sends whose last position the server took before it sent
-        # a part of the reply; the reply begins with the server's first send after that. Frames of the
-        # protocol's own in between (an HTTP/2 PING and its answer, sent by another thread or before the
-        # request) then belong to no call.
-        got = first = None
-        while sends:
-            got = _containing(sr, sr_ends, sends[-1].pos + sends[-1].n - 1)
-            if got is None:
-                break
-            first = next((o for o in ss[k_first:] if o.pos < d and o.enter >= got.exit), None)
-            if first is not None:
-                break
-            sends = sends[:-1]
-        if got is None or first is None:
-            unmatched[k] = ("the server's receives do not reach the request's last byte" if got is None else
-                            "send and receive out of order (the records are not one call)")
-            continue
-        prev = ss[ss.index(first) - 1] if ss.index(first) > 0 else None
-        if prev is not None:        # sends the server took before its previous send are an exchange of their own
-            sends = [o for o in sends if _containing(sr, sr_ends, o.pos + o.n - 1).exit > prev.enter] or sends[-1:]
-        a, b = sends[0].pos, sends[-1].pos + sends[-1].n
-        if got.exit < sends[0].enter or recvs[-1].exit < last.enter:
+        if got.exit < sends[0].enter or end.exit < last.enter:
             unmatched[k] = "send and receive out of order (the records are not one call)"
             continue
+        recvs = [end]
+        a, b = sends[0].pos, sends[-1].pos + sends[-1].n
         missing, dev = [], ("client", "server")
         t_req, srv_slept = timeline.half(sends[0].enter, got.exit, got.tid, dev[0], dev[1], missing, "server")
         t_rep, cli_slept = timeline.half(first.enter, recvs[-1].exit, recvs[-1].tid, dev[1], dev[0], missing,
@@ -419,7 +434,7 @@ def match_pair(client_ops, server_ops, udp, timeline, label, unmatched):
     for a, b in zip(calls, calls[1:]):
         if b.index == a.index + 1:
             a.gap_after = b.t[0] - a.t[-1]
-    return calls, len(_exchanges(client_ops))
+    return calls, k + 1
 
 
 def analyze_case(case_dir):
@@ -458,9 +473,15 @@ def analyze_case(case_dir):
         raise UserError(f"{case_dir}: no client socket pairs with a server socket; nothing to match")
     results.sort(key=lambda r: -r[2])
     label, calls, n_main, why_not, _ = results[0]
-    # the program's measured calls are its connection's last ones; those before are set-up and warm-up
-    first = max(0, n_main - tc.program_calls)
-    measured = [c for c in calls if c.index >= first]
+    # The protocol's own exchanges (an HTTP/2 PING and its answer): request and reply both under half the
+    # connection's median ones. The program's measured calls are the connection's last other exchanges;
+    # those before them are set-up and warm-up.
+    med_req = statistics.median([c.request for c in calls]) if calls else 0
+    med_rep = statistics.median([c.reply for c in calls]) if calls else 0
+    control = {c.index for c in calls if 2 * c.request < med_req and 2 * c.reply < med_rep}
+    idx = sorted([c.index for c in calls if c.index not in control] + list(why_not))
+    mine = set(idx[len(idx) - tc.program_calls:]) if tc.program_calls else set()
+    measured = [c for c in calls if c.index in mine]
     try:
         probes = json.loads((case_dir / "uprobes.json").read_text())
     except (OSError, ValueError):
@@ -469,7 +490,7 @@ def analyze_case(case_dir):
                       exchanges=sum(r[2] for r in results), calls=measured,
                       uprobes=uprobesteps.summarize(prog, probes, measured, tc.program_p50_us),
                       matched=sum(len(r[1]) for r in results), unmatched=dict(unmatched),
-                      program_unmatched=dict(collections.Counter(w for k, w in why_not.items() if k >= first)),
-                      others={r[0]: r[2] for r in results[1:]}, setup=first,
-                      per_call=round(n_main / max(1, tc.program_calls + tc.warmup), 2),
+                      program_unmatched=dict(collections.Counter(w for k, w in why_not.items() if k in mine)),
+                      others={r[0]: r[2] for r in results[1:]}, setup=len(idx) - len(mine), control=len(control),
+                      per_call=round((n_main - len(control)) / max(1, tc.program_calls + tc.warmup), 2),
                       program_p50_us=tc.program_p50_us, program_calls=tc.program_calls)

@@ -58,6 +58,7 @@ def summarize(res):
             "exchanges": total, "matched": res.matched,
             "matched_%": round(100 * res.matched / total, 2) if total else 0,
             "unmatched": res.unmatched, "other_sockets": res.others, "setup_exchanges": res.setup,
+            "protocol_exchanges": res.control,
             "program_calls_matched_%": round(100 * len(calls) / res.program_calls, 2) if res.program_calls else 0,
             "program_unmatched": res.program_unmatched,
             "calls": len(calls), "program_calls": res.program_calls, "exchanges_per_call": res.per_call,
@@ -110,6 +111,7 @@ def first_screen(s):
                 if s["program_unmatched"] else ""),
              f"  all exchanges   {s['matched']} of {s['exchanges']} matched ({s['matched_%']:.2f} %; set-up and "
              f"warm-up {s['setup_exchanges']}"
+             + (f", the protocol's own {s['protocol_exchanges']}" if s["protocol_exchanges"] else "")
              + (f", other sockets {sum(s['other_sockets'].values())}" if s["other_sockets"] else "") + ")"
              + (f"; unmatched: {', '.join(f'{n} {r}' for r, n in s['unmatched'].items())}" if s["unmatched"] else ""),
              f"  NOTE            {s['exchanges_per_call']:.2f} exchanges a call on the program's connection: its "

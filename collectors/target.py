@@ -275,18 +275,17 @@ def client_argv(system, placement, transport, proc, size, calls, warmup, max_sec
     return base + [str(systems.PEERS_BIN / "grpc-client"), "--port", str(systems.PORTS["grpc"]), *common]
 
 
-def capture(target, transports, proc, sizes, calls, warmup, out_dir, max_seconds=30.0, placement="split", say=print,
+def capture(target, pairs, proc, calls, warmup, out_dir, max_seconds=30.0, placement="split", say=print,
             uprobes=()):
-    """Capture every (transport, size) case of a target into out_dir/cases/ID; the TargetCases.
+    """Capture every (transport, size) case of pairs of a target into out_dir/cases/ID; the TargetCases.
     uprobes: --uprobe specs (SYMBOL[:STEP]), probed at entry and return in every case."""
     if target not in TARGETS:
         raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
     system = TARGETS[target]
-    for t in transports:
-        for s in sizes:
-            why = systems.supports(system, t, proc, s)
-            if why:
-                raise UserError(f"{target} {t} {proc} {s}: {why}")
+    for t, s in pairs:
+        why = systems.supports(system, t, proc, s)
+        if why:
+            raise UserError(f"{target} {t} {proc} {s}: {why}")
     ftrace.require()
     pl = systems.testbed_placement(placement)
     roles = {h["role"]: h["ifname"] for h in systems.testbed.load_state()["hosts"]}
@@ -297,15 +296,14 @@ def capture(target, transports, proc, sizes, calls, warmup, out_dir, max_seconds
     idle.check()
     probes = resolve(list(uprobes), PROGRAMS[system])
     with idle, Uprobes(probes) as up:
-        for t in transports:
-            for s in sizes:
-                case_dir = out_dir / "cases" / f"{t}-{proc}-{s}"
-                case_dir.mkdir(parents=True, exist_ok=True)
-                say(f"  {target} {t} {proc} {s} B: {warmup} + {calls} calls, kernel events only"
-                    + (f" and {len(probes)} uprobe(s)" if probes else ""))
-                (case_dir / "uprobes.json").write_text(json.dumps(up.record(), indent=1))
-                cases.append(_one_case(target, system, pl, devices, t, proc, s, calls, warmup, case_dir, max_seconds,
-                                       up.events))
+        for t, s in pairs:
+            case_dir = out_dir / "cases" / f"{t}-{proc}-{s}"
+            case_dir.mkdir(parents=True, exist_ok=True)
+            say(f"  {target} {t} {proc} {s} B: {warmup} + {calls} calls, kernel events only"
+                + (f" and {len(probes)} uprobe(s)" if probes else ""))
+            (case_dir / "uprobes.json").write_text(json.dumps(up.record(), indent=1))
+            cases.append(_one_case(target, system, pl, devices, t, proc, s, calls, warmup, case_dir, max_seconds,
+                                   up.events))
     return cases
 
 

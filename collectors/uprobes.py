@@ -104,7 +104,8 @@ def resolve(specs, binaries):
             if found:
                 break
         if not found:
-            raise UserError(f"--uprobe {spec!r}: no function {sym!r} in {', '.join(files)}")
+            raise UserError(f"--uprobe {spec!r}: no function {sym!r} in {', '.join(map(str, binaries))} or the "
+                            f"{len(files) - len(binaries)} libraries they load (as nm lists them)")
         probes.append(Probe(symbol=found[1], shown=sym, step=step, binary=found[0], event=f"{group}:u{k}"))
     return probes
 

@@ -17,7 +17,8 @@ from contextlib import redirect_stdout
 
 from .analysis.kernelonly import analyze_case
 from .analysis.kernelonly_out import first_screen, summarize, write
-from .collectors.target import TARGETS, capture
+from .collectors.target import PROGRAMS, TARGETS, capture
+from .collectors.uprobes import resolve
 from .experiments import systems
 from .output import UserError, emit_json
 from .rundir import RunDir
@@ -68,9 +69,11 @@ def cmd_run_target(args, sizes, transports, testbed, main):
     if out.exists() and not args.replace:
         raise UserError(f"{out} already exists; choose another --out or pass --replace")
     todo, notes = plan(target, transports, args.proc, sizes)
+    resolve(args.uprobe, PROGRAMS[TARGETS[target]])          # an unknown function fails before anything starts
     for n in notes:
         print(n)
     started = testbed.load_state() is None
+    made = False
     try:
         if started:
             print("testbed up: rpcscope testbed up", flush=True)
@@ -79,15 +82,18 @@ def cmd_run_target(args, sizes, transports, testbed, main):
         if out.exists():
             shutil.rmtree(out)
         out.mkdir(parents=True)
-        cases = []
-        for t, s in todo:
-            cases += capture(target, [t], args.proc, [s], args.calls, args.warmup, out,
-                             placement="split" if args.placement == "split" else "one", uprobes=args.uprobe)
+        made = True
+        cases = capture(target, todo, args.proc, args.calls, args.warmup, out,
+                        placement="split" if args.placement == "split" else "one", uprobes=args.uprobe)
         (out / TARGET_JSON).write_text(json.dumps({
             "format": TARGET_FORMAT, "target": target, "proc": args.proc, "calls": args.calls,
             "warmup": args.warmup, "uprobes": args.uprobe, "left_out": notes,
             "cases": [dataclasses.asdict(c) for c in cases]}, indent=1))
         summaries, _ = analyze(out, quiet=args.json)
+    except BaseException:
+        if made:                                 # no half-made run directory
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     finally:
         if started and not args.keep_testbed:
             with redirect_stdout(io.StringIO()):

@@ -54,6 +54,10 @@ def test_bad_target_fails_before_anything_starts(tmp_path):
                  check=False)
     assert p.returncode == 2 and "grpc has no UDP" in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert not (tmp_path / "y").exists()
+    p = rpcscope("run", "--target", "libtirpc", "--uprobe", "no_such_function", "--out", str(tmp_path / "z"),
+                 check=False)
+    assert p.returncode == 2 and "no function 'no_such_function'" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "z").exists()
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +106,16 @@ def check_run(out, n_cases):
 def test_libtirpc_udp_and_tcp(testbed, tmp_path):
     out = tmp_path / "tirpc"
     p = rpcscope("run", "--target", "libtirpc", "--transport", "udp,tcp", "--proc", "echo", "--sizes", "0",
-                 "--calls", str(CALLS), "--warmup", str(WARMUP), "--out", str(out))
+                 "--calls", str(CALLS), "--warmup", str(WARMUP), "--uprobe", "peer_echo_1:call",
+                 "--uprobe", "rpcspeer_prog_1:dispatch", "--out", str(out))
     assert "calls matched" in p.stdout and "largest steps" in p.stdout, p.stdout
     check_run(out, 2)
+    # the rpcgen stub encloses each call; the server's dispatch runs within its compute step (K6)
+    for c in json.loads((out / "analysis" / "kernelonly.json").read_text())["cases"]:
+        up = {u["step"]: u for u in c["uprobes"]}
+        assert up["call"]["where"] == "encloses the call" and up["call"]["calls_with_it"] == CALLS, up["call"]
+        assert up["call"]["call_rtt_p50_us"] >= c["rtt_p50_us"], (up["call"], c["rtt_p50_us"])
+        assert up["dispatch"]["where"] == "inside K6" and up["dispatch"]["calls_with_it"] == CALLS, up["dispatch"]
 
 
 @pytest.mark.testbed

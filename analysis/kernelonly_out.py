@@ -10,15 +10,11 @@ import csv
 import json
 import statistics
 
-from rpcscope.rundir import RunDir
+from rpcscope.rundir import KERNELONLY_FORMAT, RunDir
 from rpcscope.tracepoints.targetsteps import target_steps
 
 from .kernelonly import PATH_IDS
 
-FORMAT = "rpcscope-kernelonly/1"
-JSON_NAME = "kernelonly.json"
-CSV_NAME = "kernelonly-calls.csv"
-SCREEN_NAME = "first-screen.txt"          # in report/
 LARGEST = 3
 
 
@@ -81,12 +77,11 @@ def write(rundir, summaries, results):
     """kernelonly.json and kernelonly-calls.csv in the run directory's analysis/, the first screens in its
     report/first-screen.txt; their paths."""
     rd = RunDir(rundir)
-    out = rd.path / "analysis"
-    out.mkdir(parents=True, exist_ok=True)
-    jpath, cpath = out / JSON_NAME, out / CSV_NAME
-    jpath.write_text(json.dumps({"format": FORMAT, "cases": summaries}, indent=1))
-    (rd.path / "report").mkdir(exist_ok=True)
-    spath = rd.path / "report" / SCREEN_NAME
+    rd.analysis.mkdir(parents=True, exist_ok=True)
+    jpath, cpath = rd.kernelonly_json, rd.kernelonly_csv
+    jpath.write_text(json.dumps({"format": KERNELONLY_FORMAT, "cases": summaries}, indent=1))
+    rd.report.mkdir(exist_ok=True)
+    spath = rd.first_screen_txt
     spath.write_text("\n\n".join(first_screen(s) for s in summaries) + "\n")
     with open(cpath, "w", newline="") as f:
         w = csv.writer(f)

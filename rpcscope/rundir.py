@@ -25,6 +25,15 @@ Layout (format 1):
     analysis/model-TRANSPORT.json   the RTT model of one transport (`rpcscope model`)
     analysis/cache/                 decoded trace columns
     report/index.html, report.md    `rpcscope report`
+
+A run of an RPC rpcscope did not write (`rpcscope run --target`, rpcscope/target_run.py) has no manifest:
+
+    target.json                     what was run (TARGET_FORMAT): the target, procedure, calls, uprobes, cases
+    cases/ID/                       programs/, net/ (tracefs dumps), sockets.json, program.json, case.json,
+                                    uprobes.json (collectors/target.py)
+    analysis/kernelonly.json        step tables and matching per case (KERNELONLY_FORMAT)
+    analysis/kernelonly-calls.csv   every matched call's path K1..K11
+    report/first-screen.txt         the first screens
 """
 import dataclasses
 import json
@@ -57,6 +66,13 @@ RTT_CSV = "rtt.csv"
 RPCS_TABLE = "rpcs.jsonl.gz"
 PROBE_JSON = "probe.json"
 RTP_JSON = "rtp.json"
+# A target's run (rpcscope run --target).
+TARGET_JSON = "target.json"
+TARGET_FORMAT = "rpcscope-target/1"
+KERNELONLY_JSON = "kernelonly.json"          # in analysis/
+KERNELONLY_CSV = "kernelonly-calls.csv"      # in analysis/
+KERNELONLY_FORMAT = "rpcscope-kernelonly/1"
+FIRST_SCREEN_TXT = "first-screen.txt"        # in report/
 
 
 def model_name(transport):
@@ -138,6 +154,23 @@ class RunDir:
     def model_jsons(self):
         """The model files there are, in name order."""
         return sorted(self.analysis.glob(model_name("*")))
+
+    # a target's run
+    @property
+    def target_json(self):
+        return self.path / TARGET_JSON
+
+    @property
+    def kernelonly_json(self):
+        return self.analysis / KERNELONLY_JSON
+
+    @property
+    def kernelonly_csv(self):
+        return self.analysis / KERNELONLY_CSV
+
+    @property
+    def first_screen_txt(self):
+        return self.report / FIRST_SCREEN_TXT
 
     # the report's
     @property

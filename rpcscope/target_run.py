@@ -21,10 +21,7 @@ from .collectors.target import PROGRAMS, TARGETS, capture
 from .collectors.uprobes import resolve
 from .experiments import systems
 from .output import UserError, emit_json
-from .rundir import RunDir
-
-TARGET_FORMAT = "rpcscope-target/1"
-TARGET_JSON = "target.json"
+from .rundir import TARGET_FORMAT, RunDir
 
 
 def plan(target, transports, proc, sizes):
@@ -85,7 +82,7 @@ def cmd_run_target(args, sizes, transports, testbed, main):
         made = True
         cases = capture(target, todo, args.proc, args.calls, args.warmup, out,
                         placement="split" if args.placement == "split" else "one", uprobes=args.uprobe)
-        (out / TARGET_JSON).write_text(json.dumps({
+        RunDir(out).target_json.write_text(json.dumps({
             "format": TARGET_FORMAT, "target": target, "proc": args.proc, "calls": args.calls,
             "warmup": args.warmup, "uprobes": args.uprobe, "left_out": notes,
             "cases": [dataclasses.asdict(c) for c in cases]}, indent=1))

@@ -21,7 +21,7 @@ from contextlib import redirect_stdout
 
 from . import ROOT, testbed
 from .analysis import tracepack
-from .analysis.model import Model
+from .analysis.model import MIN_SIZES, Model
 from .analysis.model_cli import params_table, rows_table
 from .analysis.run import load_run, path_shape, traced_noise_pct
 from .cli import main
@@ -149,7 +149,9 @@ def cmd_run(args):
         if not (d / "rpc-client").exists():
             raise UserError(f"{d}/rpc-client is missing; build it with `{hint}` (make run does)")
 
-    st = Stages(5 + len(transports) + 2, args.json)
+    # The model fits a unit cost where MIN_SIZES fitted sizes count it: with fewer, its stage is left out.
+    fit_model = len(set(sizes) - set(holdout)) >= MIN_SIZES
+    st = Stages(5 + (len(transports) if fit_model else 0) + 2, args.json)
     started_testbed = testbed.load_state() is None
     t0 = time.monotonic()
     result = {"run": str(out), "sizes": sizes, "holdout": holdout, "transports": transports, "models": {}}
@@ -174,7 +176,12 @@ def cmd_run(args):
             st.run("analyze", ["analyze", str(out)])
             st.run("round-trip path", ["rtp", str(out), "--quiet"])
             result["corrected_vs_untraced"] = corrected_vs_untraced(out)
-            for t in transports:
+            if not fit_model:
+                result["model_skipped"] = (f"the model needs {MIN_SIZES} fitted sizes or more, this run has "
+                                           f"{len(set(sizes) - set(holdout))}: no model stage (give more --sizes)")
+                if not args.json:
+                    print(f"\n[model] skipped: {result['model_skipped']}", flush=True)
+            for t in transports if fit_model else []:
                 mfile = RunDir(out).model_json(t)
                 argv = ["model", str(out), "--transport", t, "--holdout", ",".join(map(str, holdout)),
                         "--out", str(mfile)]

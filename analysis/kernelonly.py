@@ -8,13 +8,14 @@
 3. Pair each client socket with the server's: TCP by the reversed 4-tuple; UDP by the server's
    address and port where the client's socket is connected, else the server's UDP socket that took
    the most datagrams while the client's was in use.
-4. Cut the client's operations on a socket into calls: a run of sends (the request) and the run of
-   receives after it (the reply). Each is a range of the byte stream (TCP) or of the datagram
-   sequence (UDP, one position a datagram): the server's receive that takes the request's last
-   position, and its sends that carry the reply's first and last, are the call's on the server.
-5. Walk the call's critical path backwards from each receive's return (the latest switch-in, the
-   waking before it, the device receive before that, the hand-off of the same skb), giving the
-   boundaries T0..T11 of K1..K11, which chain, so that they sum to the call's RTT.
+4. Cut the server's operations on a socket into serves (its receives since its last send, then its
+   sends). Positions are bytes of each direction's stream (TCP) or datagrams (UDP): the client's sends
+   whose last position the serve's receives took are the request (the first one's send begins the
+   call), the serve's sends the reply, and the client's receive of its last position ends the call.
+5. Walk the call's critical path backwards from each receive's return (the receiving thread's last
+   waking before it and its running again after that, the device receive before the waking, the
+   hand-off of the same skb), giving the boundaries T0..T11 of K1..K11, which chain, so that they
+   sum to the call's RTT.
 
     res = analyze_case(case_dir)         # CaseResult: calls, unmatched reasons, per-call steps
 """

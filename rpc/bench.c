@@ -10,8 +10,19 @@
 #include "util.h"
 #include "wire.h"
 
+/* Where the threads meet between their warm-up and their measured calls, so that the measured
+ * window (the first measured call's start to the last one's end) holds measured calls only. A
+ * thread that stops early passes it too; if a thread cannot be created, the rest stop waiting. */
+struct bench_gate {
+    pthread_mutex_t lock;
+    pthread_cond_t open;
+    int arrived, expected;
+};
+
 struct bench_thread {
     const struct bench_config *cfg;
+    struct bench_gate *gate;
+    int passed_gate;
     int index;
     uint64_t *samples;
     uint64_t nsamples, errors, mismatches, first_ns, last_counter;
@@ -25,6 +36,30 @@ struct bench_thread {
     struct cpuspeed_pace pace_before, pace_after; /* the first thread's (bench_config.pace_slices) */
     uint64_t turns, turn_waits;                   /* the first thread's (bench_config.turn_in_fd) */
 };
+
+static void gate_pass(struct bench_thread *t)
+{
+    struct bench_gate *g = t->gate;
+    if (t->passed_gate)
+        return;
+    t->passed_gate = 1;
+    pthread_mutex_lock(&g->lock);
+    if (++g->arrived >= g->expected)
+        pthread_cond_broadcast(&g->open);
+    while (g->arrived < g->expected)
+        pthread_cond_wait(&g->open, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* The gate expects only the threads that exist (pthread_create failed for the others). */
+static void gate_expect(struct bench_gate *g, int n)
+{
+    pthread_mutex_lock(&g->lock);
+    g->expected = n;
+    if (g->arrived >= g->expected)
+        pthread_cond_broadcast(&g->open);
+    pthread_mutex_unlock(&g->lock);
+}
 
 /* The calling thread's voluntary and involuntary context switches so far. */
 static void thread_switches(uint64_t *vol, uint64_t *invol)
@@ -173,12 +208,14 @@ static void *bench_thread_main(void *arg)
 
     if (cfg->ncpus && util_pin_cpu(cfg->cpus[t->index % cfg->ncpus])) {
         snprintf(t->error, sizeof t->error, "%s", util_error());
+        gate_pass(t);
         return NULL;
     }
     if (workload_init(&w, cfg->proc, cfg->size) || client_open(&c, &cfg->client, (uint64_t)t->index + 1)) {
         snprintf(t->error, sizeof t->error, "%s", util_error());
         t->errors++;
         workload_free(&w);
+        gate_pass(t);
         return NULL;
     }
     turns_init(&turns, t->index == 0 ? cfg->turn_in_fd : -1, cfg->turn_out_fd, cfg->turn_calls, cfg->turn_ns);
@@ -194,15 +231,16 @@ static void *bench_thread_main(void *arg)
     for (uint64_t i = 0; i < 1 + cfg->warmup + cfg->calls; i++) {
         uint64_t t0, t1;
         if (i == 1 + cfg->warmup) {
+            gate_pass(t);
             thread_switches(&vol0, &invol0);
             counting = 1;
         }
         make_args(&w, cfg->proc, cfg->size, c.seq + 1, &a);
         t0 = util_now_ns();
+        if (i == 1 + cfg->warmup)
+            t->start_ns = t0;
         rc = proc_call(&c, cfg->proc, &a, &r);
         t1 = util_now_ns();
-        if (i == 0)
-            t->start_ns = t1;
         if (!rc && cfg->check)
             rc = check_result(&w, cfg->proc, &a, &r, &t->last_counter);
         if (rc) {
@@ -221,7 +259,8 @@ static void *bench_thread_main(void *arg)
             t->first_ns = t1 - t0;
         else if (i > cfg->warmup && !rc)
             t->samples[t->nsamples++] = t1 - t0;
-        t->end_ns = t1;
+        if (i > cfg->warmup)
+            t->end_ns = t1;
         if (t1 > stop_at)
             break;
         if (turns_after_call(&turns, util_now_ns(), &yielded)) {
@@ -243,6 +282,7 @@ static void *bench_thread_main(void *arg)
     t->stats = c.stats;
     t->turns = turns.count;
 out:
+    gate_pass(t);
     t->cpu = util_current_cpu();
     client_close(&c);
     workload_free(&w);
@@ -270,6 +310,9 @@ static void bench_histogram(const uint64_t *sorted, uint64_t n, uint32_t bin_ns,
 int bench_run(const struct bench_config *cfg, struct bench_result *res)
 {
     struct bench_thread *ts = calloc((size_t)cfg->threads, sizeof *ts);
+    struct bench_gate gate = { .lock = PTHREAD_MUTEX_INITIALIZER,
+                               .open = PTHREAD_COND_INITIALIZER,
+                               .expected = cfg->threads };
     uint64_t *all = NULL, n = 0, start = UINT64_MAX, end = 0;
     int rc = UTIL_OK, started = 0;
     pthread_t tids[BENCH_MAX_THREADS];
@@ -281,6 +324,7 @@ int bench_run(const struct bench_config *cfg, struct bench_result *res)
         return util_fail(UTIL_ENOMEM, "calloc(bench threads)");
     for (int i = 0; i < cfg->threads; i++) {
         ts[i].cfg = cfg;
+        ts[i].gate = &gate;
         ts[i].index = i;
         ts[i].samples = malloc((cfg->calls + 1) * sizeof(uint64_t));
         if (!ts[i].samples) {
@@ -292,6 +336,7 @@ int bench_run(const struct bench_config *cfg, struct bench_result *res)
         int e = pthread_create(&tids[i], NULL, bench_thread_main, &ts[i]);
         if (e) {
             rc = util_fail(UTIL_ESYS, "pthread_create(client thread %d) failed", i);
+            gate_expect(&gate, started);
             break;
         }
         started++;

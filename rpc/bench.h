@@ -53,6 +53,8 @@ struct bench_result {
     uint32_t hist[BENCH_HIST_BINS];
     uint32_t hist_len, hist_bin_ns;
     uint64_t hist_from_ns, hist_above;
+    /* wall_s: from the first measured call's start to the last one's end, the threads having met
+     * after their warm-up (no warm-up call falls inside); calls_per_s: measured calls / wall_s. */
     double mean_ns, calls_per_s, wall_s;
     uint64_t last_counter; /* incr: the counter after this run's last call */
     struct client_stats client;

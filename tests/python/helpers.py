@@ -4,7 +4,7 @@
     rpcscope(*args, ...)          run it, bounded in time; by default assert that it exits 0
     rpcscope_json(*args, ...)     run it with --json and parse what it prints
     sh(*argv, ...)                run a system command, bounded in time
-    testbed_for_module(...)       the testbed brought up for one test module and taken down at its end
+    module_testbed(...)       the testbed brought up for one test module and taken down at its end
     processes_in_hosts(...)       what runs in the testbed's namespaces besides their sshd
     CAPTURE_MARKS                 the marks of a module that captures on the testbed
     capture_leftovers(run_dir)    what a capture could leave running: processes, perf, LTTng, tracefs
@@ -66,7 +66,7 @@ def sh(*argv, timeout=60, check=False):
 
 
 @contextlib.contextmanager
-def testbed_for_module(while_down=None):
+def module_testbed(while_down=None):
     """The testbed up for one test module and down at its end, whatever happens, under the tests' hold
     on it (one such module at a time on this machine). A testbed already up would be replaced: the
     module is skipped instead. while_down(): what to check before `up`, with the testbed down."""

@@ -33,9 +33,9 @@ from helpers import (
     capture_leftovers,
     ftrace_instances,
     kernel_events,
+    module_testbed,
     rpcscope,
     sh,
-    testbed_for_module,
 )
 
 from rpcscope.analysis.cpuspeed import cpu_losses
@@ -75,7 +75,7 @@ def _capture_refused_while_down():
 @pytest.fixture(scope="module")
 def testbed():
     """The testbed, up for this module only; one testbed test module at a time on this machine."""
-    with testbed_for_module(while_down=_capture_refused_while_down):
+    with module_testbed(while_down=_capture_refused_while_down):
         yield
 
 

@@ -26,9 +26,9 @@ from helpers import (
     capture_leftovers,
     ftrace_instances,
     kernel_events,
+    module_testbed,
     rpcscope,
     sh,
-    testbed_for_module,
 )
 
 from rpcscope import testbed as testbed_package
@@ -45,7 +45,7 @@ pytestmark = CAPTURE_MARKS
 @pytest.fixture(scope="module")
 def testbed():
     """The testbed, up for this module only; one testbed test module at a time on this machine."""
-    with testbed_for_module():
+    with module_testbed():
         yield
 
 

@@ -9,7 +9,7 @@ import shutil
 
 import helpers
 import pytest
-from helpers import testbed_for_module
+from helpers import module_testbed
 
 CAPTURE = ["--transport", "udp", "--proc", "maxarg", "--calls", "300", "--warmup", "30", "--kernel", "ftrace",
            "--calibration", "quick", "--calibration-calls", "300", "--repeats", "1"]
@@ -30,7 +30,7 @@ def rpcscope(*args, timeout=600):
 
 @pytest.fixture(scope="module")
 def testbed():
-    with testbed_for_module():
+    with module_testbed():
         rpcscope("deploy", timeout=600)
         yield
 

@@ -22,20 +22,21 @@
 import bisect
 import collections
 import dataclasses
+import gzip
 import json
 import pathlib
 import statistics
-import struct
+import types
 
-from rpcscope.collectors import ftrace
-from rpcscope.collectors.target import RECV_SYSCALLS, SEND_SYSCALLS, load_case
 from rpcscope.output import UserError
-from rpcscope.tracepoints.targetsteps import on_path
+from rpcscope.rundir import TARGET_CASE_JSON, TARGET_EVENTS
+from rpcscope.tracepoints.targetsteps import by_id, on_path
 
 from . import uprobesteps
 
 PATH_IDS = tuple(s.id for s in on_path())
-SEND, RECV = frozenset(SEND_SYSCALLS), frozenset(RECV_SYSCALLS)
+SEND = frozenset(e.split("sys_enter_", 1)[1] for e in by_id("K1").kernel_begin)
+RECV = frozenset(e.split("sys_exit_", 1)[1] for e in by_id("K5").kernel_end)
 OPENS = frozenset(("socket", "accept", "accept4"))
 
 
@@ -92,48 +93,18 @@ class CaseResult:
     uprobes: list = dataclasses.field(default_factory=list)   # analysis/uprobesteps.py rows, one per --uprobe
 
 
-# ---------------------------------------------------------------- decoding
+# ---------------------------------------------------------------- reading
 
-def _decoder(fields):
-    parts = []
-    for name, kind, off, size, signed in fields:
-        if kind == "int":
-            code = {1: "b", 2: "h", 4: "i", 8: "q"}[size]
-            parts.append((name, "int", off, "<" + (code if signed else code.upper())))
-        else:
-            parts.append((name, kind, off, size))
-
-    def dec(d):
-        out = {}
-        for p in parts:
-            if p[1] == "int":
-                out[p[0]] = struct.unpack_from(p[3], d, p[2])[0]
-            elif p[1] == "str":
-                out[p[0]] = d[p[2]:p[2] + p[3]].split(b"\0", 1)[0].decode(errors="replace")
-            else:
-                loc = struct.unpack_from("<I", d, p[2])[0]
-                out[p[0]] = d[loc & 0xFFFF:(loc & 0xFFFF) + (loc >> 16)].split(b"\0", 1)[0].decode(errors="replace")
-        return out
-    return dec
-
-
-def read_dump(raw_dir):
-    """[(ts, event, tid, fields)] of one FtraceRecorder dump, in time order, and the events lost."""
-    raw_dir = pathlib.Path(raw_dir)
+def read_events(dump_dir):
+    """[(ts, event, tid, fields)] of one instance's events (collectors/target.py wrote them decoded,
+    rundir.TARGET_EVENTS), in time order."""
+    path = pathlib.Path(dump_dir) / TARGET_EVENTS
     try:
-        formats = json.loads((raw_dir / "formats.json").read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"{raw_dir}: no complete tracefs dump ({e}); capture the case again") from None
-    by_id = {f["id"]: (name, _decoder(f["fields"])) for name, f in formats.items()}
-    out, lost = [], 0
-    for raw in sorted(raw_dir.glob("cpu*.raw")):
-        events, n_lost, _ = ftrace.parse_cpu(raw.read_bytes(), by_id)
-        lost += n_lost
-        for ts, etype, d in events:
-            name, dec = by_id[etype]
-            out.append((ts, name, struct.unpack_from("<i", d, 4)[0], dec(d)))
-    out.sort(key=lambda e: e[0])
-    return out, lost
+        with gzip.open(path, "rt") as f:
+            return [tuple(json.loads(line)) for line in f]
+    except (OSError, ValueError, EOFError) as e:
+        raise UserError(f"{path}: the case's decoded events are missing or damaged ({e}); capture it again") \
+            from None
 
 
 # ---------------------------------------------------------------- sockets and operations
@@ -441,13 +412,17 @@ def match_pair(client_ops, server_ops, udp, timeline, label, unmatched):
 def analyze_case(case_dir):
     """The CaseResult of one captured target case."""
     case_dir = pathlib.Path(case_dir)
-    tc = load_case(case_dir)
+    try:
+        tc = types.SimpleNamespace(**json.loads((case_dir / TARGET_CASE_JSON).read_text()))
+    except (OSError, ValueError) as e:
+        raise UserError(f"{case_dir}: no target case record ({e}); capture it again with rpcscope run --target") \
+            from None
     try:
         sock = json.loads((case_dir / "sockets.json").read_text())
     except (OSError, ValueError) as e:
         raise UserError(f"{case_dir}/sockets.json: {e}; capture the case again") from None
-    prog, _ = read_dump(case_dir / "programs")
-    net, _ = read_dump(case_dir / "net")
+    prog = read_events(case_dir / "programs")
+    net = read_events(case_dir / "net")
     tgids = {int(k): v for k, v in json.loads((case_dir / "programs" / "tgids.json").read_text()).items()}
     tgids.update({int(k): v for k, v in sock["tids"].items()})
     per, ident = operations(prog, lambda tid: tgids.get(tid, tid), sock["sockets"])

@@ -21,16 +21,19 @@ server's. The client's own JSON (its RTT percentiles) is kept for the comparison
     case/program.json               the client's own report
 """
 import dataclasses
+import gzip
 import json
 import os
 import pathlib
 import re
+import struct
 import subprocess
 import threading
 import time
 
 from rpcscope.experiments import systems
 from rpcscope.output import UserError
+from rpcscope.rundir import TARGET_CASE_JSON, TARGET_EVENTS
 from rpcscope.tracepoints.targetsteps import by_id
 
 from . import ftrace, perf
@@ -340,6 +343,7 @@ def _one_case(target, system, pl, devices, transport, proc, size, calls, warmup,
             servers.check_alive(system, transport)
         progs.dump(case_dir / "programs")
         net.dump(case_dir / "net")
+        lost = write_events(case_dir / "programs") + write_events(case_dir / "net")
     finally:
         if client is not None and client.poll() is None:
             client.kill()
@@ -363,13 +367,67 @@ def _one_case(target, system, pl, devices, transport, proc, size, calls, warmup,
                     dir=str(case_dir), client_pid=client.pid, server_pids=server_pids,
                     program_p50_us=d.get("rtt_ns", {}).get("p50", 0) / 1e3, program_calls=int(d.get("calls", 0)),
                     program_ok=ok, program_error=d.get("first_error") or ("" if ok else err.strip()[-200:]))
-    (case_dir / "case.json").write_text(json.dumps(dataclasses.asdict(tc), indent=1))
+    if lost:
+        print(f"  WARNING: the trace lost {lost} events ({case_dir}); calls around the gaps may not match")
+    (case_dir / TARGET_CASE_JSON).write_text(json.dumps(dataclasses.asdict(tc), indent=1))
     return tc
+
+
+def _decoder(fields):
+    parts = []
+    for name, kind, off, size, signed in fields:
+        if kind == "int":
+            code = {1: "b", 2: "h", 4: "i", 8: "q"}[size]
+            parts.append((name, "int", off, "<" + (code if signed else code.upper())))
+        else:
+            parts.append((name, kind, off, size))
+
+    def dec(d):
+        out = {}
+        for p in parts:
+            if p[1] == "int":
+                out[p[0]] = struct.unpack_from(p[3], d, p[2])[0]
+            elif p[1] == "str":
+                out[p[0]] = d[p[2]:p[2] + p[3]].split(b"\0", 1)[0].decode(errors="replace")
+            else:
+                loc = struct.unpack_from("<I", d, p[2])[0]
+                out[p[0]] = d[loc & 0xFFFF:(loc & 0xFFFF) + (loc >> 16)].split(b"\0", 1)[0].decode(errors="replace")
+        return out
+    return dec
+
+
+def read_dump(raw_dir):
+    """[(ts, event, tid, fields)] of one FtraceRecorder dump, in time order, and the events lost."""
+    raw_dir = pathlib.Path(raw_dir)
+    try:
+        formats = json.loads((raw_dir / "formats.json").read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{raw_dir}: no complete tracefs dump ({e}); capture the case again") from None
+    by_id = {f["id"]: (name, _decoder(f["fields"])) for name, f in formats.items()}
+    out, lost = [], 0
+    for raw in sorted(raw_dir.glob("cpu*.raw")):
+        events, n_lost, _ = ftrace.parse_cpu(raw.read_bytes(), by_id)
+        lost += n_lost
+        for ts, etype, d in events:
+            name, dec = by_id[etype]
+            out.append((ts, name, struct.unpack_from("<i", d, 4)[0], dec(d)))
+    out.sort(key=lambda e: e[0])
+    return out, lost
+
+
+def write_events(raw_dir):
+    """The dump's events decoded, one JSON array a line, into raw_dir/TARGET_EVENTS (what the analysis
+    reads); the events the ring lost."""
+    events, lost = read_dump(raw_dir)
+    with gzip.open(pathlib.Path(raw_dir) / TARGET_EVENTS, "wt", compresslevel=3) as f:
+        for e in events:
+            f.write(json.dumps(e, separators=(",", ":")) + "\n")
+    return lost
 
 
 def load_case(case_dir):
     try:
-        return TargetCase(**json.loads((pathlib.Path(case_dir) / "case.json").read_text()))
+        return TargetCase(**json.loads((pathlib.Path(case_dir) / TARGET_CASE_JSON).read_text()))
     except (OSError, ValueError, TypeError) as e:
         raise UserError(f"{case_dir}: no target case record ({e}); capture it again with rpcscope run --target")\
             from None

@@ -29,8 +29,8 @@ Layout (format 1):
 A run of an RPC rpcscope did not write (`rpcscope run --target`, rpcscope/target_run.py) has no manifest:
 
     target.json                     what was run (TARGET_FORMAT): the target, procedure, calls, uprobes, cases
-    cases/ID/                       programs/, net/ (tracefs dumps), sockets.json, program.json, case.json,
-                                    uprobes.json (collectors/target.py)
+    cases/ID/                       programs/, net/ (tracefs dumps, their events decoded: events.jsonl.gz),
+                                    sockets.json, program.json, case.json, uprobes.json (collectors/target.py)
     analysis/kernelonly.json        step tables and matching per case (KERNELONLY_FORMAT)
     analysis/kernelonly-calls.csv   every matched call's path K1..K11
     report/first-screen.txt         the first screens
@@ -69,6 +69,8 @@ RTP_JSON = "rtp.json"
 # A target's run (rpcscope run --target).
 TARGET_JSON = "target.json"
 TARGET_FORMAT = "rpcscope-target/1"
+TARGET_CASE_JSON = "case.json"               # in cases/ID/: the case and the client's own figures
+TARGET_EVENTS = "events.jsonl.gz"            # in cases/ID/programs/ and net/: the decoded kernel events
 KERNELONLY_JSON = "kernelonly.json"          # in analysis/
 KERNELONLY_CSV = "kernelonly-calls.csv"      # in analysis/
 KERNELONLY_FORMAT = "rpcscope-kernelonly/1"

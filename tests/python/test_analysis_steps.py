@@ -17,7 +17,8 @@ import sys
 import numpy as np
 import pytest
 
-from rpcscope.analysis.rpcs import MEASURED, ROW_ORDER, _attach_zero_ids
+from rpcscope.analysis import native
+from rpcscope.analysis.rpcs import MEASURED, ROW_ORDER, _attach_zero_ids, reconstruct
 from rpcscope.analysis.run import load_run, request_body_bytes, window_count
 from rpcscope.analysis.steps import CSV_COLUMNS, analyze, probe_split_rows, split_corrected
 from rpcscope.tracepoints import STEPS, applicable
@@ -74,7 +75,6 @@ def test_files_and_structure(result):
     j = json.loads((out / "steps.json").read_text())
     assert len(j["steps"]) == len(rows) and len(j["rtt"]) == len(run.cases)
     # Which reader decoded each case's traces: rpcscope's own CTF reader where the extractor is built.
-    from rpcscope.analysis import native
     want = "ust: ctfread; kernel: ctfread" if native.available() else "ust: bt2-python; kernel: bt2-python"
     assert [r["trace_readers"] for r in j["rtt"]] == [want] * len(run.cases)
 
@@ -195,7 +195,6 @@ def test_conditions_from_manifest(tmp_path):
 def test_calls_without_their_end_are_left_out_and_the_rest_unchanged(tmp_path):
     """Calls whose c21_end is gone (a truncated trace, lost events) are excluded and counted; every other
     call keeps exactly the rows it has in the whole trace (the reconstruction renumbers the calls)."""
-    from rpcscope.analysis.rpcs import reconstruct
     d = tmp_path / "run"
     shutil.copytree(RUN, d)
     whole = reconstruct(load_run(d).cases[0])
@@ -233,7 +232,6 @@ def test_calls_without_their_end_are_left_out_and_the_rest_unchanged(tmp_path):
 def test_windows_of_calls_rebuild_what_the_whole_case_does(tmp_path, window_calls):
     """A case rebuilt a window of calls at a time (each window from the events of its own time range)
     has exactly the rows, reasons, exclusions, problems and probe charges of one window holding it all."""
-    from rpcscope.analysis.rpcs import reconstruct
     d = tmp_path / "run"
     shutil.copytree(RUN, d)
     for whole_case, win_case in zip(load_run(d).cases, load_run(d).cases):

@@ -20,6 +20,7 @@ import pytest
 from helpers import REPO, RPCSCOPE, rpcscope
 
 from rpcscope.collectors import leftovers as lo, lttng as clttng, perf as cperf
+from rpcscope.collectors.capture import BASE_PORT
 from rpcscope.testbed import held_by_tests
 from rpcscope.testbed.config import STATE_DIR
 
@@ -218,7 +219,6 @@ def test_testbed_down_after_a_kill_removes_the_tracefs_instance(testbed, tmp_pat
 def test_a_port_held_by_something_else_is_named_not_taken_for_a_leftover(testbed, tmp_path):
     """A port the capture's first server needs, held by a process that is no capture's: the capture says
     so in one line (exit 2) and removes nothing of it."""
-    from rpcscope.collectors.capture import BASE_PORT
     holder = subprocess.Popen(["ip", "netns", "exec", SERVER_NS, sys.executable, "-c",
                                "import socket, time; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
                                f"s.bind(('198.18.0.3', {BASE_PORT + 1})); print('bound', flush=True); time.sleep(60)"],

@@ -1,10 +1,13 @@
 """The one CLI: `rpcscope --help` and every subcommand's --help work and show examples."""
+import io
+import os
 import subprocess
 import sys
 
 import pytest
 
 from rpcscope.cli import COMMAND_MODULES, build_parser
+from rpcscope.output import ReaderGoneSafe
 
 
 def _choices(ap, dest):
@@ -78,10 +81,6 @@ def test_a_reader_that_goes_away_is_no_error(argv):
 def test_output_goes_on_after_its_reader_has_gone():
     """ReaderGoneSafe: the write that meets the closed pipe and every later one succeed (dropped), so
     what follows a print, such as a clean-up, still runs; the descriptor then leads to /dev/null."""
-    import io
-    import os
-
-    from rpcscope.output import ReaderGoneSafe
     r, w = os.pipe()
     os.close(r)
     out = ReaderGoneSafe(io.TextIOWrapper(os.fdopen(w, "wb", buffering=0), line_buffering=True))

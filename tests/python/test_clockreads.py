@@ -4,11 +4,12 @@ clock build over loopback (its marks as rpc-server and rpc-client write them).""
 import gzip
 import json
 import subprocess
+import types
 
 import numpy as np
 import pytest
 
-from rpcscope.analysis.clockreads import clock_rows, row_marks
+from rpcscope.analysis.clockreads import case_clock_reads, clock_rows, row_marks
 from rpcscope.analysis.traceread import TraceError, read_clockmarks
 
 LOOPBACK = "127.0.0.1"
@@ -157,9 +158,6 @@ def test_the_clock_build_in_ring_mode_over_loopback(rpc_bin, rpc_server, tmp_pat
 def test_a_case_without_clock_reads_or_with_broken_ones(tmp_path):
     """case_clock_reads: None where the capture made no clock run; the capture's own error where the run
     failed; the reader's where its files are gone; else the rows and the run's figures."""
-    import types
-
-    from rpcscope.analysis.clockreads import case_clock_reads
 
     def case(meta):
         return types.SimpleNamespace(meta=dict(meta, dir="cases/x"), run=types.SimpleNamespace(path=tmp_path),

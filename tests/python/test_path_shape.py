@@ -3,8 +3,8 @@ sleeps_per_call, analysis/run.py path_shape); no testbed needed: the counts are 
 import json
 import pathlib
 
-from rpcscope.analysis.run import histogram_modes, modes_label, path_shape, untraced_modes
-from rpcscope.collectors.capture import sleeps_per_call
+from rpcscope.analysis.run import histogram_modes, modes_label, other_path_counts, path_shape, untraced_modes
+from rpcscope.collectors.capture import ipi_counts, ipi_delta, sleeps_per_call
 
 
 def _res(voluntary, calls=1000):
@@ -49,7 +49,6 @@ INTERRUPTS = """            CPU0       CPU1
 
 
 def test_ipis_per_cpu_from_proc_interrupts(tmp_path):
-    from rpcscope.collectors.capture import ipi_counts, ipi_delta
     f = tmp_path / "interrupts"
     f.write_text(INTERRUPTS)
     before = ipi_counts(f)
@@ -82,7 +81,6 @@ def test_interrupts_only_the_traced_run_took_are_another_path_too():
     """A captured UDP 0 case: the traced run's CPUs got 0.24 and 0.21 IPIs a call, the untraced
     run's none, the sleeps alike. They landed on the traced path (its typical S2, the server's wake-up,
     5.3 us against 2.7-2.8 elsewhere), so the traced run took another path, and sleeps count either way."""
-    from rpcscope.analysis.run import other_path_counts
     meta = {"sleeps_per_call": {"untraced": {"client": 1.0, "server": 1.0, "client_ipi": 0.0, "server_ipi": 0.0},
                                 "traced": {"client": 0.999, "server": 1.026, "client_ipi": 0.237, "server_ipi": 0.206}}}
     assert path_shape(meta)["same"] is False

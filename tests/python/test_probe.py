@@ -1,14 +1,47 @@
 """analysis/probe.py's solve (the in-situ probe costs), collectors/idle.py (the idle policy), which
 round of a capture's sweeps is kept and the disk a capture needs (collectors/capture.py)."""
+import json
 import math
 import os
+import pathlib
+import time
+import types
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from rpcscope.analysis import probe
-from rpcscope.collectors import idle
+from rpcscope.analysis.run import Run
+from rpcscope.collectors import ftrace, idle
+from rpcscope.collectors.capture import (
+    DEFAULT_REPEATS,
+    FINISH_SECONDS_PER_CASE as F,
+    KIND_ORDER,
+    LEVEL_GAP,
+    MAX_EXTRA_ROUNDS,
+    TURNS_REPEATS,
+    Capture,
+    check_disk,
+    choose_sweep,
+    disk_needed,
+    fastest_round,
+    level_rounds,
+    round_speeds,
+    run_levels,
+    settled_rounds,
+    straddle_pct,
+    sweeps_end,
+    sweeps_settled,
+    sweeps_summary,
+    turn_buffer_kb,
+    turns_kept_round,
+    turns_spread_pct,
+    unsettled_transports,
+    validate,
+)
 from rpcscope.output import UserError
+from rpcscope.pipeline import AFTER_CAPTURE_SECONDS, capture_deadline, run_repeats
 
 
 def _per(costs, counts, alone=None):
@@ -79,8 +112,6 @@ def test_a_point_whose_rounds_spread_widely_does_not_set_the_costs():
 def test_held_out_cases_are_corrected_but_correct_no_other():
     """capture --holdout: a size the model predicts is corrected at its transport's per-event prices,
     which no held-out case helped to solve (fixture: real UDP points of an ftrace capture)."""
-    import json
-    import pathlib
     fixture = pathlib.Path(__file__).parent / "fixtures" / "probe-points-udp-ftrace.json"
     pts = json.loads(fixture.read_text())["points"]
     held = ["udp-maxarg-1393", "udp-maxarg-6000"]
@@ -120,7 +151,6 @@ def _sweeps(rounds):
 
 
 def test_the_kept_sweep_is_the_one_in_the_prevailing_speed_level():
-    from rpcscope.collectors.capture import choose_sweep, sweeps_settled
     # Shaped on a capture (us): the host was in its faster level in round 0 only, and
     # round 4 had a burst in 1392's traced run.
     p50s = _sweeps([("udp-0", "untraced", [16.4, 21.5, 21.4, 21.2, 21.2]),
@@ -134,7 +164,6 @@ def test_the_kept_sweep_is_the_one_in_the_prevailing_speed_level():
 
 
 def test_a_sweep_across_a_switch_of_level_is_not_kept():
-    from rpcscope.collectors.capture import choose_sweep, sweeps_settled
     # The level changed inside round 2: its first case is fast, its second slow; rounds 0-1 slow, 3-4
     # fast. Round 2 lies nearest the per-case medians (17.7 and 27.4) but agrees with no other round.
     p50s = _sweeps([("tcp-0", "untraced", [22.4, 22.6, 17.6, 17.5, 17.7]),
@@ -149,7 +178,6 @@ def test_a_sweep_across_a_switch_of_level_is_not_kept():
 
 
 def test_with_no_settled_sweep_each_size_keeps_its_fastest_whole_round():
-    from rpcscope.collectors.capture import fastest_round
     # A capture, UDP 1393 (us): the level changed every few seconds; only round 4 ran
     # every kind in the faster level (round 8's traced run was in the slower one).
     case = {("udp-1393", "untraced"): [26.5, 26.4, 26.6, 21.1, 21.1, 26.4, 26.7, 26.5, 21.1],
@@ -168,7 +196,6 @@ def test_the_fastest_whole_round_has_every_kind_in_one_level():
     user-only and traced runs in the slower one, so its runs were together the fastest; its user share
     (8.8 us against a median 5.0) strays 14 % of the RTT. The kept round is the fastest of those whose
     kinds agree with the others' probe effect: round 6."""
-    from rpcscope.collectors.capture import fastest_round, straddle_pct
     case = {("udp-1392", "untraced"): [21.0, 26.6, 26.8, 26.8, 26.8, 26.6, 26.4, 26.8, 32.0],
             ("udp-1392", "ust"): [29.8, 31.3, 31.8, 31.8, 34.2, 31.6, 31.4, 31.3, 34.9],
             ("udp-1392", "traced"): [42.4, 41.9, 42.5, 47.0, 42.4, 41.7, 42.0, 42.3, 42.3]}
@@ -181,7 +208,6 @@ def test_the_fastest_whole_round_has_every_kind_in_one_level():
 
 
 def test_equal_sweeps_keep_the_earliest():
-    from rpcscope.collectors.capture import choose_sweep, sweeps_settled
     assert choose_sweep(_sweeps([("a", "untraced", [10, 10, 10])]))[:2] == (0, [0, 1, 2])
     # Every round agrees with every other; rounds 1 and 3 are equally central: the earlier is kept.
     assert choose_sweep(_sweeps([("a", "untraced", [10.2, 10, 9.9, 10.1])]))[0] == 1
@@ -189,7 +215,6 @@ def test_equal_sweeps_keep_the_earliest():
 
 
 def test_a_capture_that_cannot_fit_on_disk_is_refused_before_it_starts(tmp_path):
-    from rpcscope.collectors.capture import MAX_EXTRA_ROUNDS, check_disk, disk_needed
     p = {"calls": 2000, "warmup": 200, "repeats": 5, "sizes": [0, 24096], "transports": ["udp", "tcp"]}
     # UDP 24096 is 7 fragments: (1 + 1) + (7 + 1) packets a call per round, 9 rounds at most, + the kept ones.
     udp, tcp = 2200 * 10 * 4000, 2200 * 4 * 4000
@@ -222,9 +247,6 @@ def test_idle_poll_holds_the_pm_qos_request_only_while_entered():
 def test_in_situ_calibrations_per_transport_and_in_the_older_form(tmp_path):
     """The manifest's in-situ calibration: one per transport (calibration_in_situ.transports), or, in
     runs made before that, one for the first transport at the top level."""
-    import json
-
-    from rpcscope.analysis.run import Run
     size0 = {"dir": "calibration-in-situ/udp/0", "p50_median_ns": {"untraced": 1, "ust": 2, "both": 3}}
     new = {"complete": True, "rounds": 3, "transports": {
         "udp": {"transport": "udp", "proc": "maxarg", "calls": 10, "warmup": 1, "sizes": {"0": size0}},
@@ -248,7 +270,6 @@ PER_CASE_COUNTS = {0: (33, 12, 12), 4016: (49, 36, 29), 16064: (71, 90, 64), 240
 def _per_case_run(tmp_path, monkeypatch, true, user_only_runs):
     """(run, cases): a capture's UDP cases whose p50s follow exactly the per-event costs true (user, net,
     other) over PER_CASE_COUNTS, with or without user-only runs, their path walks stubbed."""
-    import types
     cases = []
     for size, (u, n, o) in PER_CASE_COUNTS.items():
         base = 10000 + size
@@ -270,7 +291,6 @@ def _per_case_run(tmp_path, monkeypatch, true, user_only_runs):
 def test_every_case_takes_its_transports_prices(tmp_path, monkeypatch):
     """Each case is corrected at the per-event prices solved over every case of its transport; on exact
     data those are the true ones, and a case's probe cost is its path's events at them."""
-    import types
     true = (150.0, 390.0, 390.0)
     run, cases = _per_case_run(tmp_path, monkeypatch, true, user_only_runs=True)
     got = probe.in_situ(run)
@@ -306,7 +326,6 @@ def test_per_case_costs_need_no_user_only_runs(tmp_path, monkeypatch):
         assert got["cases"][c.id]["ust_event_ns"] == pytest.approx(true[0])
 
 def test_the_sweeps_summary_names_the_kept_round_and_an_unsettled_transport():
-    from rpcscope.collectors.capture import sweeps_summary
     sw = {"udp": {"rounds": 5, "extra_rounds": 2, "kept_round": 4, "agreeing_rounds": [4, 5, 6], "settled": True,
                   "agree_pct": 3.0},
           "tcp": {"rounds": 5, "extra_rounds": 4, "kept_round": 1, "agreeing_rounds": [1, 2], "settled": False,
@@ -323,7 +342,6 @@ def test_the_sweeps_summary_names_the_kept_round_and_an_unsettled_transport():
 
 
 def test_extra_sweeps_end_when_settled_at_the_most_rounds_or_past_their_seconds():
-    from rpcscope.collectors.capture import MAX_EXTRA_ROUNDS, sweeps_end
     nine = [16.0] * 9
     assert sweeps_end([0, 1, 2], 9, 9, nine, 90) == "settled"
     assert sweeps_end([0], 1, 1, [16.0], 90) == "single round"
@@ -338,7 +356,6 @@ def test_extra_sweeps_end_when_settled_at_the_most_rounds_or_past_their_seconds(
 
 
 def test_extra_sweeps_end_where_another_would_pass_the_capture_deadline():
-    from rpcscope.collectors.capture import sweeps_end
     nine = [16.0] * 9
     assert sweeps_end([0, 4], 9, 9, nine, 90, seconds_left=16.5) is None        # one more fits
     assert sweeps_end([0, 4], 9, 9, nine, 90, seconds_left=15.5) == "capture deadline"
@@ -350,10 +367,6 @@ def test_extra_sweeps_end_where_another_would_pass_the_capture_deadline():
 def test_the_seconds_left_set_aside_what_must_follow_the_extra_sweeps():
     """Capture.seconds_left: the deadline less the time taken, this transport's finishes, and every later
     transport's planned sweeps (at this one's median sweep) and finishes."""
-    import time
-    from types import SimpleNamespace
-
-    from rpcscope.collectors.capture import FINISH_SECONDS_PER_CASE as F, Capture
     cap = SimpleNamespace(p={"deadline_seconds": 300.0, "transports": ["udp", "tcp"], "sizes": [0, 4016, 8032]},
                           started=time.monotonic() - 100.0)
     left = Capture.seconds_left(cap, "udp", 9, [10.0, 12.0, 11.0])
@@ -365,14 +378,12 @@ def test_the_seconds_left_set_aside_what_must_follow_the_extra_sweeps():
 
 
 def test_the_run_gives_its_capture_what_the_stages_after_it_leave():
-    from rpcscope.pipeline import AFTER_CAPTURE_SECONDS, capture_deadline
     assert capture_deadline(480, 40.2) == ["--deadline-seconds", f"{480 - 40.2 - AFTER_CAPTURE_SECONDS:.0f}"]
     assert capture_deadline(480, 470) == ["--deadline-seconds", "1"]      # past it already: no extra sweep
     assert capture_deadline(0, 40) == []                                   # --max-seconds 0: no limit
 
 
 def test_a_capture_whose_extra_sweeps_ran_out_of_seconds_says_so():
-    from rpcscope.collectors.capture import sweeps_summary
     sw = {"udp": {"rounds": 9, "extra_rounds": 5, "kept_round": 0, "agreeing_rounds": [0], "settled": False,
                   "agree_pct": 3.0, "ended": "extra-sweep seconds", "extra_sweep_seconds": 90.0}}
     assert "NOT settled" in sweeps_summary(sw) and "ended by their 90 s: --extra-sweep-seconds" in sweeps_summary(sw)
@@ -383,7 +394,6 @@ def test_a_capture_whose_extra_sweeps_ran_out_of_seconds_says_so():
 
 
 def test_unsettled_transports_are_those_whose_sweeps_never_settled():
-    from rpcscope.collectors.capture import unsettled_transports
     man = {"sweeps": {"udp": {"settled": True}, "tcp": {"settled": False}}}
     assert unsettled_transports(man, ["udp", "tcp"]) == ["tcp"]
     assert unsettled_transports(man, ["udp"]) == []
@@ -394,7 +404,6 @@ def test_unsettled_transports_are_those_whose_sweeps_never_settled():
 def test_a_points_differences_are_the_medians_of_its_level(monkeypatch):
     """case_point: the events on the path from the kept traced run, the p50 differences from the medians
     of the rounds in the kept round's level when each kind has three; else the kept round's own."""
-    import types
     monkeypatch.setattr(probe, "_path_events", lambda c: (64, np.array([33.0, 12.0, 12.0]), np.zeros((2, 3))))
     rep = {"untraced_p50_ns": [26_600, 20_000, 20_400, 26_800, 20_200],
            "ust_p50_ns": [31_000, 24_000, 24_800, 31_200, 24_600],
@@ -421,7 +430,6 @@ def test_with_no_settled_sweep_every_size_keeps_a_round_in_one_level():
     the fastest whole round by straddle_pct was a slow one (round 5) while 0 kept a fast one: the model
     missed 8032 by +17.7 %. level_rounds keeps both in the faster level, each at its most central
     whole round there."""
-    from rpcscope.collectors.capture import LEVEL_GAP, fastest_round, level_rounds, run_levels
     p50s = {("udp-0", "untraced"): [16.9, 21.2, 21.3, 16.8, 16.7, 16.9, 21.9, 16.8, 21.3],
             ("udp-0", "ust"): [21.5, 25.9, 25.6, 21.4, 21.3, 21.8, 25.7, 21.4, 25.6],
             ("udp-0", "traced"): [29.8, 34.8, 29.8, 29.5, 29.7, 29.6, 34.4, 29.8, 34.4],
@@ -454,7 +462,6 @@ def test_a_whole_round_whose_probe_effect_strays_is_not_kept():
     whole in the faster level. Its probe effect strays from every other round's, so the size falls back
     to its fastest whole round by straddle_pct, never round 7. 8032 of another such capture keeps a fast
     round: there the probe effect is judged among the three fast rounds, not against the slow ones."""
-    from rpcscope.collectors.capture import level_rounds, straddle_pct
     case = {("udp-16064", "untraced"): [113.5, 123.0, 114.6, 126.5, 111.2, 114.2, 114.6, 116.3, 114.2],
             ("udp-16064", "ust"): [148.1, 120.9, 124.3, 125.5, 121.4, 124.4, 124.6, 100.0, 141.2],
             ("udp-16064", "traced"): [190.2, 189.2, 152.5, 175.8, 170.4, 172.6, 173.3, 149.5, 172.4]}
@@ -472,7 +479,6 @@ def test_the_level_is_one_where_every_size_has_a_whole_round():
     """A capture, UDP (us): 0 had whole rounds in both levels, 24096 none in the faster
     one (round 1's traced run sat in a third level: its probe effect strays 15 % of the RTT), so both
     keep a round in the slower level, not 0 fast beside 24096 slow (the old rule: -8.1 % at 8032)."""
-    from rpcscope.collectors.capture import level_rounds, run_levels
     p50s = {("udp-0", "untraced"): [16.9, 16.7, 16.4, 21.3, 21.1, 21.2, 21.7, 21.1, 21.3],
             ("udp-0", "ust"): [26.1, 21.3, 20.6, 25.6, 25.5, 25.6, 21.3, 25.6, 25.8],
             ("udp-0", "traced"): [34.9, 30.1, 30.4, 34.5, 29.6, 34.5, 30.1, 34.5, 34.6],
@@ -493,7 +499,6 @@ def test_a_kind_that_never_ran_in_the_faster_level_is_placed_by_when_it_ran():
     level, the faster level won (five sizes each) and both fell back to slow rounds beside fast ones
     (the model missed them by +19 and +14 %). Such a kind takes the level of the runs beside it in time:
     slow, so every size keeps a round in the slower level."""
-    from rpcscope.collectors.capture import KIND_ORDER, level_rounds, run_levels
     p50s = {("udp-0", "untraced"): [16.9, 22.0, 21.5, 21.3, 21.1, 21.4, 21.2, 24.1, 21.2],
             ("udp-0", "ust"): [21.3, 25.8, 25.8, 26.0, 25.8, 25.6, 25.4, 27.8, 25.4],
             ("udp-0", "traced"): [29.9, 34.7, 35.8, 34.8, 34.3, 34.4, 34.3, 34.6, 34.3],
@@ -524,7 +529,6 @@ def test_a_settled_sweeps_round_whose_kind_caught_a_burst_is_not_kept_for_that_s
     user-only runs: Measured, the median of the three, came out 9 % high (+8.0 % error). Such rounds
     are dropped for that size, and its kept round is the one left; a size whose rounds agree keeps the
     sweep's."""
-    from rpcscope.collectors.capture import settled_rounds, sweeps_summary
     p50s = {("udp-16064", "untraced"): [88.5, 88.2, 113.3, 127.9, 123.7, 89.9, 114.2, 113.0],
             ("udp-16064", "ust"): [98.3, 97.9, 123.3, 125.6, 123.2, 125.7, 123.6, 123.5],
             ("udp-16064", "traced"): [148.1, 148.0, 171.0, 174.0, 172.8, 149.5, 173.8, 172.5],
@@ -545,8 +549,6 @@ def test_a_split_that_one_point_moves_is_not_kept(monkeypatch):
     Apart predicts a left-out point a little better (2.8 % rms against 2.9 %, a quiet 4016 weighing most),
     but leaving 1392 out moves the user event's cost from 54 to 224 ns; one cost for every event is used,
     and every case is corrected with costs within a few per cent of each other."""
-    import json
-    import pathlib
     pts = json.loads((pathlib.Path(__file__).parent / "fixtures" / "probe-points-tcp-5000.json").read_text())["points"]
     cu, ck, method, form = probe.solve(pts)
     assert form == "pooled" and cu == ck, method
@@ -567,8 +569,6 @@ def test_a_split_that_one_point_moves_is_kept_where_the_event_ratios_differ(monk
     out moves a cost by 28 %, a noisy point, and one cost for every event predicts a left-out point far
     worse (17.9 % rms against 6.6 %). The split is kept; with the move limit applied regardless of the
     ratios, one cost for every event would be used."""
-    import json
-    import pathlib
     fixture = pathlib.Path(__file__).parent / "fixtures" / "probe-points-udp-6-spread.json"
     pts = json.loads(fixture.read_text())["points"]
     cu, ck, method, form = probe.solve(pts)
@@ -611,7 +611,6 @@ def test_three_points_in_one_event_ratio_are_pooled_even_where_apart_predicts_be
 def test_runs_taking_turns_keep_the_round_whose_probe_effects_are_central():
     """capture --turns: one round for every size, the one whose runs lie nearest the rounds' middle once
     each round's speed is taken out; a round the host slowed in every kind alike is no worse."""
-    from rpcscope.collectors.capture import round_speeds, turns_kept_round, turns_spread_pct
     # ratios a: 1.5, 1.5, 1.65; b: 1.44, 1.4, 1.4. Round 1 is 30 % slower in every kind and at both
     # medians; round 0's b is 3 % off them, round 2's a 10 %.
     p50s = {("a", "untraced"): [20.0, 26.0, 20.0], ("a", "traced"): [30.0, 39.0, 33.0],
@@ -629,15 +628,12 @@ def test_runs_taking_turns_keep_the_round_whose_probe_effects_are_central():
 
 
 def test_a_turn_buffer_holds_its_runs_events_within_bounds():
-    from rpcscope.collectors import ftrace
-    from rpcscope.collectors.capture import turn_buffer_kb
     assert turn_buffer_kb(100, 1) == 8192                             # the floor
     assert turn_buffer_kb(5200, 6) == 5200 * 280 * 48 * 2 // 1024     # UDP 24096: room twice over
     assert turn_buffer_kb(10_000_000, 6) == ftrace.BUFFER_KB          # the ceiling
 
 
 def test_turns_take_a_kernel_collector_that_can_pause():
-    from rpcscope.collectors.capture import validate
     p = {"proc": "maxarg", "sizes": [0], "calls": 10, "warmup": 0, "wait": "select", "transports": ["udp"],
          "placement": "same", "turns": True, "kernel": "perf"}
     with pytest.raises(UserError, match="--turns takes --kernel ftrace"):
@@ -650,10 +646,6 @@ def test_turns_take_a_kernel_collector_that_can_pause():
 
 
 def test_the_run_makes_fewer_rounds_taking_turns_unless_told():
-    from types import SimpleNamespace
-
-    from rpcscope.collectors.capture import DEFAULT_REPEATS, TURNS_REPEATS
-    from rpcscope.pipeline import run_repeats
     assert run_repeats(SimpleNamespace(repeats=None, turns="on")) == TURNS_REPEATS < DEFAULT_REPEATS
     assert run_repeats(SimpleNamespace(repeats=None, turns="off")) == DEFAULT_REPEATS
     assert run_repeats(SimpleNamespace(repeats=4, turns="on")) == 4

@@ -12,6 +12,8 @@ from rpcscope.analysis import model as M
 from rpcscope.analysis.network import Link
 from rpcscope.analysis.pathsim import BYTE_UNITS, CLASSES, Workload, call_path
 from rpcscope.cli import main
+from rpcscope.reports import report as R, svg as svgfig
+from rpcscope.reports.report import clock_check_tables
 
 FIX = Path(__file__).parent / "fixtures" / "run-udp-small"
 
@@ -114,7 +116,6 @@ def test_report_draws_the_clients_histogram_of_every_call(run, tmp_path, capsys)
     """Where the client recorded rtt_hist (rpc-client --json; the fixture has none, so a two-mode
     one is written in as a client records it), the CDF follows its bins and a
     histogram figure shows both modes, with the calls beyond its range counted in the legend."""
-    from rpcscope.reports import report as R, svg
     d = tmp_path / "run"
     shutil.copytree(run, d)
     case = json.loads((d / "manifest.json").read_text())["cases"][0]
@@ -132,7 +133,7 @@ def test_report_draws_the_clients_histogram_of_every_call(run, tmp_path, capsys)
     assert "untraced (client histogram) (10 of 1000 beyond" in html
     assert f"{case['dir']}/client-untraced.json rtt_hist" in html
     # The shown range ends where 99.5 % of the calls are, so the slow mode (at 30 us) is in it.
-    fig = svg.binned_histograms({"u": {"from_us": 20.0, "bin_us": 0.1, "counts": counts, "above": 10}}, "t")
+    fig = svgfig.binned_histograms({"u": {"from_us": 20.0, "bin_us": 0.1, "counts": counts, "above": 10}}, "t")
     bars = re.findall(r'<path class="series" d="([^"]+)"', fig)[0]
     assert bars.count("V") >= 4, bars
 
@@ -193,7 +194,6 @@ def test_notebook_runs_on_fixture(run, monkeypatch):
 def test_the_clock_check_table_sets_each_corrected_step_beside_the_clock_build():
     """Per transport, a step's corrected median less its clock-read median (ns) per size, and the
     median of their absolute values; steps without a clock figure (kernel-bounded) are not listed."""
-    from rpcscope.reports.report import clock_check_tables
 
     def row(size, step, corr, clock):
         return {"transport": "udp", "size": size, "step": step, "corrected_median_us": corr,

@@ -2,10 +2,12 @@
 kernels with known answers (one packet; a request in three IP fragments; two windows with an
 acknowledgement), and the retiming that takes the probes out of a path. The committed real run is
 test_rtp_real.py's."""
+import types
+
 import numpy as np
 import pytest
 
-from rpcscope.analysis import rtp
+from rpcscope.analysis import rpcs, rpcsteps, rtp
 from rpcscope.analysis.graph import Graph
 from rpcscope.analysis.traceread import KIND
 
@@ -293,7 +295,6 @@ class _KernelEv(_Ev):
 
 def test_the_reconstruction_takes_a_waking_that_races_the_going_to_sleep():
     """rpcs._wake, on the same pattern: the waking before the switch out, the switch in lost."""
-    from rpcscope.analysis import rpcs
 
     rows = [
         (-500, 1, IDLE, "sched_switch", dict(tid2=SERVER, state=0)),
@@ -316,9 +317,6 @@ def test_a_fragment_not_waited_for_leaves_the_call_complete():
     for the second returns at once: no S1/S2 for that one, and call 0 is not failed for it. Call 1's
     only wait did not sleep either: that call waited nowhere (no_wait), which is no failure; without
     `absent` (--wait recv) it fails with the reason."""
-    import types
-
-    from rpcscope.analysis import rpcs
     rows = [
         (20, 0, CLIENT, "softirq_entry", dict(vec=3)),
         (100, 1, SERVER, "sched_switch", dict(tid2=IDLE, state=1)),
@@ -350,9 +348,6 @@ def test_a_reply_not_waited_for_leaves_the_call_whole():
     once (the reply came as it entered it); call 2 has no C14 marks (the reply was there at the
     non-blocking select). Calls 1 and 2 are whole: C14-C16 do not apply to them, C17 is measured for
     call 1 (the blocking wait's return) and does not apply to call 2."""
-    import types
-
-    from rpcscope.analysis import rpcs, rpcsteps
     rows = [
         (100, 1, CLIENT, "sched_switch", dict(tid2=IDLE, state=1)),
         (300, 0, SERVER, "softirq_entry", dict(vec=3)),

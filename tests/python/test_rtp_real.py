@@ -1,6 +1,7 @@
 """The round-trip-path walk (analysis/rtp.py) on the committed real run (fixtures/run-udp-small): the path
 sums to the round trip, its steps, the typical call, the events' cost spread over the path, the
 command line, and a model unit for every segment. Hand-built kernels are test_rtp.py's."""
+import argparse
 import json
 import pathlib
 import shutil
@@ -8,8 +9,9 @@ import shutil
 import numpy as np
 import pytest
 
-from rpcscope.analysis import rtp
+from rpcscope.analysis import rtp, rtp_cli
 from rpcscope.analysis.model_input import observations
+from rpcscope.output import UserError
 
 RUN = pathlib.Path(__file__).parent / "fixtures" / "run-udp-small"
 
@@ -168,10 +170,6 @@ def test_the_typical_path_with_the_split():
 
 
 def _cli(argv, capsys):
-    import argparse
-
-    from rpcscope.analysis import rtp_cli
-    from rpcscope.output import UserError
     ap = argparse.ArgumentParser(prog="rpcscope")
     rtp_cli.register(ap.add_subparsers())
     try:

@@ -8,6 +8,7 @@ import pytest
 
 from rpcscope.analysis.run import other_path_counts
 from rpcscope.analysis.wakeup import after_interrupt_us, run_wake_costs, wake_costs
+from rpcscope.collectors.idle import IdlePolicy
 
 
 def _pt(offset, mean_us, sleeps, ipis, busy=False):
@@ -66,7 +67,6 @@ def test_rpc_wakecal_after_an_interrupt_for_real(rpc_bin):
     iteration takes its interrupt is the VM's timing, so the run's own bookkeeping is what is checked: every
     after iteration is behind a raced or a calm race iteration, the sweep's point is the calm offset's.
     Under the capture's idle policy (polling idle held, collectors/idle.py), as in a capture."""
-    from rpcscope.collectors.idle import IdlePolicy
     with IdlePolicy("poll"):
         cp = subprocess.run([str(rpc_bin("rpc-wakecal", False)), "--sender-cpu", "0", "--receiver-cpu", "1",
                              "--iterations", "400", "--offsets", "-3000:1000:250", "--json"],

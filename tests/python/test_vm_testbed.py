@@ -2,11 +2,11 @@
 `rpcscope deploy` through the roles, a capture through ansible/capture.yml with LTTng's kernel tracer
 in the guest and perf on the namespace client, `rpcscope analyze`; then `testbed down`.
 
-Reduced to fit `make test`: one boot shared by UDP and TCP, 100 calls (+10 warm-up) of maxarg at 4016
-bytes (two PDUs) over each. What a fixture covers stays with it: the injected clock shifts, the
-mapping's arithmetic and the report (test_clock_apply.py, on a capture of this kind). The guest is
-emulated (TCG here), many times slower than this machine: these tests check what the traces hold and
-how they line up, never how fast anything is.
+Reduced (`make test-vm`, about 8 minutes under TCG): one boot shared by UDP and TCP, 100 calls
+(+10 warm-up) of maxarg at 4016 bytes (two PDUs) over each. What a fixture covers stays with it:
+the injected clock shifts, the mapping's arithmetic and the report (test_clock_apply.py, on a
+capture of this kind). The guest is emulated (TCG here), many times slower than this machine: these
+tests check what the traces hold and how they line up, never how fast anything is.
 """
 import json
 import os
@@ -40,7 +40,7 @@ pytestmark = [
                               "(make bootstrap)"),
     pytest.mark.skipif(not vmhost.VM_JSON.exists(),
                        reason="the VM host's kernel, lttng-modules and initramfs are not built: run `make vm` "
-                              "(make test and make test-vm do)"),
+                              "(make test-vm does)"),
 ]
 
 

@@ -26,7 +26,7 @@ import sys
 import pytest
 
 from rpcscope.collectors import lttng as clttng, perf as cperf
-from rpcscope.testbed import held_by_tests
+from rpcscope.testbed import health, held_by_tests, load_state
 from rpcscope.testbed.config import DEFAULT_CLIENT, DEFAULT_SERVER, STATE_DIR
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -74,6 +74,25 @@ def module_testbed(while_down=None):
         if STATE_DIR.exists():
             pytest.skip("a testbed is already up on this machine; this test would replace it "
                         "(run `rpcscope testbed down` first)")
+        try:
+            if while_down:
+                while_down()
+            rpcscope("testbed", "up", "--json", timeout=180)
+            yield
+        finally:
+            rpcscope("testbed", "down", check=False, timeout=180)
+
+
+def shared_testbed(while_down=None):
+    """The testbed for a module that changes nothing on it, under the tests' hold on it: a healthy one
+    already up is used as it is and left up (the hold keeps anyone else's `testbed down` off it
+    meanwhile); else the module brings one up and down. while_down(): what to check before `up`,
+    with the testbed down."""
+    with held_by_tests(wait=1200):
+        st = load_state()
+        if st and not health(st):
+            yield
+            return
         try:
             if while_down:
                 while_down()

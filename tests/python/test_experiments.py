@@ -15,9 +15,7 @@ import shutil
 import subprocess
 
 import pytest
-from helpers import REPO, processes_in_hosts, rpcscope
-
-from rpcscope.testbed import health, held_by_tests, load_state
+from helpers import REPO, processes_in_hosts, rpcscope, shared_testbed
 
 PEERS = REPO / "build" / "peers" / "bin"
 
@@ -36,18 +34,11 @@ def testbed():
     keeps anyone else's `testbed down` off it meanwhile); else this module brings one up and down."""
     if not (PEERS / "grpc-client").exists():
         subprocess.run(["make", "-C", str(REPO), "peers"], check=True, capture_output=True, timeout=900)
-    with held_by_tests(wait=1200):
-        st = load_state()
-        if st and not health(st):
-            yield
-            return
-        try:
-            p = rpcscope("experiment", "netwise", "--calls", "5", check=False)
-            assert p.returncode == 2 and "testbed is down" in p.stderr and "rpcscope testbed up" in p.stderr, p.stderr
-            rpcscope("testbed", "up", "--json", timeout=180)
-            yield
-        finally:
-            rpcscope("testbed", "down", check=False, timeout=180)
+    def refused_while_down():
+        p = rpcscope("experiment", "netwise", "--calls", "5", check=False)
+        assert p.returncode == 2 and "testbed is down" in p.stderr and "rpcscope testbed up" in p.stderr, p.stderr
+
+    yield from shared_testbed(refused_while_down)
 
 
 def test_bad_input_fails_before_anything_starts():

@@ -17,9 +17,9 @@ import subprocess
 import sys
 
 import pytest
+from helpers import shared_testbed
 
 from rpcscope.analysis.kernelonly import PATH_IDS
-from rpcscope.testbed import health, held_by_tests, load_state
 from rpcscope.tracepoints.targetsteps import on_path, target_steps
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -66,16 +66,7 @@ def testbed():
         pytest.skip("the testbed needs root")
     if not all(shutil.which(t) for t in ("ip", "sshd", "rpcbind")) or not (PEERS / "grpc-client").exists():
         pytest.skip("needs iproute2, openssh-server, rpcbind (make bootstrap) and the peers (make peers)")
-    with held_by_tests(wait=1200):
-        st = load_state()
-        if st and not health(st):
-            yield
-            return
-        try:
-            rpcscope("testbed", "up", "--json", timeout=180)
-            yield
-        finally:
-            rpcscope("testbed", "down", check=False, timeout=180)
+    yield from shared_testbed()
 
 
 def check_run(out, n_cases):

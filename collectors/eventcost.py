@@ -20,8 +20,8 @@ all alike:
                   buffer written, read by nobody until the end
   ftrace paused   the same instance with its events enabled but tracing_on 0: what a collector
                   switched off between runs, not ended, costs the calls (its ns per event is per
-                  event hit, at ftrace's events per call: a capture whose runs take turns
-                  switches it at every turn)
+                  event hit, at ftrace's events per call; a capture whose runs take turns
+                  disables a paused instance's events instead, collectors/ftrace.py)
 
 ns per event = (mode's median ns per call - untraced median) / events recorded per call; the
 events recorded are counted back (perf report --stats; the instance's per-CPU entries and

@@ -9,6 +9,11 @@ event_filter: tracefs filters either way), the clock is CLOCK_MONOTONIC (trace_c
 
     rec = FtraceRecorder(events, devices); rec.start()      # the instance, disabled
     rec.enable(); ...run...; rec.disable()                  # (or resume()/pause() around turns)
+
+A paused instance whose events stay enabled still costs every thread that hits one of them: the
+kernel fills the event into a per-CPU scratch buffer and runs its filter before it finds the ring
+switched off. An instance made with events_off_while_paused=True has its events enabled only while it
+records (resume(), pause()), so runs beside its paused turns hit no probe of it at all.
     raw = rec.dump(dest)                                    # the ring, per CPU, into dest/
     rec.stop()                                              # the instance removed
     counts = convert_to_ctf(raw, ctf_dir)                   # {event: n}, lost
@@ -61,8 +66,10 @@ def require():
 class FtraceRecorder:
     """A tracefs instance with the capture's events enabled and filtered; see the module docstring."""
 
-    def __init__(self, events, devices, procnames=perf.PROCNAMES, buffer_kb=BUFFER_KB, name=None, record_tgid=True):
+    def __init__(self, events, devices, procnames=perf.PROCNAMES, buffer_kb=BUFFER_KB, name=None, record_tgid=True,
+                 events_off_while_paused=False):
         self.events = list(events)
+        self.events_off_while_paused = events_off_while_paused
         self.devices = devices
         self.procnames = procnames
         self.buffer_kb = buffer_kb
@@ -88,7 +95,8 @@ class FtraceRecorder:
                 flt = perf.event_filter(ev, self.procnames, self.devices)
                 if flt:
                     _write(d / "filter", flt)
-                _write(d / "enable", "1")
+                if not self.events_off_while_paused:
+                    _write(d / "enable", "1")
         except BaseException:
             self.stop()
             raise
@@ -104,11 +112,21 @@ class FtraceRecorder:
         _write(self.path / "tracing_on", "0")
 
     def resume(self):
-        """Record again, the ring kept (a traced run's turn, collectors/capture.py --turns): enable()
-        less the emptying. A paused instance costs an event hit ~0.4 ns (event-cost's "ftrace paused")."""
+        """Record again, the ring kept (a traced run's turn, collectors/sweeps.py turns_round): enable()
+        less the emptying, the events enabled first where they are off while paused."""
+        if self.events_off_while_paused:
+            self._set_events("1")
         _write(self.path / "tracing_on", "1")
 
-    pause = disable
+    def pause(self):
+        """Stop recording, the ring kept; the events disabled where they are off while paused."""
+        _write(self.path / "tracing_on", "0")
+        if self.events_off_while_paused:
+            self._set_events("0")
+
+    def _set_events(self, value):
+        for ev in self.events:
+            _write(self._event_dir(ev) / "enable", value)
 
     def written(self):
         """Events the ring took since enable(): entries still there plus those overwritten."""

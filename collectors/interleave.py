@@ -78,10 +78,13 @@ class TurnsError(Exception):
 class TurnTaker:
     """One process of take_cooperative_turns: the coordinator's ends of its two pipes (go: the
     coordinator writes a byte to start a turn; done: the process writes a byte to end it, and its end
-    of the pipe closes when it exits), and what it had: turns, seconds in them."""
+    of the pipe closes when it exits), and what it had: turns, seconds in them. A taker with every=N
+    has a turn in one pass of the round robin in N (those whose number is phase modulo N): its turns are
+    N times as long (rpc-client --turn-calls), so it keeps the others' pace."""
 
-    def __init__(self, name):
+    def __init__(self, name, every=1, phase=0):
         self.name = name
+        self.every, self.phase = every, phase % every
         self.go_r, self.go_w = os.pipe()
         self.done_r, self.done_w = os.pipe()
         self.turns = 0
@@ -108,7 +111,7 @@ class TurnTaker:
 
 def take_cooperative_turns(takers, max_seconds, turn_timeout_s=30.0, on_start=None, on_end=None):
     """Give takers (TurnTaker, each a running rpc-client --turn-fds) turns one after another, round
-    robin, until every one has exited; each turn's length is the process's own (rpc-client
+    robin (a taker with every=N in one pass in N), until every one has exited; each turn's length is the process's own (rpc-client
     --turn-calls or --turn-us), and it ends between two calls, so no call is cut in two as SIGSTOP would.
     on_start(taker) runs just before a turn is given and on_end(taker) just after it ends (a tracer switched on and off
     around a traced client's turns). Raises TurnsError when a turn outlasts turn_timeout_s or the
@@ -116,8 +119,11 @@ def take_cooperative_turns(takers, max_seconds, turn_timeout_s=30.0, on_start=No
     TurnTaker.close)."""
     end = time.monotonic() + max_seconds
     live = list(takers)
+    passes = 0
     while live:
         for t in list(live):
+            if passes % t.every != t.phase:
+                continue
             if time.monotonic() > end:
                 raise TurnsError(f"the turns took more than {max_seconds:g} s; {len(live)} process(es) had not "
                                  f"finished ({', '.join(x.name for x in live)})")
@@ -140,4 +146,5 @@ def take_cooperative_turns(takers, max_seconds, turn_timeout_s=30.0, on_start=No
             if not data:
                 t.finished = True
                 live.remove(t)
+        passes += 1
     return takers

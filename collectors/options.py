@@ -42,6 +42,11 @@ PACE_SLICES = 8
 # 24 runs of a UDP round of ~50 ms, within which this host's speed holds (lag-1 correlation 0.4-0.65
 # over 0.09 s).
 TURN_CALLS = 20
+# A traced run's tracefs instance has its events enabled only during the run's turns (collectors/ftrace.py
+# events_off_while_paused), and enabling them takes ~20 ms here (the first syscall event's ~14 ms), so a
+# traced run takes a turn in one pass in this many, of this many times --turn-calls: a fifth of the
+# switching, at the others' pace.
+TRACED_TURN_EVERY = 5
 TURN_CALLS_RANGE = (1, 10000)
 # `rpcscope run`'s rounds taking turns. Seven, not nine: every round counts (a median of the rounds'
 # figures, each over its case's factor), and their noise is 0.4-0.8 % a size with nine; on a slow

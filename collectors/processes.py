@@ -297,11 +297,11 @@ class RpcRuns:
     def client_argv(self, ns, server, port, transport, size, calls, warmup, cpu, traced, clock_out=None,
                     clock_ring=False, turns=None):
         """turns (take_cooperative_turns): (the TurnTaker, how many take turns); the client's time bound
-        grows with them, for it runs one turn in that many."""
+        grows with them, for it runs one turn in that many, and its turns are taker.every times --turn-calls."""
         bindir = rpc_bindir(traced, clock_out)
         max_s = max(30, int(calls * 0.005) + 30) * (turns[1] if turns else 1)
         turn_argv = ["--turn-fds", ",".join(map(str, turns[0].child_fds())),
-                     "--turn-calls", str(self.p.get("turn_calls", TURN_CALLS))] if turns else []
+                     "--turn-calls", str(self.p.get("turn_calls", TURN_CALLS) * turns[0].every)] if turns else []
         return ["ip", "netns", "exec", ns, *aslr_prefix(self.p.get("aslr", "off")), "taskset", "-c", str(cpu),
                 *clock_env(clock_out, clock_ring), "sh", "-c", 'read _go && exec "$@"', "sh",
                 str(bindir / "rpc-client"), "--server", server, "--port", str(port), "--transport", transport,

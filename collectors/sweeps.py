@@ -14,7 +14,7 @@ from rpcscope.output import UserError
 from rpcscope.rundir import sweeps_settled
 
 from . import ftrace, interleave
-from .options import MIN_TURNS_ROUNDS, TURN_CALLS, fragments
+from .options import MIN_TURNS_ROUNDS, TRACED_TURN_EVERY, TURN_CALLS, fragments
 from .processes import ipi_counts, ipi_delta, read_text
 from .rounds import (
     EXTRA_SWEEP_SECONDS,
@@ -171,8 +171,9 @@ class Sweeps:
 
     def turns_round(self, transport, cases, kinds, r, rounds, runs, order):
         """Round r of every case and kind of a transport at once (--turns): a server and a held client
-        each, the traced ones' UST sessions and tracefs instances (one per case, paused), then turns
-        of --turn-calls each, round robin (collectors/interleave.py take_cooperative_turns), with the
+        each, the traced ones' UST sessions and tracefs instances (one per case, paused, its events
+        off), then turns of --turn-calls each (a traced run's: TRACED_TURN_EVERY times as long, in one
+        pass in as many), round robin (collectors/interleave.py take_cooperative_turns), with the
         case's instance recording only while its traced client has the turn. Appends each run to
         runs[case id][kind] as one() does, with its turns.
 
@@ -188,8 +189,8 @@ class Sweeps:
         self.step(f"{transport}: round {r + 1}/{rounds}, {len(members)} runs taking turns")
         evs = self.kernel_event_set() if self.kernel == "ftrace" and "traced" in kinds else []
         try:
-            for m in members:
-                self._turn_start(m, transport, total, len(members), evs)
+            for i, m in enumerate(members):
+                self._turn_start(m, transport, total, len(members), evs, i)
             for m in members:
                 try:
                     m.cl.stdin.write(b"go\n")
@@ -261,9 +262,11 @@ class Sweeps:
             order[cid].append(m.tag)
             self.advance()
 
-    def _turn_start(self, m, transport, total, n_members, evs):
+    def _turn_start(self, m, transport, total, n_members, evs, index):
         """One run of a round taking turns: its server, its client held before exec with its TurnTaker,
-        and for a traced kind its UST session and (evs: the ftrace event set) its paused tracefs instance."""
+        and for a traced kind its UST session and (evs: the ftrace event set) its paused tracefs instance,
+        whose events are enabled only in the run's turns. index: the run's place in the round; a traced
+        run's fewer turns fall in the passes it names (interleave.TurnTaker phase)."""
         case, kind, rdir, tag = m.case, m.kind, m.dir, m.tag
         calls, warmup = self.p["calls"], self.p["warmup"]
         rdir.mkdir(parents=True, exist_ok=True)
@@ -274,7 +277,9 @@ class Sweeps:
         m.srv = self.start_server(self.ns("server"), self.addr("server"), port, transport, self.cpus["server"],
                                   traced, rdir, tag, self.server_wait(transport),
                                   clock_out=clock_out.get("server"), clock_ring=True)
-        m.taker = interleave.TurnTaker(f"{case['id']} {kind}")
+        # A traced run whose instance switches its events per turn takes fewer, longer turns (TRACED_TURN_EVERY).
+        every = TRACED_TURN_EVERY if kind == "traced" and evs else 1
+        m.taker = interleave.TurnTaker(f"{case['id']} {kind}", every=every, phase=index)
         argv, m.timeout = self.client_argv(self.ns("client"), self.addr("server"), port, transport,
                                            case["size"], calls, warmup, self.cpus["client"], traced,
                                            clock_out=clock_out.get("client"), clock_ring=True,
@@ -290,7 +295,8 @@ class Sweeps:
             m.session = self.ust_start(m.ust, total, fragments(case["size"], transport), [m.srv.pid, m.cl.pid])
         if kind == "traced" and evs:
             m.rec = ftrace.FtraceRecorder(evs, self.devices(),
-                                          buffer_kb=turn_buffer_kb(total, fragments(case["size"], transport)))
+                                          buffer_kb=turn_buffer_kb(total, fragments(case["size"], transport)),
+                                          events_off_while_paused=True)
             m.rec.start()
             m.got["kernel_events"] = evs
 

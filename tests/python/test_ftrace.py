@@ -115,6 +115,37 @@ def test_a_recorded_child_reads_back_through_babeltrace(tmp_path):
 
 
 @root_tracefs
+def test_an_instance_with_events_off_while_paused_registers_them_only_while_it_records(tmp_path):
+    # A paused instance whose events stay enabled still runs every hit through its filter (the runs
+    # beside a traced run's paused turns pay for it); with events_off_while_paused its events are
+    # enabled only between resume() and pause(), and what they record in those stretches is kept.
+    evs = ["syscalls:sys_enter_getppid", "syscalls:sys_exit_getppid"]
+    rec = ftrace.FtraceRecorder(evs, ["lo"], procnames=("rpcs-fttest",), buffer_kb=1024,
+                                events_off_while_paused=True)
+    child = ("import ctypes, os\nctypes.CDLL(None).prctl(15, b'rpcs-fttest', 0, 0, 0)\n"
+             "for _ in range(100): os.getppid()\n")
+
+    def enabled():
+        return [(rec.path / "events" / e.replace(":", "/") / "enable").read_text().strip() for e in evs]
+    rec.start()
+    try:
+        assert enabled() == ["0", "0"]
+        for _ in range(2):
+            rec.resume()
+            assert enabled() == ["1", "1"]
+            subprocess.run([sys.executable, "-c", child], check=True)
+            rec.pause()
+            assert enabled() == ["0", "0"]
+            subprocess.run([sys.executable, "-c", child], check=True)     # paused: not recorded
+        raw = rec.dump(tmp_path / "raw")
+    finally:
+        rec.stop()
+    assert not rec.path.exists()
+    counts, lost = ftrace.convert_to_ctf(raw, tmp_path / "ctf")
+    assert lost == 0 and counts["syscalls:sys_enter_getppid"] == counts["syscalls:sys_exit_getppid"] == 200
+
+
+@root_tracefs
 def test_an_unknown_tracepoint_fails_at_start_and_leaves_no_instance():
     rec = ftrace.FtraceRecorder(["syscalls:sys_enter_getppid", "nosuch:event"], ["lo"])
     with pytest.raises(UserError, match="nosuch"):

@@ -139,6 +139,29 @@ def test_real_clients_take_turns_between_calls_until_each_is_done(rpc_bin, rpc_s
     assert begun[:2] == ["client 0", "client 1"]
 
 
+def test_a_taker_with_every_n_has_one_pass_in_n(rpc_bin, rpc_server):
+    # Every pass of the round robin gives client 0 a turn; client 1 (every=3, phase 1) has passes 1, 4,
+    # 7, ... only, in turns three times as long, so both end at about the same pass.
+    import json
+    servers = [rpc_server(transport="udp", executors=0, trace=False) for _ in range(2)]
+    takers = [interleave.TurnTaker("often"), interleave.TurnTaker("seldom", every=3, phase=4)]
+    try:
+        procs = [_turn_client(rpc_bin, t, s.port, 0, 950, ("--turn-calls", str(n))) for t, s, n
+                 in zip(takers, servers, (10, 30))]
+        order = []
+        interleave.take_cooperative_turns(takers, 60, on_start=lambda t: order.append(t.name))
+        results = [json.loads(p.communicate(timeout=30)[0]) for p in procs]
+    finally:
+        for t in takers:
+            t.close()
+    assert all(p.returncode == 0 for p in procs) and all(r["calls"] == 950 for r in results)
+    # 1 + 50 + 950 calls: 100 turns of 10 and a 101st that finds the client gone; 33 turns of 30 and a 34th
+    assert [t.turns for t in takers] == [101, 35] or [t.turns for t in takers] == [101, 34]
+    assert order[:5] == ["often", "often", "seldom", "often", "often"]
+    passes_of_seldom = [order[:i].count("often") for i, n in enumerate(order) if n == "seldom"]
+    assert passes_of_seldom[:3] == [2, 5, 8]      # the turn comes after often's turn in passes 1, 4, 7
+
+
 def test_a_client_whose_coordinator_goes_away_says_so(rpc_bin, rpc_server):
     server = rpc_server(transport="udp", executors=0, trace=False)
     taker = interleave.TurnTaker("orphan")

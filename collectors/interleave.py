@@ -111,8 +111,9 @@ class TurnTaker:
 
 def take_cooperative_turns(takers, max_seconds, turn_timeout_s=30.0, on_start=None, on_end=None):
     """Give takers (TurnTaker, each a running rpc-client --turn-fds) turns one after another, round
-    robin (a taker with every=N in one pass in N), until every one has exited; each turn's length is the process's own (rpc-client
-    --turn-calls or --turn-us), and it ends between two calls, so no call is cut in two as SIGSTOP would.
+    robin (a taker with every=N in one pass in N), until every one has exited; each turn's length is
+    the process's own (rpc-client --turn-calls or --turn-us), and it ends between two calls, so no call
+    is cut in two as SIGSTOP would.
     on_start(taker) runs just before a turn is given and on_end(taker) just after it ends (a tracer switched on and off
     around a traced client's turns). Raises TurnsError when a turn outlasts turn_timeout_s or the
     turns outlast max_seconds; the caller then stops the processes (their turn pipes stay open until

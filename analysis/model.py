@@ -150,7 +150,7 @@ def line_baseline(points, wl):
 
 def _initial():
     return {"call": 5.0, "send": 2.0, "packet": 1.0, "receive": 2.0, "wakeup": 3.0, "ack": 1.0,
-            "marshal": 1e-3, "copy_in": 1e-3, "copy_out": 1e-3}
+            "marshal": 1e-3, "copy_in": 1e-3, "copy_out": 1e-3, "carry": 1e-4}
 
 
 def _design(wl, link, sizes, theta, obs):
@@ -211,12 +211,11 @@ def fit_theta(obs, sizes):
     if len(sizes) < MIN_SIZES:
         raise ModelError(f"a fit needs at least {MIN_SIZES} sizes, got {len(sizes)}")
     wl, theta, dropped = obs.workload(), _initial(), {}
-    seen = []                   # (theta, dropped, residual of the path that theta lays out)
+    seen = []                   # (theta, dropped, residual of the round trips that theta lays out)
     for it in range(1, MAX_ITERATIONS + 1):
         X, y, w = _design(wl, obs.link, sizes, theta, obs)
         if it > 1:
-            coef = np.array([theta[u] for u in UNIT_NAMES])
-            seen.append((theta, dropped, float(np.sum((w * (X @ coef - y)) ** 2))))
+            seen.append((theta, dropped, _path_residual(wl, obs, sizes, theta)))
         active, dropped = _identified(X, sizes)
         coef = _nnls(X, y, w, active)
         new = {u: float(c) for u, c in zip(UNIT_NAMES, coef)}
@@ -224,11 +223,21 @@ def fit_theta(obs, sizes):
             if _same(new, theta):
                 return theta, dropped, it
             # The costs cycle between layouts (each layout's fit lays out the other): keep the one
-            # whose own path fits the measured classes best.
+            # whose own laid-out round trips come nearest the measured paths' totals. Which class a
+            # stretch of overlap is charged to flips with the layout; the round trip does not.
             best = min(seen, key=lambda s: s[2])
             return best[0], best[1], it
         theta = new
     return theta, dropped, MAX_ITERATIONS
+
+
+def _path_residual(wl, obs, sizes, theta):
+    """Σ over the sizes of ((laid-out round trip − the measured path's total) / that total)²."""
+    out = 0.0
+    for z in sizes:
+        total = obs.sizes[z].path_us
+        out += ((call_path(wl, z, theta, obs.link).cpu_us - total) / total) ** 2 if total else 0.0
+    return out
 
 
 def _same(a, b):

@@ -5,8 +5,8 @@ call out in time with them, the way the reference RPC runs it on two CPUs:
 
 UDP (rpc/client.c, rpc/server.c): the client does its per-call work, then sends the
 request window by window. Each fragment's send costs `send` + `copy_in` x its bytes +
-`packet` x its IP packets (on veth the receiver's protocol input runs inside the sender's
-send). The server, blocked in select, is woken by a window's first fragment (`wakeup`)
+`packet` x its IP packets + `carry` x its bytes (on veth the receiver's protocol input runs
+inside the sender's send). The server, blocked in select, is woken by a window's first fragment (`wakeup`)
 and receives each fragment (`receive` + `copy_out` x bytes); a fragment that arrives while
 the server is still busy with the previous one needs no wake-up, one that arrives after
 the server went back to wait does. A window but the last ends with an acknowledgement
@@ -38,7 +38,7 @@ from rpcscope import packets as P
 from . import network as N
 
 # The unit costs: (name, unit, what one count is). The first six are classes of path segments (the
-# catalog's `unit` field); the last three are each a cost per byte of one of those classes.
+# catalog's `unit` field); the last four are each a cost per byte of one of those classes.
 UNITS = (
     ("call", "us/call", "once per call: stubs, marshalling set-up, dispatch, the time between marks"),
     ("send", "us/send", "a send syscall up to the device hand-off, per PDU or record sent on the path"),
@@ -49,9 +49,11 @@ UNITS = (
     ("marshal", "us/byte", "a byte of either body marshalled or unmarshalled, on either side (per call)"),
     ("copy_in", "us/byte", "a byte copied into the kernel by a send on the path"),
     ("copy_out", "us/byte", "a byte copied out of the kernel by a receive on the path"),
+    ("carry", "us/byte", "a byte carried by the packets of a send on the path through the device and the receiver's "
+                         "protocol input"),
 )
 UNIT_NAMES = tuple(u[0] for u in UNITS)
-BYTE_UNITS = {"call": "marshal", "send": "copy_in", "receive": "copy_out"}    # class -> its cost per byte
+BYTE_UNITS = {"call": "marshal", "send": "copy_in", "packet": "carry", "receive": "copy_out"}  # class -> its per byte
 CLASSES = tuple(n for n in UNIT_NAMES if n not in BYTE_UNITS.values())
 GSO_MAX = 65536          # the largest packet a TCP send hands the device (GSO)
 
@@ -111,7 +113,7 @@ class CallPath:
 
 
 def _send(ch, theta, nbytes, packets):
-    return ch.step(theta, "send", nbytes=nbytes).step(theta, "packet", count=packets)
+    return ch.step(theta, "send", nbytes=nbytes).step(theta, "packet", count=packets, nbytes=nbytes)
 
 
 def _deliver(sent_end, frames, link, wire_free):

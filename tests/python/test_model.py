@@ -16,7 +16,7 @@ from rpcscope.analysis.pathsim import BYTE_UNITS, CLASSES, UNIT_NAMES, Workload,
 from rpcscope.tracepoints import STEPS, unit_of
 
 TRUTH = {"call": 9.0, "send": 2.5, "packet": 1.7, "receive": 2.2, "wakeup": 3.9, "ack": 0.8,
-         "marshal": 0.0004, "copy_in": 0.0011, "copy_out": 0.0007}
+         "marshal": 0.0004, "copy_in": 0.0011, "copy_out": 0.0007, "carry": 0.0006}
 DCE = [0, 1392, 4016, 8032, 16064, 24096]
 PREDICTED = [1389, 5000, 10000, 30000, 50000]
 
@@ -56,7 +56,7 @@ def test_at_most_ten_parameters_each_a_unit_with_its_unit_of_measure():
     params = m.params()
     assert [p["name"] for p in params] == list(UNIT_NAMES)
     assert all(p["unit"].startswith("us/") for p in params)
-    assert [p["name"] for p in params if p["unit"] == "us/byte"] == ["marshal", "copy_in", "copy_out"]
+    assert [p["name"] for p in params if p["unit"] == "us/byte"] == ["marshal", "copy_in", "copy_out", "carry"]
 
 
 def test_a_unit_counted_at_fewer_than_three_fitted_sizes_is_not_fitted():
@@ -93,8 +93,8 @@ def test_the_path_overlaps_a_windows_sends_and_receives():
     """Counts follow from the costs: a receiver slower than the sender keeps the sender's later sends off
     the path; a fast one waits, and each arrival wakes it."""
     wl = Workload("udp")
-    slow_rx = call_path(wl, 24096, dict(TRUTH, receive=20.0, copy_in=0.0, copy_out=0.0, marshal=0.0))
-    fast_rx = call_path(wl, 24096, dict(TRUTH, receive=0.1, copy_in=0.0, copy_out=0.0, marshal=0.0))
+    slow_rx = call_path(wl, 24096, dict(TRUTH, receive=20.0, copy_in=0.0, copy_out=0.0, marshal=0.0, carry=0.0))
+    fast_rx = call_path(wl, 24096, dict(TRUTH, receive=0.1, copy_in=0.0, copy_out=0.0, marshal=0.0, carry=0.0))
     # 7 request fragments in windows of 1, 2 and 4, two acks, one reply fragment
     assert fast_rx.counts["send"] == 7 + 2 + 1 and slow_rx.counts["send"] < fast_rx.counts["send"]
     assert slow_rx.counts["receive"] > fast_rx.counts["receive"] == 3 + 2 + 1    # a window's last, acks, reply

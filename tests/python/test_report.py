@@ -22,7 +22,7 @@ def write_model(d, transport):
     """A model file as `rpcscope model` writes it, fitted on path class times laid out by the model's own
     path at known unit costs (the fixture captured two sizes, fewer than a fit needs)."""
     truth = {"call": 9.0, "send": 2.5, "packet": 1.7, "receive": 2.2, "wakeup": 3.9, "ack": 0.8,
-             "marshal": 0.0004, "copy_in": 0.0011, "copy_out": 0.0007}
+             "marshal": 0.0004, "copy_in": 0.0011, "copy_out": 0.0007, "carry": 0.0006}
     wl, sizes = Workload(transport), {}
     for z in (0, 1392, 4016, 8032, 16064, 24096, 30000):
         cp = call_path(wl, z, truth)

@@ -8,6 +8,7 @@ from rpcscope.rundir import RunDir
 
 from .data import ReportError, load
 from .report import build, write
+from .target_report import TargetReportError, build_target, is_target_run, write_target
 
 PERCENT_ERROR = ("% error = (Measured − Calculated) × 100 / Measured, the DCE study's sign: positive where the "
                  "model is under")
@@ -18,6 +19,8 @@ EPILOG = """examples:
   rpcscope report runs/maxarg-udp --per-rpc       also per-RPC traced RTT histograms (analysis/rpcs.jsonl.gz)
   rpcscope report runs/maxarg-udp --out /tmp/r --json
   rpcscope report runs/maxarg-udp --no-calls      without report/calls/ (each diagram's call as a Perfetto trace)
+  rpcscope report runs/target-libtirpc            a run of `rpcscope run --target`: report.md, index.html and
+                                                  tables.json (every table's figures) from analysis/kernelonly.json
 
 The report reads runs/NAME/manifest.json and, when there, analysis/steps.json (rpcscope analyze),
 analysis/model.json and model-*.json (rpcscope model; `rpcscope run` writes one per transport, each
@@ -27,7 +30,30 @@ file and columns. The same figures in Jupyter: reports/notebooks/rpcscope.ipynb 
 """
 
 
+def cmd_target_report(args):
+    """The report of a run of `rpcscope run --target`: its first screen from analysis/kernelonly.json."""
+    try:
+        rep = build_target(args.run)
+    except TargetReportError as e:
+        raise UserError(str(e)) from None
+    out = write_target(rep, args.out or RunDir(args.run).report)
+    if args.json:
+        emit_json({**out, "summary": rep.headline})
+        return 0
+    h = rep.headline
+    print(f"report: {out['html']}")
+    print(f"        {out['markdown']}, {out['tables']} (every table as JSON)")
+    print(f"run {h['run']}: {h['target']} {h['proc']}, {h['cases']} cases, kernel events only")
+    for r in h["first_screen"]:
+        print(f"  {r['transport']} {r['size']}: calls matched {r['calls matched']}, unmatched {r['unmatched (why)']}; "
+              f"RTT p50 {r['RTT p50 µs kernel-only']:.1f} us kernel-only, {r['program p50 µs']:.1f} us the "
+              f"program's ({r['kernel-only vs program']}); largest {r['largest steps (mean µs, share of RTT)']}")
+    return 0
+
+
 def cmd_report(args):
+    if is_target_run(args.run):
+        return cmd_target_report(args)
     try:
         d = load(args.run, per_rpc=args.per_rpc)
     except ReportError as e:

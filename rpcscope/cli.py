@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "rpcscope.collectors.cli",
     "rpcscope.analysis.cli",
     "rpcscope.analysis.rtp_cli",
+    "rpcscope.analysis.crosscheck",
     "rpcscope.analysis.model_cli",
     "rpcscope.reports.cli",
     "rpcscope.analysis.export",
@@ -31,6 +32,8 @@ EPILOG = """the pipeline (rpcscope run runs it all and prints each stage's comma
   testbed up -> deploy -> capture -> analyze -> rtp -> model -> report -> testbed down
   then, on its run directory: whatif (the model on another link, at other sizes) -> verify (beside
   a capture of that link); export (calls as a Perfetto trace)
+  run --target libtirpc|grpc|reference: an RPC rpcscope did not write, from kernel events alone; crosscheck
+  (the reference RPC's kernel-only steps beside its tracepoint-based ones)
 
 examples:
   rpcscope run                             the main job on the local testbed (make run)

@@ -99,4 +99,11 @@ def cmd_run_target(args, sizes, transports, testbed, main):
         emit_json({"run": str(out), "cases": summaries})
     else:
         print(f"\nrpcscope run --target {target}: {out}")
+        if target == "reference":
+            traced = f"{out}-traced"
+            print(f"the same cases traced, and their steps beside these (analysis/TARGET.md):\n"
+                  f"  rpcscope capture --transport {','.join(transports)} --proc {args.proc} "
+                  f"--sizes {','.join(map(str, sizes))} --calls {args.calls} --warmup {args.warmup} "
+                  f"--placement {args.placement} --out {traced} && rpcscope analyze {traced} && rpcscope rtp {traced}\n"
+                  f"  rpcscope crosscheck {out} {traced}")
     return 0

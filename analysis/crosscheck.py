@@ -1,0 +1,317 @@
+"""`rpcscope crosscheck KERNEL_ONLY_RUN TRACED_RUN`: the reference RPC's kernel-only step costs (`rpcscope run
+--target reference`, its untraced build) beside its tracepoint-based ones (`rpcscope capture` and
+`rpcscope analyze`, its traced build), per transport and size, step by step.
+
+    from rpcscope.analysis.crosscheck import crosscheck, counterparts
+    doc = crosscheck("runs/ko", "runs/traced")       # dict: cases[].rows[] (the --json output)
+    [c.step for c in counterparts()]                  # K1..K11, KO1, KO2
+
+What a K step stands for in the traced analysis is read from the catalog (tracepoints/steps.toml): its
+`dce` steps, whose per-RPC durations (analysis/rpcs.jsonl.gz) are summed call by call, or, for a dce of
+[segments] labels ("network"), the traced round-trip path's segments of those labels (analysis/rtp.json).
+Whether both bound the same interval is read from the catalog too: the K step's kernel_begin must be
+among the first DCE step's begin events and its kernel_end among the last one's end events (a step
+begins at its kernel_begin, else its first user mark; it ends at its kernel_end, else its last user
+mark; a split part X' runs from X's kernel_begin to the hand-off among X's kernel_inside, X'' from there
+to X's kernel_end). A step whose boundaries differ is in the table with its figures and the verdict
+"other interval", saying which boundary differs; it is not held to the 10 %.
+
+The quantity: each side's median over calls of the step's per-call time, raw. The kernel-only run records
+its kernel events and nothing takes their cost out; the traced run records kernel events as well, and
+its build's user tracepoints. Its probe-corrected figures take both kinds of probe out, so beside an
+uncorrected kernel-only figure they would compare unlike things; the raw ones differ chiefly by the user
+tracepoints in the counterpart's steps, whose number the table gives (`marks`, from the catalog).
+"""
+import argparse
+import csv
+import dataclasses
+import json
+import statistics
+
+from rpcscope.output import UserError, emit_json
+from rpcscope.rundir import KERNELONLY_FORMAT, RunDir
+from rpcscope.tracepoints import SEGMENT_UNITS, SPLIT, STEPS
+from rpcscope.tracepoints.targetsteps import target_steps
+
+from .rpctable import RpcTableError, read_rpc_table
+
+TOLERANCE_PCT = 10.0
+AGREES, DIFFERS, OTHER, NONE = "agrees", "differs", "other interval", "no counterpart"
+_STEP = {s["id"]: s for s in STEPS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Counterpart:
+    """A K step and what stands for it in the traced analysis (from the catalog)."""
+    step: str
+    name: str
+    rows: tuple            # DCE steps (rows of the per-RPC table), or () for a segment
+    segments: tuple        # labels of rtp.json path segments (the catalog's [segments] of unit "network")
+    same: bool             # both bound the same interval
+    why: str               # where they do not, which boundary differs
+
+
+def _bounds(row):
+    """(begin events, end events) of a DCE step or split part, as the catalog writes them."""
+    if row in SPLIT:
+        of = _STEP[SPLIT[row]["of"]]
+        handoff = tuple(of["kernel_inside"])
+        return (tuple(of["kernel_begin"]), handoff) if row.endswith("'") and not row.endswith("''") \
+            else (handoff, tuple(of["kernel_end"]))
+    s = _STEP[row]
+    marks = tuple(s.get("user_events") or ())
+    begin = tuple(s["kernel_begin"]) or marks[:1]
+    end = tuple(s["kernel_end"]) or marks[-1:]
+    return begin, end
+
+
+def _short(events):
+    return "|".join(events[:1]) + ("|..." if len(events) > 1 else "")
+
+
+def counterparts():
+    """Every target step's counterpart in the traced analysis, in catalog order."""
+    out = []
+    for k in target_steps():
+        segs = tuple(lbl for lbl, unit in SEGMENT_UNITS.items() if unit in k.dce)
+        if segs:
+            out.append(Counterpart(k.id, k.name, (), segs, True, ""))
+            continue
+        rows = tuple(d for d in k.dce if d in _STEP or d in SPLIT)
+        begin, _ = _bounds(rows[0])
+        _, end = _bounds(rows[-1])
+        why = []
+        if not set(k.kernel_begin) & set(begin):
+            why.append(f"{k.id} begins at {_short(k.kernel_begin)}, {rows[0]} at {_short(begin)}")
+        if not set(k.kernel_end) & set(end):
+            why.append(f"{k.id} ends at {_short(k.kernel_end)}, {rows[-1]} at {_short(end)}")
+        out.append(Counterpart(k.id, k.name, rows, (), not why, "; ".join(why)))
+    return out
+
+
+def _read(path, what, again):
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path} is not there: {again}") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: unreadable ({e}): {again}") from None
+
+
+def _median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def _kernel_only(run):
+    """({(transport, proc, size): (summary, {step: [ns per call]})}, target.json) of a kernel-only run."""
+    rd = RunDir(run)
+    again = f"make it with `rpcscope run --target reference ... --out {rd.path}`"
+    target = _read(rd.target_json, "target.json", again)
+    if target.get("target") != "reference":
+        raise UserError(f"{rd.path} is a kernel-only run of {target.get('target')!r}: the cross-check needs one of "
+                        f"the reference RPC (rpcscope run --target reference)")
+    doc = _read(rd.kernelonly_json, "kernelonly.json", again)
+    if doc.get("format") != KERNELONLY_FORMAT:
+        raise UserError(f"{rd.kernelonly_json}: format {doc.get('format')!r}, this rpcscope reads {KERNELONLY_FORMAT}")
+    per = {}
+    try:
+        with open(rd.kernelonly_csv, newline="") as f:
+            for r in csv.DictReader(f):
+                d = per.setdefault(r["case"], {})
+                for k in target_steps():
+                    d.setdefault(k.id, []).append(int(r[k.id]))
+    except FileNotFoundError:
+        raise UserError(f"{rd.kernelonly_csv} is not there: {again}") from None
+    out = {}
+    for s in doc["cases"]:
+        out[(s["transport"], target.get("proc"), int(s["size"]))] = (s, per.get(s["case"], {}))
+    return out, target
+
+
+def _traced(run):
+    """({(transport, proc, size): case id}, steps.json, {case: CaseTable}, rtp.json or None) of a traced run."""
+    rd = RunDir(run)
+    again = f"make it with `rpcscope capture --out {rd.path} ...` and `rpcscope analyze {rd.path}`"
+    if not rd.manifest_path.exists():
+        raise UserError(f"{rd.path} is not a traced run (no manifest.json): {again}")
+    sj = _read(rd.steps_json, "steps.json", f"run `rpcscope analyze {rd.path}`")
+    try:
+        table = read_rpc_table(rd.path)
+    except RpcTableError as e:
+        raise UserError(str(e)) from None
+    rtp = json.loads(rd.rtp_json.read_text()) if rd.rtp_json.exists() else None
+    keys = {}
+    for r in sj.get("steps", []):
+        keys[(r["transport"], r["proc"], int(r["size"]))] = r["case"]
+    return keys, sj, table, rtp
+
+
+def _traced_sums(table, rows):
+    """Per RPC, the sum of the rows' durations (ns): RPCs with a row missing are left out (their count
+    returned); a row not applicable to the case counts 0."""
+    out, missing = [], 0
+    for i in range(len(table.call_ids)):
+        total, ok = 0, True
+        for r in rows:
+            st = table.status[r][i]
+            if st == "m" and table.dur_ns[r][i] is not None:
+                total += table.dur_ns[r][i]
+            elif st != "a":
+                ok = False
+                break
+        if ok:
+            out.append(total)
+        else:
+            missing += 1
+    return out, missing
+
+
+def _marks(rows):
+    """The traced build's user tracepoints in the rows (each occurrence), as the catalog names them."""
+    return sum(len(_STEP[r].get("user_events") or ()) for r in rows if r in _STEP)
+
+
+def _segment_median(rtp, case, labels):
+    """The median time (ns) a call spends in path segments of these labels, where rtp.json has them."""
+    if not rtp:
+        return None
+    for c in rtp.get("cases", []):
+        if c.get("case") == case:
+            segs = [p for p in c.get("path", []) if p.get("segment") in labels]
+            return sum(p["median_ns"] for p in segs) if segs else None
+    return None
+
+
+def _row(cp, ko_vals, table, rtp, case, multi):
+    ko = _median(ko_vals)
+    row = {"step": cp.step, "name": cp.name, "traced": "+".join(cp.rows) or " + ".join(cp.segments),
+           "kernel_only_p50_us": None if ko is None else round(ko / 1e3, 3), "kernel_only_calls": len(ko_vals),
+           "traced_p50_us": None, "traced_calls": 0, "traced_left_out": 0, "marks": None, "diff_%": None,
+           "verdict": None, "why": cp.why}
+    if cp.segments:
+        med = _segment_median(rtp, case, cp.segments)
+        if med is None:
+            row.update(verdict=NONE, why=("the traced run has no rtp.json: run `rpcscope rtp` on it" if rtp is None
+                                          else f"the traced round-trip path has no {' or '.join(cp.segments)} "
+                                               f"segment (on veth the receiver's protocol input runs inside the "
+                                               f"sender's sendmsg'', rtp.json notes): the traced analysis does "
+                                               f"not bound this step"))
+            return row
+        tr, n = med, None
+        row["traced"] = f"rtp.json path segment {' + '.join(cp.segments)}"
+    else:
+        sums, left = _traced_sums(table, cp.rows)
+        tr, n = _median(sums), len(sums)
+        row.update(traced_calls=n, traced_left_out=left, marks=_marks(cp.rows))
+    if tr is None or ko is None:
+        row.update(verdict=NONE, why="no measured call on one side")
+        return row
+    row["traced_p50_us"] = round(tr / 1e3, 3)
+    row["diff_%"] = round(100 * (ko - tr) / tr, 1) if tr else 0.0 if not ko else None
+    if multi:
+        row.update(verdict=OTHER, why=f"the kernel-only path is one exchange of {multi:.2f} a call; the traced "
+                                      f"steps sum the call's fragments")
+    elif not cp.same:
+        row["verdict"] = OTHER
+    else:
+        row["verdict"] = AGREES if row["diff_%"] is not None and abs(row["diff_%"]) <= TOLERANCE_PCT else DIFFERS
+    return row
+
+
+def crosscheck(ko_run, traced_run):
+    """The cross-check of two runs of the reference RPC (a dict, the --json output)."""
+    ko, target = _kernel_only(ko_run)
+    keys, sj, table, rtp = _traced(traced_run)
+    cps = counterparts()
+    cases, unpaired = [], []
+    for key in sorted(set(ko) | set(keys), key=lambda k: (k[0], k[2])):
+        t, proc, size = key
+        if key not in ko or key not in keys or keys[key] not in table:
+            side = "the traced run" if key in ko else "the kernel-only run"
+            unpaired.append(f"{t} {proc} {size}: not in {side}")
+            continue
+        summary, per = ko[key]
+        case = keys[key]
+        multi = summary["exchanges_per_call"] if summary["exchanges_per_call"] > 1.05 else 0
+        rows = [_row(cp, per.get(cp.step, []), table[case], rtp, case, multi) for cp in cps]
+        rtt = next((r for r in sj.get("rtt", []) if r.get("case") == case), {})
+        cases.append({"transport": t, "proc": proc, "size": size, "kernel_only_case": summary["case"],
+                      "traced_case": case, "exchanges_per_call": summary["exchanges_per_call"],
+                      "kernel_only_program_p50_us": summary["program_p50_us"],
+                      "kernel_only_rtt_p50_us": summary["rtt_p50_us"],
+                      "traced_untraced_p50_us": rtt.get("untraced_p50_us"),
+                      "traced_rtt_p50_us": rtt.get("traced_rtt_median_us"), "rows": rows})
+    both = [r for c in cases for r in c["rows"] if r["verdict"] in (AGREES, DIFFERS)]
+    return {"format": "rpcscope-crosscheck/1", "kernel_only_run": str(ko_run), "traced_run": str(traced_run),
+            "quantity": "median over calls of the step's per-call time, raw (no probe correction on either side)",
+            "tolerance_%": TOLERANCE_PCT, "cases": cases, "unpaired": unpaired,
+            "bound_by_both": len(both), "agree": sum(1 for r in both if r["verdict"] == AGREES),
+            "kernel_only_calls": target.get("calls")}
+
+
+def _f(v, nd=2):
+    return "-" if v is None else f"{v:.{nd}f}" if isinstance(v, float) else str(v)
+
+
+def render(doc):
+    """The human table."""
+    lines = [f"rpcscope crosscheck: kernel-only {doc['kernel_only_run']} beside tracepoint-based "
+             f"{doc['traced_run']}",
+             f"  {doc['quantity']}; verdict against {doc['tolerance_%']:g} % where both bound the same interval",
+             f"  {doc['agree']} of {doc['bound_by_both']} steps both bound agree"]
+    for c in doc["cases"]:
+        lines += ["", f"{c['transport'].upper()} {c['proc']} {c['size']} B (kernel-only {c['kernel_only_case']}, "
+                      f"traced {c['traced_case']}): program p50 {_f(c['kernel_only_program_p50_us'], 1)} us "
+                      f"untraced build under kernel tracing, {_f(c['traced_untraced_p50_us'], 1)} us untraced "
+                      f"build alone; traced RTT p50 {_f(c['traced_rtt_p50_us'], 1)} us",
+                  f"  {'step':<4} {'traced counterpart':<22} {'kernel us':>9} {'traced us':>9} {'diff':>7} "
+                  f"{'marks':>5}  verdict"]
+        for r in c["rows"]:
+            diff = "-" if r["diff_%"] is None else f"{r['diff_%']:+.1f}%"
+            lines.append(f"  {r['step']:<4} {r['traced'][:22]:<22} {_f(r['kernel_only_p50_us']):>9} "
+                         f"{_f(r['traced_p50_us']):>9} {diff:>7} {_f(r['marks'], 0):>5}  {r['verdict']}"
+                         + (f": {r['why']}" if r["verdict"] in (OTHER, NONE) and r["why"] else ""))
+    lines += [f"not compared: {u}" for u in doc["unpaired"]]
+    return "\n".join(lines)
+
+
+EPILOG = """examples (the reference RPC: its untraced build recorded from kernel events alone, its traced build
+from its tracepoints and kernel events, the same sizes and transports):
+  rpcscope run --target reference --transport udp,tcp --sizes 0,1392,4016 --calls 2000 --out runs/ko
+  rpcscope capture --transport udp,tcp --sizes 0,1392,4016 --calls 2000 --out runs/traced \\
+      && rpcscope analyze runs/traced && rpcscope rtp runs/traced
+  rpcscope crosscheck runs/ko runs/traced                the table, per transport, size and K step
+  rpcscope crosscheck runs/ko runs/traced --json         the same as JSON
+
+Each K step is compared with its catalog counterpart (tracepoints/steps.toml [[target_steps]] dce): the
+per-call sum of its DCE steps (analysis/rpcs.jsonl.gz) or the traced path's network segment
+(analysis/rtp.json). Verdict: agrees / differs (against 10 %) where both bound the same interval; other
+interval (which boundary differs) or no counterpart otherwise. marks: the traced build's user tracepoints
+in the counterpart's DCE steps (the catalog's marks, each occurrence), its own probe on that step.
+"""
+
+
+def cmd_crosscheck(args):
+    doc = crosscheck(args.kernel_only, args.traced)
+    if not doc["cases"]:
+        raise UserError(f"no transport and size in both runs ({'; '.join(doc['unpaired'])}): run them with the "
+                        f"same --transport, --proc and --sizes")
+    if args.json:
+        emit_json(doc)
+    else:
+        print(render(doc))
+    return 0
+
+
+def register(subparsers):
+    ap = subparsers.add_parser(
+        "crosscheck", help="the reference RPC's kernel-only step costs beside its tracepoint-based ones",
+        description="Compare a kernel-only run of the reference RPC (rpcscope run --target reference) with a "
+                    "tracepoint-based run of the same sizes and transports (rpcscope capture + analyze + rtp): "
+                    "per size and K step, both medians, the % difference and a verdict against 10 %.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("kernel_only", metavar="KERNEL_ONLY_RUN", help="a run of rpcscope run --target reference")
+    ap.add_argument("traced", metavar="TRACED_RUN", help="a run of rpcscope capture, analysed")
+    ap.add_argument("--json", action="store_true", help="print the table as JSON")
+    ap.set_defaults(func=cmd_crosscheck)
+    return ap

@@ -1,0 +1,162 @@
+"""`rpcscope report` of a run of an RPC rpcscope did not write (`rpcscope run --target`): report.md,
+index.html and tables.json under the run's report/, from analysis/kernelonly.json alone.
+
+    from rpcscope.reports.target_report import build_target, is_target_run, write_target
+    rep = build_target("runs/target-...")       # a Report (reports/objects.py)
+    write_target(rep, "runs/target-.../report")  # report.md, index.html, tables.json
+
+The first screen: per transport, one row per size with the calls matched (and why the rest were not),
+the kernel-only median RTT beside the program's own median, and the largest steps. Then, folded, each
+case's step table (K1..K11 and the steps beside the path), its matching figures and its uprobes.
+tables.json is the machine-readable twin: every table's title, columns, rows and source.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rpcscope.rundir import KERNELONLY_FORMAT, TARGET_FORMAT, RunDir
+
+from .objects import Report, Section, Table
+from .render import to_html, to_markdown
+
+TABLES_JSON = "tables.json"
+TABLES_FORMAT = "rpcscope-report-tables/1"
+
+FIRST_COLUMNS = ["size", "calls matched", "unmatched (why)", "RTT p50 µs kernel-only", "program p50 µs",
+                 "kernel-only vs program", "between calls p50 µs", "largest steps (mean µs, share of RTT)"]
+STEP_COLUMNS = ["step", "name", "DCE", "p10 µs", "p50 µs", "mean µs", "p90 µs", "share", "absent calls",
+                "missing calls"]
+MATCH_COLUMNS = ["item", "value"]
+INTRO = ("Where does the time of one call go, seen from the kernel alone? The program runs unmodified; each "
+         "request is paired with its reply on the other host from the kernel's send, receive, scheduler and "
+         "device events, and each call's round trip is cut into the steps K1..K11 the kernel bounds "
+         "(tracepoints/steps.toml [[target_steps]]), which add up to its kernel-only RTT: from the client's first "
+         "send of the request to the return of its receive that takes the reply's last byte. The program's own "
+         "median (its client's clock) holds also the client's user space before the send and after the receive "
+         "('between calls' is a reply's receive to the next send).")
+
+
+class TargetReportError(Exception):
+    """A target run the report cannot read: one line naming what to do."""
+
+
+def is_target_run(run) -> bool:
+    return RunDir(run).target_json.exists()
+
+
+def _read(path, again):
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise TargetReportError(f"{path} is not there: {again}") from None
+    except (OSError, ValueError) as e:
+        raise TargetReportError(f"{path}: unreadable ({e}): {again}") from None
+
+
+def load_target(run):
+    """(target.json, kernelonly.json) of a target run; TargetReportError where one is missing or foreign."""
+    rd = RunDir(run)
+    target = _read(rd.target_json, "re-run `rpcscope run --target ...`")
+    if target.get("format") != TARGET_FORMAT:
+        raise TargetReportError(f"{rd.target_json}: format {target.get('format')!r}, this rpcscope reads "
+                                f"{TARGET_FORMAT}")
+    doc = _read(rd.kernelonly_json, f"the run's analysis is missing: re-run `rpcscope run --target "
+                                    f"{target.get('target')} ...`")
+    if doc.get("format") != KERNELONLY_FORMAT:
+        raise TargetReportError(f"{rd.kernelonly_json}: format {doc.get('format')!r}, this rpcscope reads "
+                                f"{KERNELONLY_FORMAT}")
+    return target, doc
+
+
+def _unmatched(c):
+    why = {**c.get("program_unmatched", {})}
+    return "; ".join(f"{n} {r}" for r, n in why.items()) or "none"
+
+
+def _largest(c):
+    by = {x["id"]: x for x in c["steps"]}
+    return "; ".join(f"{i} {by[i]['name']} {by[i]['mean_us']:.1f} ({by[i]['share_%']:.0f} %)" for i in c["largest"])
+
+
+def first_row(c):
+    """One case's row of the first screen (a dict keyed by FIRST_COLUMNS)."""
+    vs = c.get("rtt_vs_program_%")
+    return {"size": c["size"], "calls matched": f"{c['calls']} of {c['program_calls']} "
+                                                f"({c['program_calls_matched_%']:.2f} %)",
+            "unmatched (why)": _unmatched(c), "RTT p50 µs kernel-only": c["rtt_p50_us"],
+            "program p50 µs": c["program_p50_us"], "kernel-only vs program": "" if vs is None else f"{vs:+.1f} %",
+            "between calls p50 µs": c["between_calls_p50_us"], "largest steps (mean µs, share of RTT)": _largest(c)}
+
+
+def _step_rows(c):
+    return [{"step": x["id"], "name": x["name"], "DCE": ", ".join(x["dce"]), "p10 µs": x["p10_us"],
+             "p50 µs": x["p50_us"], "mean µs": x["mean_us"], "p90 µs": x["p90_us"],
+             "share": "beside" if x["share_%"] is None else f"{x['share_%']:.1f} %",
+             "absent calls": x["absent_calls"], "missing calls": x["missing_calls"]} for x in c["steps"]]
+
+
+def _match_rows(c):
+    rows = [("the program's calls matched", f"{c['calls']} of {c['program_calls']}"),
+            ("the program's calls unmatched, why", _unmatched(c)),
+            ("all exchanges matched", f"{c['matched']} of {c['exchanges']} ({c['matched_%']:.2f} %)"),
+            ("exchanges unmatched, why", "; ".join(f"{n} {r}" for r, n in c["unmatched"].items()) or "none"),
+            ("set-up and warm-up exchanges", c["setup_exchanges"]),
+            ("the protocol's own exchanges", c["protocol_exchanges"]),
+            ("exchanges on other sockets", "; ".join(f"{n} {r}" for r, n in c["other_sockets"].items()) or "none"),
+            ("exchanges a call", c["exchanges_per_call"]),
+            ("calls whose path does not add up", c["calls_whose_path_does_not_sum"]),
+            ("calls with a kernel event missing", c["calls_with_missing_events"])]
+    return [{"item": k, "value": v} for k, v in rows]
+
+
+def build_target(run) -> Report:
+    target, doc = load_target(run)
+    name = target["target"]
+    cases = doc["cases"]
+    src = "analysis/kernelonly.json"
+    first = Section(f"Where does the time go? {name}, kernel events only", folded=False)
+    first.items.append(INTRO)
+    if target.get("left_out"):
+        first.items.append("Left out: " + "; ".join(target["left_out"]) + ".")
+    for t in sorted({c["transport"] for c in cases}, key=lambda t: (t != "udp", t)):
+        tc = sorted((c for c in cases if c["transport"] == t), key=lambda c: c["size"])
+        first.items.append(Table(
+            f"{name} {t.upper()} {target.get('proc', '')}: calls matched, RTT and the largest steps",
+            FIRST_COLUMNS, [first_row(c) for c in tc],
+            f"{src} cases[transport={t}].{{size, calls, program_calls, program_calls_matched_%, program_unmatched, "
+            f"rtt_p50_us, program_p50_us, rtt_vs_program_%, between_calls_p50_us, largest, steps[].mean_us, "
+            f"steps[].share_%}}"))
+        for c in tc:
+            if c["exchanges_per_call"] > 1.05:
+                first.items.append(f"{t.upper()} {c['size']} B: {c['exchanges_per_call']:.2f} exchanges a call: the "
+                                   f"program's calls take more than one request and reply; the kernel-only path "
+                                   f"and RTT are those of one exchange, not of a call.")
+    steps = Section("Steps of each case (K1..K11 on the round trip, KO1 and KO2 beside it)", fold_items=True)
+    match = Section("Matching: how each request was paired with its reply", fold_items=True)
+    probes = Section("uprobes")
+    for c in sorted(cases, key=lambda c: (c["transport"], c["size"])):
+        label = f"{c['transport'].upper()} {c['size']} B ({c['case']})"
+        steps.items.append(Table(f"Steps, {label}", STEP_COLUMNS, _step_rows(c),
+                                 f"{src} cases[case={c['case']}].steps[]; every call: analysis/kernelonly-calls.csv"))
+        match.items.append(Table(f"Matching, {label}", MATCH_COLUMNS, _match_rows(c), f"{src} cases[case={c['case']}]"))
+        if c.get("uprobes"):
+            probes.items.append(Table(f"uprobes, {label}", list(c["uprobes"][0]), c["uprobes"],
+                                      f"{src} cases[case={c['case']}].uprobes[]"))
+    sections = [first, steps, match] + ([probes] if probes.items else [])
+    head = {"run": str(run), "target": name, "proc": target.get("proc"), "cases": len(cases),
+            "first_screen": [{"transport": c["transport"], **first_row(c)} for c in cases]}
+    return Report(str(run), sections, head)
+
+
+def write_target(rep: Report, out_dir) -> dict:
+    """report.md, index.html and tables.json (every table's twin) in out_dir; their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    name = Path(rep.run).name
+    (out / "report.md").write_text(to_markdown(rep, name))
+    (out / "index.html").write_text(to_html(rep, name))
+    tables = [{"title": t.title, "columns": t.columns, "rows": t.rows, "source": t.source} for t in rep.tables()]
+    (out / TABLES_JSON).write_text(json.dumps({"format": TABLES_FORMAT, "run": rep.run, "tables": tables}, indent=1))
+    return {"dir": str(out), "html": str(out / "index.html"), "markdown": str(out / "report.md"),
+            "tables": str(out / TABLES_JSON), "figures": []}

@@ -270,9 +270,11 @@ def print_lean(out, done, size):
 
 
 def link_options(args, state):
-    """`testbed up`'s link options: the run's own, else those of a testbed that is up already (so that a
-    link the user shaped stays shaped), else none (an unshaped link)."""
-    link = (state or {}).get("link") or {}
+    """`testbed up`'s link options: where the run names any of --link-rate, --mtu, --loss, those it names
+    and the defaults for the others; where it names none, those of a testbed that is up already (so that
+    a link the user shaped stays shaped), else none (an unshaped link of the default MTU)."""
+    named = any(v is not None for v in (args.link_rate, args.mtu, args.loss))
+    link = {} if named else (state or {}).get("link") or {}
     rate = args.link_rate if args.link_rate is not None else \
         (fmt_rate(link["rate_bit"]) if link.get("rate_bit") else None)
     mtu = args.mtu if args.mtu is not None else link.get("mtu")
@@ -404,7 +406,8 @@ def register(subparsers):
                          "the host's moments; off (the default on a shaped link, whose token bucket the runs would "
                          "share): one after the other, in sweeps")
     ap.add_argument("--link-rate", metavar="RATE", help="shape the testbed's link (testbed up --link-rate), e.g. "
-                    "10mbit; default: the link of a testbed that is up, else none")
+                    "10mbit; default: where none of --link-rate, --mtu, --loss is given, the link of a testbed "
+                    "that is up, else none; where one is, the others take their defaults")
     ap.add_argument("--mtu", type=int, metavar="BYTES",
                     help="the link's MTU (testbed up --mtu; default as --link-rate)")
     ap.add_argument("--loss", type=float, metavar="PERCENT", help="packet loss on the link (testbed up --loss)")

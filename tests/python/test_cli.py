@@ -3,11 +3,13 @@ import io
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from rpcscope.cli import COMMAND_MODULES, build_parser
 from rpcscope.output import ReaderGoneSafe
+from rpcscope.pipeline import link_options
 
 
 def _choices(ap, dest):
@@ -106,3 +108,14 @@ def test_run_refuses_bad_options_before_the_testbed_comes_up(args, words, tmp_pa
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, (r.returncode, r.stderr)
     assert not out.exists()
+
+
+def test_a_run_naming_one_link_option_takes_the_defaults_for_the_others():
+    # A testbed up at MTU 9000 and 100 Mbit/s: a run that names nothing keeps its link; one that names
+    # --link-rate alone gets the default MTU and no loss, not the old testbed's.
+    state = {"link": {"rate_bit": 100_000_000, "mtu": 9000, "loss_percent": 1.0}}
+    none = SimpleNamespace(link_rate=None, mtu=None, loss=None)
+    assert link_options(none, state) == ["--link-rate", "100mbit", "--mtu", "9000", "--loss", "1"]
+    assert link_options(SimpleNamespace(link_rate="10mbit", mtu=None, loss=None), state) == ["--link-rate", "10mbit"]
+    assert link_options(SimpleNamespace(link_rate=None, mtu=1500, loss=None), state) == ["--mtu", "1500"]
+    assert link_options(none, None) == []

@@ -264,12 +264,13 @@ def render(doc):
                       f"traced {c['traced_case']}): program p50 {_f(c['kernel_only_program_p50_us'], 1)} us "
                       f"untraced build under kernel tracing, {_f(c['traced_untraced_p50_us'], 1)} us untraced "
                       f"build alone; traced RTT p50 {_f(c['traced_rtt_p50_us'], 1)} us",
-                  f"  {'step':<4} {'traced counterpart':<22} {'kernel us':>9} {'traced us':>9} {'diff':>7} "
-                  f"{'marks':>5}  verdict"]
+                  f"  {'step':<4} {'traced counterpart':<22} {'kernel us':>9} {'traced us':>9} {'calls':>5} "
+                  f"{'diff':>7} {'marks':>5}  verdict"]
         for r in c["rows"]:
             diff = "-" if r["diff_%"] is None else f"{r['diff_%']:+.1f}%"
             lines.append(f"  {r['step']:<4} {r['traced'][:22]:<22} {_f(r['kernel_only_p50_us']):>9} "
-                         f"{_f(r['traced_p50_us']):>9} {diff:>7} {_f(r['marks'], 0):>5}  {r['verdict']}"
+                         f"{_f(r['traced_p50_us']):>9} {_f(r['traced_calls'] or None):>5} {diff:>7} "
+                         f"{_f(r['marks'], 0):>5}  {r['verdict']}"
                          + (f": {r['why']}" if r["verdict"] in (OTHER, NONE) and r["why"] else ""))
     lines += [f"not compared: {u}" for u in doc["unpaired"]]
     return "\n".join(lines)
@@ -286,7 +287,8 @@ from its tracepoints and kernel events, the same sizes and transports):
 Each K step is compared with its catalog counterpart (tracepoints/steps.toml [[target_steps]] dce): the
 per-call sum of its DCE steps (analysis/rpcs.jsonl.gz) or the traced path's network segment
 (analysis/rtp.json). Verdict: agrees / differs (against 10 %) where both bound the same interval; other
-interval (which boundary differs) or no counterpart otherwise. marks: the traced build's user tracepoints
+interval (which boundary differs) or no counterpart otherwise. calls: the traced calls with every DCE step
+of the counterpart measured (the median's sample). marks: the traced build's user tracepoints
 in the counterpart's DCE steps (the catalog's marks, each occurrence), its own probe on that step.
 """
 

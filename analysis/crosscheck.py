@@ -171,14 +171,13 @@ def _marks(rows):
     return sum(len(_STEP[r].get("user_events") or ()) for r in rows if r in _STEP)
 
 
-def _segment_median(rtp, case, labels):
-    """The median time (ns) a call spends in path segments of these labels, where rtp.json has them."""
-    if not rtp:
-        return None
-    for c in rtp.get("cases", []):
+def _segments(rtp, case, labels):
+    """{label: (median ns on the path, share of the calls that have it)} of the case's path segments of
+    these labels in rtp.json; None where the case is not there."""
+    for c in (rtp or {}).get("cases", []):
         if c.get("case") == case:
-            segs = [p for p in c.get("path", []) if p.get("segment") in labels]
-            return sum(p["median_ns"] for p in segs) if segs else None
+            return {p["segment"]: (p["median_ns"], p.get("on_path_frac", 1.0)) for p in c.get("path", [])
+                    if p.get("segment") in labels}
     return None
 
 
@@ -189,16 +188,22 @@ def _row(cp, ko_vals, table, rtp, case, multi):
            "traced_p50_us": None, "traced_calls": 0, "traced_left_out": 0, "marks": None, "diff_%": None,
            "verdict": None, "why": cp.why}
     if cp.segments:
-        med = _segment_median(rtp, case, cp.segments)
-        if med is None:
+        segs = _segments(rtp, case, cp.segments)
+        held = {lbl: v for lbl, v in (segs or {}).items() if v[1] >= 0.5}       # on the path of most calls
+        if not held:
+            seen = ", ".join(f"{lbl} in {100 * f:.0f} %" for lbl, (_, f) in (segs or {}).items())
             row.update(verdict=NONE, why=("the traced run has no rtp.json: run `rpcscope rtp` on it" if rtp is None
                                           else f"the traced round-trip path has no {' or '.join(cp.segments)} "
-                                               f"segment (on veth the receiver's protocol input runs inside the "
-                                               f"sender's sendmsg'', rtp.json notes): the traced analysis does "
-                                               f"not bound this step"))
+                                               f"segment in most calls ({seen or 'in none'}; on veth the receiver's "
+                                               f"protocol input runs inside the sender's sendmsg'', rtp.json notes): "
+                                               f"the traced analysis does not bound this step"))
             return row
-        tr, n = med, None
-        row["traced"] = f"rtp.json path segment {' + '.join(cp.segments)}"
+        tr, n = sum(m for m, _ in held.values()), None
+        row["traced"] = f"rtp.json {' + '.join(held)}"
+        other = [lbl for lbl in held if SEGMENT_UNITS.get(lbl) and lbl != cp.segments[0]]
+        if other:
+            row["why"] = (f"the traced path's {', '.join(other)} is the idle task's time until a timer sends a "
+                          f"queued packet on (analysis/rtp.py), not a hand-off to its receive")
     else:
         sums, left = _traced_sums(table, cp.rows)
         tr, n = _median(sums), len(sums)
@@ -211,7 +216,7 @@ def _row(cp, ko_vals, table, rtp, case, multi):
     if multi:
         row.update(verdict=OTHER, why=f"the kernel-only path is one exchange of {multi:.2f} a call; the traced "
                                       f"steps sum the call's fragments")
-    elif not cp.same:
+    elif not cp.same or row["why"]:
         row["verdict"] = OTHER
     else:
         row["verdict"] = AGREES if row["diff_%"] is not None and abs(row["diff_%"]) <= TOLERANCE_PCT else DIFFERS

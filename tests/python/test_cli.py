@@ -47,7 +47,7 @@ def test_every_command_has_help_with_examples(command):
 def test_help_lists_the_pipeline_in_the_order_a_run_goes_through_it():
     assert _choices(build_parser(), "command") == [
         "testbed", "deploy", "capture", "analyze", "rtp", "model", "whatif", "verify", "report", "export", "run",
-        "experiment", "bench", "stubs"]
+        "crosscheck", "experiment", "bench", "stubs"]
 
 
 @pytest.mark.parametrize("name", _benchmarks())

@@ -33,6 +33,11 @@ def write_inventory(st):
         if vmhost.is_vm(h):
             groups["rpc_clients" if h["role"] == "client" else "rpc_servers"]["hosts"][h["name"]].update(
                 vmhost.INVENTORY_VARS)
+        elif any(vmhost.is_vm(o) for o in st["hosts"]):
+            # Beside a VM host, which runs the control node's builds, a namespace host runs them too
+            # (copied to it): both ends of the link run one build.
+            groups["rpc_clients" if h["role"] == "client" else "rpc_servers"]["hosts"][h["name"]][
+                "rpc_install_method"] = "artifacts"
     inv = {"all": {
         "vars": {
             "ansible_user": "root",

@@ -1,7 +1,7 @@
 """A testbed host that is a QEMU guest with its own kernel (`rpcscope testbed up --server vm`).
 
-The guest boots Debian's kernel that `make vm` unpacked under build/vm/ (pinned in
-testbed/vm/vm.mk), with a busybox initramfs that mounts this machine's / read-only over virtio-9p
+The guest boots Debian's kernel that `make vm` unpacked into its store (pinned in testbed/vm/vm.mk;
+build/vm/vm.json points to it), with a busybox initramfs that mounts this machine's / read-only over virtio-9p
 under a tmpfs overlay (testbed/vm/initramfs-init) and binds the kernel's modules, lttng-modules
 among them, into it. The guest's init (testbed/vm/guest-init.sh) gives it its testbed address on
 its virtio NIC and starts a key-only sshd from the configuration `testbed up` wrote into the host's
@@ -34,6 +34,8 @@ GUEST_INIT = ROOT / "testbed" / "vm" / "guest-init.sh"
 GUEST_IFNAME = "eth0"
 MEMORY_MB = 1024
 OVERLAY_SIZE = "512m"          # the guest's writable layer (deploy's files, traces): half its memory
+# 9p's cache mode for this machine's / in the guest (testbed/vm/initramfs-init mounts it).
+NINEP_CACHE = "mmap"
 BOOT_TIMEOUT = 180             # seconds from QEMU's start to a reachable sshd (TCG on a loaded machine)
 QEMU = "qemu-system-x86_64"
 # Niceness of QEMU (RPCSCOPE_VM_NICE): 0 unless asked, so that a guest on a busy machine can be
@@ -141,7 +143,7 @@ def boot_argv(cfg, h, hdir, art, accel):
     """QEMU's command line for the host h (its directory hdir holds sshd_config and the keys)."""
     tap = h["peer_ifname"]
     cmdline = " ".join([
-        "console=ttyS0", "panic=-1", "quiet", f"rpcs_overlay_size={OVERLAY_SIZE}",
+        "console=ttyS0", "panic=-1", "quiet", f"rpcs_overlay_size={OVERLAY_SIZE}", f"rpcs_9p_cache={NINEP_CACHE}",
         f"rpcs_modules={art.modules}", f"rpcs_init={GUEST_INIT}", f"rpcs_dir={hdir}",
         f"rpcs_host={h['name']}", f"rpcs_ifname={GUEST_IFNAME}", f"rpcs_mtu={cfg['link']['mtu']}",
         f"rpcs_addr={h['address']}/{cfg['prefixlen']}",
@@ -257,6 +259,7 @@ INVENTORY_VARS = {
     # Those modules come from `make vm`, bound into the guest's /lib/modules: no DKMS in the guest.
     "common_lttng_modules": "never",
     # A TCG guest compiles many times slower than this machine; it runs the control node's own
-    # builds (it sees the same Debian userland).
-    "rpc_install_method": "artifacts",
+    # builds (it sees the same Debian userland), installed from this machine's / as the guest sees it:
+    # one command in the guest, no copy over SSH.
+    "rpc_install_method": "shared",
 }

@@ -2,8 +2,8 @@
 `rpcscope deploy` through the roles, a capture through ansible/capture.yml with LTTng's kernel tracer
 in the guest and perf on the namespace client, `rpcscope analyze`; then `testbed down`.
 
-Reduced (`make test-vm`, about 8 minutes under TCG): one boot shared by UDP and TCP, 100 calls
-(+10 warm-up) of maxarg at 4016 bytes (two PDUs) over each. What a fixture covers stays with it:
+Reduced (part of `make test`, alone `make test-vm`: about 4 minutes under TCG): one boot shared by UDP
+and TCP, 100 calls (+10 warm-up) of maxarg at 4016 bytes (two PDUs) over each. What a fixture covers stays with it:
 the injected clock shifts, the mapping's arithmetic and the report (test_clock_apply.py, on a
 capture of this kind). The guest is emulated (TCG here), many times slower than this machine: these
 tests check what the traces hold and how they line up, never how fast anything is.
@@ -53,11 +53,13 @@ def rpcscope(*args, timeout=300, check=True):
 
 
 def _teardown_playbook():
-    """Stop what deploy started on the hosts (the client's lttng-sessiond runs on this machine)."""
+    """Stop what deploy started on the namespace client (its lttng-sessiond runs on this machine); what
+    it started in the guest goes with the guest's QEMU at `testbed down`."""
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
            "PATH": f"{pathlib.Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
     subprocess.run([str(pathlib.Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY),
-                    "teardown.yml"], cwd=REPO / "ansible", env=env, capture_output=True, timeout=300)
+                    "--limit", CLIENT, "teardown.yml"], cwd=REPO / "ansible", env=env, capture_output=True,
+                   timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@
 #   make test         bootstrap if needed, then run every test (make lint first)
 #   make lint         ruff over the Python, clang-format's check over the C (.clang-format)
 #   make vm           the VM host's kernel, lttng-modules and initramfs (a store shared by the machine's checkouts; build/vm/vm.json)
-#   make test-vm      the two-kernel test on a QEMU guest alone (make test runs it too; about 4 minutes)
+#   make test-vm      the two-kernel test on a QEMU guest (apart from make test: about 4 minutes)
 #   make run          the main job on the local testbed
 #   make bench        benchmarks (not tests, rpcscope bench NAME): null-RPC RTT against sockperf;
 #                     make bench-capture, make bench-analysis: capture and analysis cost
@@ -161,9 +161,9 @@ test-py: $(VENV_STAMP) all
 	$(MAKE) TRACE=clock all
 	$(PY) -m pytest -q -rs tests/python
 
-# The two-kernel test alone (make test runs it too): a QEMU guest under TCG as the server host, about
-# 4 minutes; make vm first (a few minutes the first time on a machine, then about a second:
-# its kernel, modules and initramfs are in a store that every checkout on the machine shares).
+# The two-kernel test: a QEMU guest under TCG as the server host, about 4 minutes; make vm first (a few
+# minutes the first time on a machine, then about a second: its kernel, modules and initramfs are in a
+# store that every checkout on the machine shares). Apart from make test, which it takes past 20 minutes.
 .PHONY: test-vm
 test-vm: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all
@@ -196,8 +196,7 @@ test: $(VENV_STAMP)
 	$(MAKE) test-fuzz
 	$(MAKE) test-stubs
 	$(MAKE) lint-ansible
-	$(MAKE) vm
-	$(PY) -m pytest -q -rs -p no:cacheprovider tests/python
+	$(PY) -m pytest -q -rs -p no:cacheprovider --durations=15 --ignore=tests/python/test_vm_testbed.py tests/python
 
 # The main job (rpcscope/pipeline.py): testbed up, deploy, capture the DCE sizes plus held-out
 # ones over UDP and TCP, analyze, round-trip path, model, report, testbed down. RUN_ARGS adds options.

@@ -177,8 +177,11 @@ def test_capture_taking_turns_traces_every_call_of_its_turns(testbed, tmp_path):
     for c in m["cases"]:
         rep = c["repeats"]
         assert rep["kept_round"] == m["sweeps"][c["transport"]]["kept_round"]
-        # 1 + 30 + 300 calls in turns of 10: 34 turns a run, every run of every round
-        assert all(n == [34] * 4 for k, n in rep["turns"].items() if k.endswith("_turns")), rep["turns"]
+        # 1 + 30 + 300 calls in turns of 10: 34 turns a run, every run of every round; a traced run's
+        # turns are TRACED_TURN_EVERY times as long (50 calls: 7 turns)
+        traced = -(-(1 + total) // (10 * options.TRACED_TURN_EVERY))
+        assert all(n == ([traced] if k.startswith("traced") else [34]) * 4
+                   for k, n in rep["turns"].items() if k.endswith("_turns")), rep["turns"]
         assert level_p50_ns(c, "untraced") > 0 and c["sleeps_per_call"]["untraced"]["client"] > 0.5
         assert c["losses"]["kernel_lost"] == 0 and not c["lossy"] and c["events"]["kernel"] > 0, c
         events = kernel_events(out / c["dir"] / "kernel")

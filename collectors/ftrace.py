@@ -9,14 +9,14 @@ event_filter: tracefs filters either way), the clock is CLOCK_MONOTONIC (trace_c
 
     rec = FtraceRecorder(events, devices); rec.start()      # the instance, disabled
     rec.enable(); ...run...; rec.disable()                  # (or resume()/pause() around turns)
+    raw = rec.dump(dest)                                    # the ring, per CPU, into dest/
+    rec.stop()                                              # the instance removed
+    counts = convert_to_ctf(raw, ctf_dir)                   # {event: n}, lost
 
 A paused instance whose events stay enabled still costs every thread that hits one of them: the
 kernel fills the event into a per-CPU scratch buffer and runs its filter before it finds the ring
 switched off. An instance made with events_off_while_paused=True has its events enabled only while it
 records (resume(), pause()), so runs beside its paused turns hit no probe of it at all.
-    raw = rec.dump(dest)                                    # the ring, per CPU, into dest/
-    rec.stop()                                              # the instance removed
-    counts = convert_to_ctf(raw, ctf_dir)                   # {event: n}, lost
 
 The raw dump is what per_cpu/cpuN/trace_pipe_raw hands out: the ring buffer's pages (a u64
 timestamp, a commit word whose top bits flag missed events, then events of a 32-bit header

@@ -322,7 +322,7 @@ class Sweeps:
                   "kept_straddle_pct": {}, "distance_pct": [], "seconds": seconds, "ended": ended,
                   "rounds_asked": self.p.get("repeats", 1),
                   "extra_sweep_seconds": 0, "deadline_seconds": self.p.get("deadline_seconds"),
-                  "turns": {"turn_calls": self.p.get("turn_calls", TURN_CALLS),
+                  "turns": {"turn_calls": self.p.get("turn_calls", TURN_CALLS), "traced_turn_every": TRACED_TURN_EVERY,
                             "runs_per_round": len(turns) // max(1, n),
                             "turns_per_run_median": statistics.median(turns) if turns else None,
                             "probe_effect_spread_pct": turns_spread_pct(p50s), "round_speed": speed},

@@ -199,18 +199,19 @@ def pair_sockets(per, ident, client_tgid):
                         "" if cands else "the client's socket was not seen in /proc and no server socket "
                                          "received while it was in use"))
             continue
-        if s["proto"] == "tcp":
-            cands = [k for k, v in servers.items() if v and v["proto"] == "tcp" and v["local"] == s["remote"]
-                     and v["remote"] == s["local"]]
+        port = s["remote"].rsplit(":", 1)[1]
+        same = {k: v for k, v in servers.items() if v and v["proto"] == s["proto"]}
+        if port == "0":
+            # Not connected when the poller saw it (a UDP socket that names its peer per send, or a TCP
+            # socket seen between socket() and connect()): the server socket of its protocol that
+            # received the most while it was in use.
+            lo, hi = ops[0].enter, ops[-1].exit
+            score = {k: sum(1 for o in per[k] if o.kind == "recv" and lo <= o.exit <= hi) for k in same}
+            cands = [k for k in sorted(score, key=lambda k: -score[k]) if score[k]][:1]
+        elif s["proto"] == "tcp":
+            cands = [k for k, v in same.items() if v["local"] == s["remote"] and v["remote"] == s["local"]]
         else:
-            port = s["remote"].rsplit(":", 1)[1]
-            udp = {k: v for k, v in servers.items() if v and v["proto"] == "udp"}
-            if port != "0":
-                cands = [k for k, v in udp.items() if v["local"].rsplit(":", 1)[1] == port]
-            else:
-                lo, hi = ops[0].enter, ops[-1].exit
-                score = {k: sum(1 for o in per[k] if o.kind == "recv" and lo <= o.exit <= hi) for k in udp}
-                cands = [k for k in sorted(score, key=lambda k: -score[k]) if score[k]][:1]
+            cands = [k for k, v in same.items() if v["local"].rsplit(":", 1)[1] == port]
         if not cands:
             out.append((key, None, f"no server socket pairs with the client's {s['proto']} {s['local']} -> "
                                    f"{s['remote']}"))

@@ -203,14 +203,19 @@ class SocketPoller:
 
     def __init__(self):
         self.pids = set()
+        self.clients = set()
         self.seen = {}                # (pid, fd, inode) -> sighting
         self.tids = {}                # tid -> tgid
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._fast_until = 0.0
 
-    def watch(self, pids, fast_s=2.0):
+    def watch(self, pids, fast_s=2.0, client=False):
+        """Poll pids too, fast for fast_s; a client's sockets are connected ones, so a TCP socket first
+        seen unconnected is looked at again until it has its peer."""
         self.pids |= set(pids)
+        if client:
+            self.clients |= set(pids)
         self._fast_until = time.monotonic() + fast_s
 
     def start(self):
@@ -249,7 +254,10 @@ class SocketPoller:
                 m = re.fullmatch(r"socket:\[(\d+)\]", link)
                 if m and (pid, int(fd), int(m.group(1))) not in self.seen:
                     new.append((int(fd), int(m.group(1))))
-            if not new:
+            # A TCP socket seen between its socket() and connect() is looked at again until it has a peer.
+            early = [k for k, v in self.seen.items() if k[0] == pid and v["proto"] == "tcp"
+                     and v["remote"].endswith(":0") and pid in self.clients]
+            if not new and not early:
                 continue
             table = socket_table(pid)
             for fd, ino in new:
@@ -257,6 +265,9 @@ class SocketPoller:
                     proto, local, remote = table[ino]
                     self.seen[(pid, fd, ino)] = {"pid": pid, "fd": fd, "inode": ino, "proto": proto,
                                                  "local": local, "remote": remote, "seen_ns": now}
+            for key in early:
+                if key[2] in table:
+                    _proto, self.seen[key]["local"], self.seen[key]["remote"] = table[key[2]]
 
     def record(self):
         return {"sockets": sorted(self.seen.values(), key=lambda s: s["seen_ns"]),
@@ -330,7 +341,7 @@ def _one_case(target, system, pl, devices, transport, proc, size, calls, warmup,
             argv = progs.holder() + client_argv(system, pl, transport, proc, size, calls, warmup, max_seconds)
             client = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       stdin=subprocess.DEVNULL)
-            poller.watch([client.pid])
+            poller.watch([client.pid], client=True)
             try:
                 out, err = client.communicate(timeout=max_seconds + warmup * 0.01 + 60)
             except subprocess.TimeoutExpired:

@@ -19,12 +19,13 @@ import sys
 import pytest
 from helpers import shared_testbed
 
-from rpcscope.analysis.kernelonly import PATH_IDS
+from rpcscope.analysis.kernelonly import PATH_IDS, analyze_case
 from rpcscope.tracepoints.targetsteps import on_path, target_steps
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
 PEERS = REPO / "build" / "peers" / "bin"
+CASE = pathlib.Path(__file__).parent / "fixtures" / "target-case-tcp-0"
 CALLS, WARMUP = 300, 20
 
 
@@ -45,6 +46,25 @@ def test_catalog_chains_the_round_trip():
     assert path[0].kernel_begin[0].startswith("syscalls:sys_enter_send")
     assert path[-1].kernel_end[0].startswith("syscalls:sys_exit_recv")
     assert all(s.dce for s in target_steps())
+
+
+@pytest.mark.parametrize("sighting", ["connected", "before connect()", "never seen"])
+def test_client_socket_pairs_however_the_poller_saw_it(tmp_path, sighting):
+    """The poller may see the client's TCP socket connected, between its socket() and connect() (no peer
+    yet), or not at all (the program ran between two polls): its calls pair with the server's all the same."""
+    case = tmp_path / "case"
+    shutil.copytree(CASE, case)
+    rec = json.loads((case / "sockets.json").read_text())
+    mine = [s for s in rec["sockets"] if s["pid"] == rec["client_pid"]]
+    assert len(mine) == 1 and mine[0]["proto"] == "tcp" and not mine[0]["remote"].endswith(":0")
+    if sighting == "before connect()":
+        mine[0].update(local="0.0.0.0:0", remote="0.0.0.0:0")
+    elif sighting == "never seen":
+        rec["sockets"].remove(mine[0])
+    (case / "sockets.json").write_text(json.dumps(rec))
+    r = analyze_case(case)
+    assert r.matched == r.exchanges == 331 and not r.unmatched
+    assert len(r.calls) == r.program_calls == 300 and r.setup == 31 and not r.program_unmatched
 
 
 def test_bad_target_fails_before_anything_starts(tmp_path):

@@ -5,10 +5,10 @@
 #   make TRACE=clock  build it with each step mark one clock read into memory (build/clock/)
 #   make peers        the other RPC systems of `rpcscope experiment` (build/peers/bin/: libtirpc, gRPC C++)
 #   make bootstrap    install Debian packages and the Python venv (idempotent)
-#   make test         bootstrap if needed, then run every test (make lint first)
+#   make test         bootstrap if needed, then run every test (make lint first), the two-kernel one included
 #   make lint         ruff over the Python, clang-format's check over the C (.clang-format)
 #   make vm           the VM host's kernel, lttng-modules and initramfs (a store shared by the machine's checkouts; build/vm/vm.json)
-#   make test-vm      the two-kernel test on a QEMU guest (apart from make test: about 4 minutes)
+#   make test-vm      the two-kernel test on a QEMU guest alone (about 4 minutes)
 #   make run          the main job on the local testbed
 #   make bench        benchmarks (not tests, rpcscope bench NAME): null-RPC RTT against sockperf;
 #                     make bench-capture, make bench-analysis: capture and analysis cost
@@ -22,6 +22,7 @@ TRACE ?= 1
 CC ?= gcc
 BUILD := build/$(if $(filter 0,$(TRACE)),notrace,$(if $(filter clock,$(TRACE)),clock,trace))
 GEN := build/gen
+NPROC := $(shell nproc 2>/dev/null || echo 1)
 VENV := .venv
 VENV_STAMP := $(VENV)/.rpcscope-bootstrap
 PY := $(VENV)/bin/python
@@ -161,14 +162,19 @@ test-py: $(VENV_STAMP) all
 	$(MAKE) TRACE=clock all
 	$(PY) -m pytest -q -rs tests/python
 
-# The two-kernel test: a QEMU guest under TCG as the server host, about 4 minutes; make vm first (a few
-# minutes the first time on a machine, then about a second: its kernel, modules and initramfs are in a
-# store that every checkout on the machine shares). Apart from make test, which it takes past 20 minutes.
+# The two-kernel test alone (make test runs it too): a QEMU guest under TCG as the server host, about
+# 4 minutes; make vm first (a few minutes the first time on a machine, then about a second: its kernel,
+# modules and initramfs are in a store that every checkout on the machine shares).
 .PHONY: test-vm
 test-vm: $(VENV_STAMP) all
 	$(MAKE) TRACE=0 all
 	$(MAKE) TRACE=clock all
 	$(MAKE) vm
+	$(MAKE) test-vm-pytest
+
+# The two-kernel test's pytest alone: the builds and make vm done.
+.PHONY: test-vm-pytest
+test-vm-pytest: $(VENV_STAMP)
 	$(PY) -m pytest -q -rs -p no:cacheprovider tests/python/test_vm_testbed.py
 
 # make lint: ruff over the Python (pyproject.toml [tool.ruff]) and clang-format's check over the C of the
@@ -184,19 +190,30 @@ lint: $(VENV_STAMP)
 lint-ansible: $(VENV_STAMP)
 	cd ansible && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ../$(VENV)/bin/ansible-lint -q
 
-# pytest -rs: every skipped test says why (a seed table not found, the VM's timing).
+# The builds run one job per CPU. The two-kernel test (its guest one emulated CPU) runs beside the checks
+# that take one CPU each (C tests, sanitizers, TEST_FUZZ_SECONDS per fuzz target: make fuzz-long for
+# campaigns, the stub study, ansible-lint); then the other Python tests. pytest -rs: every skipped test
+# says why (a seed table not found, the VM's timing).
+TEST_FUZZ_SECONDS ?= 8
 test: $(VENV_STAMP)
 	$(MAKE) lint
-	$(MAKE) all
-	$(MAKE) TRACE=0 all
-	$(MAKE) TRACE=clock all
-	$(MAKE) peers
+	$(MAKE) -j$(NPROC) all
+	$(MAKE) -j$(NPROC) TRACE=0 all
+	$(MAKE) -j$(NPROC) TRACE=clock all
+	$(MAKE) -j$(NPROC) peers
+	$(MAKE) vm
+	$(MAKE) -j2 --output-sync=target test-vm-pytest test-checks
+	$(PY) -m pytest -q -rs -p no:cacheprovider --durations=15 --ignore=tests/python/test_vm_testbed.py \
+	    --ignore=tests/python/test_stubs.py tests/python
+
+# One after the other; make test runs them beside the two-kernel test. test-stubs runs test_stubs.py.
+.PHONY: test-checks
+test-checks: $(VENV_STAMP)
 	$(MAKE) test-c
 	$(MAKE) test-asan
-	$(MAKE) test-fuzz
-	$(MAKE) test-stubs
+	$(MAKE) test-fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
+	$(MAKE) test-stubs STUBS_FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
 	$(MAKE) lint-ansible
-	$(PY) -m pytest -q -rs -p no:cacheprovider --durations=15 --ignore=tests/python/test_vm_testbed.py tests/python
 
 # The main job (rpcscope/pipeline.py): testbed up, deploy, capture the DCE sizes plus held-out
 # ones over UDP and TCP, analyze, round-trip path, model, report, testbed down. RUN_ARGS adds options.

@@ -340,7 +340,7 @@ def test_a_corrupt_event_mid_stream_ends_in_the_salvage_not_a_crash(fx, tmp_path
 
 @needs_native
 def test_random_damage_never_crashes_the_readers(fx, tmp_path):
-    """Bounded random damage to the metadata and the streams of a real LTTng-UST trace (200 cases,
+    """Bounded random damage to the metadata and the streams of a real LTTng-UST trace (80 cases,
     a fixed seed). ctfcols ends with status 0 or 1 and a meta.json, or dies only where libbabeltrace2
     itself dies on the same files (RPCSCOPE_CTFREAD=0: it asserts on some damaged packets); and
     read_trace, in this process, always returns events with the damage reported, never raises or
@@ -353,7 +353,7 @@ def test_random_damage_never_crashes_the_readers(fx, tmp_path):
     good = len(read_trace(src, backend="native"))
     t, out = tmp_path / "t", tmp_path / "out"
     damaged = 0
-    for case in range(200):
+    for case in range(80):
         for d in (t, out):
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir()

@@ -2,7 +2,7 @@
 `rpcscope deploy` through the roles, a capture through ansible/capture.yml with LTTng's kernel tracer
 in the guest and perf on the namespace client, `rpcscope analyze`; then `testbed down`.
 
-Reduced (`make test-vm`, apart from make test: about 4 minutes under TCG): one boot shared by UDP
+Reduced (about 4 minutes under TCG; in make test, and alone with make test-vm): one boot shared by UDP
 and TCP, 100 calls (+10 warm-up) of maxarg at 4016 bytes (two PDUs) over each. What a fixture covers stays with it:
 the injected clock shifts, the mapping's arithmetic and the report (test_clock_apply.py, on a
 capture of this kind). The guest is emulated (TCG here), many times slower than this machine: these

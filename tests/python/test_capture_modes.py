@@ -132,7 +132,9 @@ def test_ftrace_collector_records_every_packet_and_the_calls_rebuild(testbed, tm
         cr = c["clock_reads"]
         assert set(cr["files"]) == {"client", "server"} and cr["client_p50_ns"] > 0, cr
         assert cr["marks_from"] == "a run after the rounds that keeps every mark", cr
-        assert c["repeats"]["clock_p50_ns"][0] > 0 and c["sleeps_per_call"]["clock"]["client"] > 0.9, c["repeats"]
+        # How often the client sleeps a call depends on how soon its reply comes: counted, not prescribed.
+        assert c["repeats"]["clock_p50_ns"][0] > 0 and 0 < c["sleeps_per_call"]["clock"]["client"] < 10, \
+            c["repeats"]
         assert all((out / c["dir"] / f).is_file() for f in cr["files"].values())
         assert not list((out / c["dir"]).glob("clock-*.txt"))                   # only the .gz are kept
         assert not (out / c["dir"] / "clock-marks").exists()

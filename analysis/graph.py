@@ -32,11 +32,15 @@ Links:
              sender's device to the peer device, hop by hop in one NET_RX softirq; the
              chain is followed back from the final receive to the first xmit of that skb
              (stopping at a copy to user space, which ends a previous packet's life, or a
-             gap of more than PACKET_GAP_NS). Two kernels (real hosts): the packet link
-             needs matching by order/device and clock offsets (clocksync.py): not done yet.
+             gap of more than PACKET_GAP_NS). Two kernels share no skb, and a host reuses
+             the address of an skb it freed untraced (handed to a tap): a receive is taken to
+             carry the last packet one of the call's threads on another host handed to its
+             device before it, where there is one, on the merged clock (timeline.py; how far
+             that clock can be trusted is clock_sync's bound).
 """
 import numpy as np
 
+from .timeline import CPU_STRIDE
 from .traceread import KIND
 
 SOFTIRQ_NAMES = {0: "HI", 1: "TIMER", 2: "NET_TX", 3: "NET_RX", 4: "BLOCK", 5: "IRQ_POLL",
@@ -131,6 +135,7 @@ class Graph:
         self.pk_dev = dev
         self._names = ev.names
         self._pos_order = np.argsort(self.pk_idx, kind="stable")     # position of a global index: packet_origin
+        self._one_host = len(np.unique(self.pk_cpu // CPU_STRIDE)) <= 1
         rx = np.nonzero(kind == KIND["net_receive"])[0]
         self._rx = {}
         for c in np.unique(cpu[rx]):
@@ -326,6 +331,21 @@ class Graph:
         d = int(self.pk_dev[origin])
         return {"ts": int(self.pk_ts[origin]), "cpu": int(self.pk_cpu[origin]), "tid": int(self.pk_tid[origin]),
                 "dev": self._names[d] if d >= 0 else None, "hops": hops}
+
+    def xmit_on_other_host(self, cpu, lo, hi, tids):
+        """The last net_dev_xmit in [lo, hi] by one of tids on a host other than cpu's (the merged view
+        numbers each host's CPUs CPU_STRIDE apart): dict(ts, cpu, tid, dev, hops) or None."""
+        if self._one_host:
+            return None
+        m = (self.pk_kind == KIND["net_xmit"]) & (self.pk_cpu // CPU_STRIDE != cpu // CPU_STRIDE) & \
+            (self.pk_ts >= lo) & (self.pk_ts <= hi) & np.isin(self.pk_tid, list(tids))
+        k = np.nonzero(m)[0]
+        if not len(k):
+            return None
+        k = int(k[np.argmax(self.pk_ts[k])])
+        d = int(self.pk_dev[k])
+        return {"ts": int(self.pk_ts[k]), "cpu": int(self.pk_cpu[k]), "tid": int(self.pk_tid[k]),
+                "dev": self._names[d] if d >= 0 else None, "hops": 1}
 
     def packet_links(self):
         """Every hop as arrays (xmit_ts, receive_ts, skb): an xmit linked to the next

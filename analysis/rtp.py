@@ -82,6 +82,10 @@ DCE_NOTES = [
     "receive takes tcp_rcv_established's fast path the ACK goes out before the server is woken and is on "
     f"the path ('server {SENT_BEFORE_WAKEUP}'), on the slow path it goes out after the wake-up, beside "
     "the path.",
+    "Two kernels: a 'network' segment runs from the sender's hand-off to its device to the receiver's "
+    "NET_RX softirq, on the merged clock. The request's and the reply's add up to the client's wait less "
+    "the server's time, whatever the clocks' offset; how they split depends on it (within clock_sync's "
+    "bound).",
     f"'{CALL_EDGES}': the client's clock measures the call from before C1 to after C21; the time outside "
     "C1..C21 (the traced run's client-measured p50 less the p50 of its walked RTTs) is a segment of its own, so that "
     "the path adds up to what the untraced RTT measures.",
@@ -163,14 +167,20 @@ def rpc_labels(rpcs, r, graph, roles):
     return {t: _Labels(v) for t, v in by_tid.items()}, occs
 
 
-def _softirq_sender(graph, w):
+def _softirq_sender(graph, w, roles, begin):
     """For a waking w in a NET_RX softirq: (the receive it ran for, or None; that packet's origin, or
     None; the thread the softirq ran in the context of; whether the packet was sent inside it). On
     veth/loopback the packet was sent on the softirq's CPU before it began, inside the sender's own
-    send, and the sender is that thread; else the thread the softirq interrupted."""
+    send, and the sender is that thread; else the thread the softirq interrupted. With two kernels the
+    origin is the last hand-off to a device by one of the call's threads (roles) on another host since
+    the call began (begin), where there is one: an skb address links only within a host, and there it
+    may be a freed skb's address reused."""
     entry = w["softirq"][0]
     rx = graph.receive_in(w["cpu"], entry, w["ts"])
     org = graph.packet_origin(rx) if rx is not None else None
+    far = graph.xmit_on_other_host(w["cpu"], begin, entry, roles)
+    if far is not None:
+        org = far
     inside = bool(org and org["cpu"] == w["cpu"] and org["ts"] <= entry)
     return rx, org, (org["tid"] if inside else graph.current(w["cpu"], entry)), inside
 
@@ -244,7 +254,7 @@ def walk(graph, labels, client_tid, begin, end, roles=None, role_cpu=None):
             w["ts"], t, T, cpu_of(T, li))
         if net:
             se = w["softirq"][0]
-            rx, org, victim, inside = _softirq_sender(graph, w)
+            rx, org, victim, inside = _softirq_sender(graph, w, roles, begin)
             pb, lab = labels.get(victim, empty).at(w["ts"])
             # A packet the receive sent before it woke the reader (over TCP, an ACK: the fast path of
             # tcp_rcv_established sends it first, the slow path after the wake-up) is its own segment.
@@ -317,7 +327,7 @@ def retime(graph, costs, roles, client_tid, begin, end):
     def waker_shift(w):
         if w["context"] == "softirq NET_RX" and w["softirq"]:
             entry = w["softirq"][0]
-            _, org, victim, _ = _softirq_sender(graph, w)
+            _, org, victim, _ = _softirq_sender(graph, w, roles, begin)
             if victim in roles:
                 return shift_at(victim, w["ts"])
             if org and org["tid"] in roles:          # a real link: the sender, then the receive's own events

@@ -110,6 +110,23 @@ def test_every_rpc_has_kernel_steps_from_both_hosts(base):
             assert (r.rows[step].status == MEASURED).all(), (case.id, step, r.rows[step].reasons)
 
 
+def test_the_round_trip_path_crosses_both_hosts(base, tmp_path):
+    """The round-trip path goes from the client to the server and back: with no skb shared by the two
+    kernels, each receive is linked to the other host's last hand-off to its device, so nearly every
+    RPC's path holds the server's receive and send steps and a network segment each way, and none of it
+    is left unknown; it still adds up to each RPC's RTT."""
+    d = tmp_path / "run"
+    shutil.copytree(base[1], d)
+    assert rpcscope_main(["rtp", str(d), "--quiet"]) == 0
+    rtp = json.loads((d / "analysis" / "rtp.json").read_text())
+    for c in rtp["cases"]:
+        on = {p["segment"]: p for p in c["path"]}
+        for seg in ("S4", "S9'", "network"):
+            assert on[seg]["on_path_frac"] >= 0.9 and on[seg]["median_ns"] > 0, (c["case"], seg, on.get(seg))
+        assert on.get("unknown", {}).get("on_path_frac", 0) <= 0.05, (c["case"], on.get("unknown"))
+        assert c["sum_check_max_abs_ns"] == 0, c["case"]
+
+
 def _messages(run_dir):
     """{case: (C8 begin, S4 end, S9 begin, C18 end) per RPC}: when the client began sending each request
     and the server's recvfrom returned it, when the server began sending the reply and the client's

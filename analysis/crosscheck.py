@@ -3,7 +3,7 @@
 `rpcscope analyze`, its traced build), per transport and size, step by step.
 
     from rpcscope.analysis.crosscheck import crosscheck, counterparts
-    doc = crosscheck("runs/ko", "runs/traced")       # dict: cases[].rows[] (the --json output)
+    doc = crosscheck(["runs/ko"], ["runs/traced"])   # dict: cases[].rows[] (the --json output)
     [c.step for c in counterparts()]                  # K1..K11, KO1, KO2
 
 What a K step stands for in the traced analysis is read from the catalog (tracepoints/steps.toml): its
@@ -181,18 +181,32 @@ def _segments(rtp, case, labels):
     return None
 
 
-def _row(cp, ko_vals, table, rtp, case, multi):
+def _pooled_segments(per_run):
+    """{label: (median of the runs' medians, median of their shares)} over the runs that have the case."""
+    runs = [x for x in per_run if x is not None]
+    if not runs:
+        return None
+    labels = {lbl for x in runs for lbl in x}
+    return {lbl: (_median([x[lbl][0] for x in runs if lbl in x]), _median([x[lbl][1] if lbl in x else 0.0
+                                                                             for x in runs]))
+            for lbl in labels}
+
+
+def _row(cp, ko_vals, parts, multi):
+    """The row of one K step: ko_vals the kernel-only runs' per-call ns, parts [(CaseTable, rtp.json, case)]
+    of the traced runs (their calls pooled; a path segment's figure the median of the runs' medians)."""
     ko = _median(ko_vals)
     row = {"step": cp.step, "name": cp.name, "traced": "+".join(cp.rows) or " + ".join(cp.segments),
            "kernel_only_p50_us": None if ko is None else round(ko / 1e3, 3), "kernel_only_calls": len(ko_vals),
            "traced_p50_us": None, "traced_calls": 0, "traced_left_out": 0, "marks": None, "diff_%": None,
            "verdict": None, "why": cp.why}
     if cp.segments:
-        segs = _segments(rtp, case, cp.segments)
+        segs = _pooled_segments([_segments(rtp, case, cp.segments) for _, rtp, case in parts])
         held = {lbl: v for lbl, v in (segs or {}).items() if v[1] >= 0.5}       # on the path of most calls
         if not held:
             seen = ", ".join(f"{lbl} in {100 * f:.0f} %" for lbl, (_, f) in (segs or {}).items())
-            row.update(verdict=NONE, why=("the traced run has no rtp.json: run `rpcscope rtp` on it" if rtp is None
+            no_rtp = any(rtp is None for _, rtp, _ in parts)
+            row.update(verdict=NONE, why=("a traced run has no rtp.json: run `rpcscope rtp` on it" if no_rtp
                                           else f"the traced round-trip path has no {' or '.join(cp.segments)} "
                                                f"segment in most calls ({seen or 'in none'}; on veth the receiver's "
                                                f"protocol input runs inside the sender's sendmsg'', rtp.json notes): "
@@ -205,7 +219,11 @@ def _row(cp, ko_vals, table, rtp, case, multi):
             row["why"] = (f"the traced path's {', '.join(other)} is the idle task's time until a timer sends a "
                           f"queued packet on (analysis/rtp.py), not a hand-off to its receive")
     else:
-        sums, left = _traced_sums(table, cp.rows)
+        sums, left = [], 0
+        for table, _, _ in parts:
+            x, m = _traced_sums(table, cp.rows)
+            sums += x
+            left += m
         tr, n = _median(sums), len(sums)
         row.update(traced_calls=n, traced_left_out=left, marks=_marks(cp.rows))
     if tr is None or ko is None:
@@ -223,31 +241,68 @@ def _row(cp, ko_vals, table, rtp, case, multi):
     return row
 
 
-def crosscheck(ko_run, traced_run):
-    """The cross-check of two runs of the reference RPC (a dict, the --json output)."""
-    ko, target = _kernel_only(ko_run)
-    keys, sj, table, rtp = _traced(traced_run)
+def _pool_kernel_only(runs):
+    """{key: (summaries, {step: pooled ns per call})}, the first run's target.json, over kernel-only runs."""
+    pooled, first = {}, None
+    for run in runs:
+        ko, target = _kernel_only(run)
+        first = first or target
+        for key, (summary, per) in ko.items():
+            sums, steps = pooled.setdefault(key, ([], {}))
+            sums.append(summary)
+            for step, vals in per.items():
+                steps.setdefault(step, []).extend(vals)
+    return pooled, first
+
+
+def _pool_traced(runs):
+    """{key: [(CaseTable, rtp.json, case, steps.json rtt row)]} over traced runs."""
+    pooled = {}
+    for run in runs:
+        keys, sj, table, rtp = _traced(run)
+        for key, case in keys.items():
+            if case in table:
+                rtt = next((r for r in sj.get("rtt", []) if r.get("case") == case), {})
+                pooled.setdefault(key, []).append((table[case], rtp, case, rtt))
+    return pooled
+
+
+def _mid(rows, field):
+    vals = [r.get(field) for r in rows if r.get(field) is not None]
+    return _median(vals)
+
+
+def crosscheck(ko_runs, traced_runs):
+    """The cross-check of runs of the reference RPC (a dict, the --json output). Each side is a list of
+    runs of the same cases (made taking turns with the other side's, so that a change of the host's
+    speed touches both alike): each side's calls pooled over its runs."""
+    ko, target = _pool_kernel_only(ko_runs)
+    tr = _pool_traced(traced_runs)
     cps = counterparts()
     cases, unpaired = [], []
-    for key in sorted(set(ko) | set(keys), key=lambda k: (k[0], k[2])):
+    for key in sorted(set(ko) | set(tr), key=lambda k: (k[0], k[2])):
         t, proc, size = key
-        if key not in ko or key not in keys or keys[key] not in table:
+        if key not in ko or key not in tr:
             side = "the traced run" if key in ko else "the kernel-only run"
             unpaired.append(f"{t} {proc} {size}: not in {side}")
             continue
-        summary, per = ko[key]
-        case = keys[key]
-        multi = summary["exchanges_per_call"] if summary["exchanges_per_call"] > 1.05 else 0
-        rows = [_row(cp, per.get(cp.step, []), table[case], rtp, case, multi) for cp in cps]
-        rtt = next((r for r in sj.get("rtt", []) if r.get("case") == case), {})
-        cases.append({"transport": t, "proc": proc, "size": size, "kernel_only_case": summary["case"],
-                      "traced_case": case, "exchanges_per_call": summary["exchanges_per_call"],
-                      "kernel_only_program_p50_us": summary["program_p50_us"],
-                      "kernel_only_rtt_p50_us": summary["rtt_p50_us"],
-                      "traced_untraced_p50_us": rtt.get("untraced_p50_us"),
-                      "traced_rtt_p50_us": rtt.get("traced_rtt_median_us"), "rows": rows})
+        summaries, per = ko[key]
+        parts = [(table, rtp, case) for table, rtp, case, _ in tr[key]]
+        per_call = _median([s["exchanges_per_call"] for s in summaries])
+        multi = per_call if per_call > 1.05 else 0
+        rows = [_row(cp, per.get(cp.step, []), parts, multi) for cp in cps]
+        rtts = [rtt for *_, rtt in tr[key]]
+        cases.append({"transport": t, "proc": proc, "size": size, "kernel_only_case": summaries[0]["case"],
+                      "traced_case": parts[0][2], "runs": {"kernel_only": len(summaries), "traced": len(parts)},
+                      "exchanges_per_call": per_call,
+                      "kernel_only_program_p50_us": _mid(summaries, "program_p50_us"),
+                      "kernel_only_rtt_p50_us": _mid(summaries, "rtt_p50_us"),
+                      "traced_untraced_p50_us": _mid(rtts, "untraced_p50_us"),
+                      "traced_rtt_p50_us": _mid(rtts, "traced_rtt_median_us"), "rows": rows})
     both = [r for c in cases for r in c["rows"] if r["verdict"] in (AGREES, DIFFERS)]
-    return {"format": "rpcscope-crosscheck/1", "kernel_only_run": str(ko_run), "traced_run": str(traced_run),
+    return {"format": "rpcscope-crosscheck/1", "kernel_only_run": ",".join(map(str, ko_runs)),
+            "traced_run": ",".join(map(str, traced_runs)), "kernel_only_runs": [str(r) for r in ko_runs],
+            "traced_runs": [str(r) for r in traced_runs],
             "quantity": "median over calls of the step's per-call time, raw (no probe correction on either side)",
             "tolerance_%": TOLERANCE_PCT, "cases": cases, "unpaired": unpaired,
             "bound_by_both": len(both), "agree": sum(1 for r in both if r["verdict"] == AGREES),
@@ -288,6 +343,8 @@ from its tracepoints and kernel events, the same sizes and transports):
       && rpcscope analyze runs/traced && rpcscope rtp runs/traced
   rpcscope crosscheck runs/ko runs/traced                the table, per transport, size and K step
   rpcscope crosscheck runs/ko runs/traced --json         the same as JSON
+  rpcscope crosscheck runs/ko1,runs/ko2 runs/tr1,runs/tr2
+                         runs of each side made taking turns (ko1, tr1, ko2, tr2), each side's calls pooled
 
 Each K step is compared with its catalog counterpart (tracepoints/steps.toml [[target_steps]] dce): the
 per-call sum of its DCE steps (analysis/rpcs.jsonl.gz) or the traced path's network segment
@@ -298,8 +355,12 @@ in the counterpart's DCE steps (the catalog's marks, each occurrence), its own p
 """
 
 
+def _runs(arg):
+    return [r for r in arg.split(",") if r] or [arg]
+
+
 def cmd_crosscheck(args):
-    doc = crosscheck(args.kernel_only, args.traced)
+    doc = crosscheck(_runs(args.kernel_only), _runs(args.traced))
     if not doc["cases"]:
         raise UserError(f"no transport and size in both runs ({'; '.join(doc['unpaired'])}): run them with the "
                         f"same --transport, --proc and --sizes")
@@ -317,8 +378,10 @@ def register(subparsers):
                     "tracepoint-based run of the same sizes and transports (rpcscope capture + analyze + rtp): "
                     "per size and K step, both medians, the % difference and a verdict against 10 %.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("kernel_only", metavar="KERNEL_ONLY_RUN", help="a run of rpcscope run --target reference")
-    ap.add_argument("traced", metavar="TRACED_RUN", help="a run of rpcscope capture, analysed")
+    ap.add_argument("kernel_only", metavar="KERNEL_ONLY_RUN",
+                    help="a run of rpcscope run --target reference, or several separated by commas (pooled)")
+    ap.add_argument("traced", metavar="TRACED_RUN",
+                    help="a run of rpcscope capture, analysed, or several separated by commas (pooled)")
     ap.add_argument("--json", action="store_true", help="print the table as JSON")
     ap.set_defaults(func=cmd_crosscheck)
     return ap

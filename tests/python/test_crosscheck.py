@@ -136,6 +136,24 @@ def test_crosscheck_on_recorded_runs():
     check_table(RECORDED / "ko", RECORDED / "traced", json.loads((FIXTURE / "target.json").read_text())["calls"])
 
 
+def test_runs_of_each_side_are_pooled(tmp_path):
+    """Several runs a side, separated by commas (made taking turns with the other side's): each side's
+    calls pooled. The recorded pair given twice a side: twice the calls, the same medians and verdicts."""
+    ko, tr = RECORDED / "ko", RECORDED / "traced"
+    one = json.loads(rpcscope("crosscheck", str(ko), str(tr), "--json").stdout)
+    two = json.loads(rpcscope("crosscheck", f"{ko},{ko}", f"{tr},{tr}", "--json").stdout)
+    assert two["kernel_only_runs"] == [str(ko)] * 2 and two["traced_runs"] == [str(tr)] * 2
+    assert (two["agree"], two["bound_by_both"]) == (one["agree"], one["bound_by_both"])
+    for a, b in zip(one["cases"], two["cases"]):
+        assert b["runs"] == {"kernel_only": 2, "traced": 2}
+        for x, y in zip(a["rows"], b["rows"]):
+            assert (y["kernel_only_p50_us"], y["traced_p50_us"], y["verdict"]) == \
+                (x["kernel_only_p50_us"], x["traced_p50_us"], x["verdict"]), (a["transport"], a["size"], x["step"])
+            assert y["kernel_only_calls"] == 2 * x["kernel_only_calls"] and y["traced_calls"] == 2 * x["traced_calls"]
+    p = rpcscope("crosscheck", f"{ko},{tmp_path / 'none'}", str(tr), check=False)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and str(tmp_path / "none") in p.stderr, p.stderr
+
+
 def check_table(ko, tr, calls):
     """The table of a pair of runs of the same cases: complete and well-formed."""
     p = rpcscope("crosscheck", str(ko), str(tr), "--json")

@@ -29,7 +29,7 @@ COLORS = {"client CPU": "#1f77b4", "server CPU": "#ff7f0e", "wake-ups": "#9467bd
 
 def us(v):
     """Every µs figure of the first screen, rounded one way (as the model's table prints them)."""
-    return "" if v is None else f"{v:.2f}"
+    return "" if v is None else f"{round(v, 2) + 0.0:.2f}"        # + 0.0: no "-0.00"
 
 
 def pct(v):

@@ -2,8 +2,9 @@
 `rpcscope deploy` through the roles, a capture through ansible/capture.yml with LTTng's kernel tracer
 in the guest and perf on the namespace client, `rpcscope analyze`; then `testbed down`.
 
-Reduced (about 4 minutes under TCG; in make test, and alone with make test-vm): one boot shared by UDP
-and TCP, 100 calls (+10 warm-up) of maxarg at 4016 bytes (two PDUs) over each. What a fixture covers stays with it:
+Reduced (about 4 minutes under TCG; in make test, and alone with make test-vm): one boot shared by two
+captures of 300 calls (+30 warm-up) of maxarg, at 4016 bytes over UDP (two PDUs and a window
+acknowledgement) and at 0 bytes over TCP. What a fixture covers stays with it:
 the injected clock shifts, the mapping's arithmetic and the report (test_clock_apply.py, on a
 capture of this kind). The guest is emulated (TCG here), many times slower than this machine: these
 tests check what the traces hold and how they line up, never how fast anything is.
@@ -28,7 +29,8 @@ RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sy
 STATE_DIR = pathlib.Path("/run/rpcscope/testbed")
 INVENTORY = REPO / "ansible" / "inventories" / "local" / "hosts.yml"
 CLIENT, SERVER = "rpcs-client", "rpcs-server"
-CALLS, WARMUP, SIZES, TRANSPORTS = 100, 10, "4016", "udp,tcp"
+CALLS, WARMUP = 300, 30
+CASES = (("udp", "4016"), ("tcp", "0"))          # (transport, size): one capture each
 
 pytestmark = [
     pytest.mark.testbed,
@@ -64,8 +66,10 @@ def _teardown_playbook():
 
 @pytest.fixture(scope="module")
 def vm_run(tmp_path_factory):
-    """Up with a VM server, deploy, capture, analyze, down: (run dir, status JSON, what down left)."""
-    out = tmp_path_factory.mktemp("vm") / "run"
+    """Up with a VM server, deploy, capture each of CASES, analyze, down: ([run dirs], status JSON, what
+    down left)."""
+    base = tmp_path_factory.mktemp("vm")
+    outs = [base / f"{t}-{size}" for t, size in CASES]
     with held_by_tests(wait=1200):
         if STATE_DIR.exists():
             pytest.skip("a testbed is already up on this machine; this test would replace it "
@@ -75,9 +79,10 @@ def vm_run(tmp_path_factory):
             status = json.loads(rpcscope("testbed", "status", "--json", timeout=120).stdout)
             d = rpcscope("deploy", "--json", timeout=1200)
             assert json.loads(d.stdout)["ok"], d.stdout[-3000:]
-            rpcscope("capture", "--inventory", str(INVENTORY), "--kernel", "auto", "--sizes", SIZES,
-                     "--transport", TRANSPORTS, "--calls", str(CALLS), "--warmup", str(WARMUP),
-                     "--calibration", "none", "--out", str(out), timeout=1800)
+            for (t, size), out in zip(CASES, outs):
+                rpcscope("capture", "--inventory", str(INVENTORY), "--kernel", "auto", "--sizes", size,
+                         "--transport", t, "--calls", str(CALLS), "--warmup", str(WARMUP),
+                         "--calibration", "none", "--out", str(out), timeout=1800)
         finally:
             if INVENTORY.exists():
                 _teardown_playbook()
@@ -85,8 +90,9 @@ def vm_run(tmp_path_factory):
         left = {"qemu": vmhost.stray_qemus(STATE_DIR),
                 "tap": subprocess.run(["ip", "link", "show", "dev", "rpcs-s0-br"], capture_output=True).returncode == 0,
                 "state": STATE_DIR.exists()}
-    rpcscope("analyze", str(out), timeout=900)
-    yield out, status, left
+    for out in outs:
+        rpcscope("analyze", str(out), timeout=900)
+    yield outs, status, left
 
 
 def test_status_says_the_server_is_a_guest_and_its_acceleration(vm_run):
@@ -102,13 +108,17 @@ def test_down_leaves_no_process_tap_or_file(vm_run):
 
 
 def test_two_kernels_each_with_its_own_tracer(vm_run):
-    out, _, _ = vm_run
-    m = json.loads((out / "manifest.json").read_text())
-    assert m["complete"] and not m["testbed"]["shared_kernel"]
-    assert m["hosts"][SERVER]["kernel"] == vmhost.artifacts().kernel_release
-    assert m["hosts"][CLIENT]["kernel"] == os.uname().release != m["hosts"][SERVER]["kernel"]
-    assert m["kernel_collectors"] == {CLIENT: "perf", SERVER: "lttng"}
-    assert len(m["cases"]) == 2
+    for out, (t, size) in zip(vm_run[0], CASES):
+        m = json.loads((out / "manifest.json").read_text())
+        assert m["complete"] and not m["testbed"]["shared_kernel"]
+        assert m["hosts"][SERVER]["kernel"] == vmhost.artifacts().kernel_release
+        assert m["hosts"][CLIENT]["kernel"] == os.uname().release != m["hosts"][SERVER]["kernel"]
+        assert m["kernel_collectors"] == {CLIENT: "perf", SERVER: "lttng"}
+        assert [c["id"] for c in m["cases"]] == [f"{t}-maxarg-{size}"]
+        _no_losses_and_both_tracers(m)
+
+
+def _no_losses_and_both_tracers(m):
     for case in m["cases"]:
         assert case["losses"] == {"ust_discarded": 0, "ust_lost_packets": 0, "kernel_lost": 0}, case["id"]
         for h in (CLIENT, SERVER):
@@ -119,11 +129,13 @@ def test_two_kernels_each_with_its_own_tracer(vm_run):
 @pytest.fixture(scope="module")
 def rebuilt(vm_run):
     """{case id: (CaseRPCs, the case's clock fit from steps.json)}."""
-    out = vm_run[0]
-    steps = json.loads((out / "analysis" / "steps.json").read_text())
-    fits = {r["case"]: r["clock_sync"] for r in steps["rtt"]}
-    run = load_run(out)
-    return {c.id: (reconstruct(c), fits[c.id]) for c in run.cases}
+    out = {}
+    for run_dir in vm_run[0]:
+        steps = json.loads((run_dir / "analysis" / "steps.json").read_text())
+        fits = {r["case"]: r["clock_sync"] for r in steps["rtt"]}
+        out.update({c.id: (reconstruct(c), fits[c.id]) for c in load_run(run_dir).cases})
+    assert len(out) == len(CASES)
+    return out
 
 
 def test_every_rpc_has_kernel_steps_from_both_hosts(rebuilt):
@@ -182,3 +194,17 @@ def test_the_clock_estimate_agrees_with_the_ssh_check(rebuilt):
     for cid, (_, fit) in rebuilt.items():
         c = fit["check"]
         assert c and c.get("exchanges") == 2 and c["agrees"], (cid, c, fit["offset_ns"], fit["accuracy_ns"])
+
+
+def test_the_round_trip_path_crosses_both_hosts(vm_run):
+    """`rpcscope rtp` walks every call from the client to the guest and back: the server's receive and
+    send steps and a network segment on nearly every call's path, almost nothing left unknown, and the
+    path adding up to each call's RTT."""
+    for out in vm_run[0]:
+        rpcscope("rtp", str(out), "--quiet", timeout=600)
+        for c in json.loads((out / "analysis" / "rtp.json").read_text())["cases"]:
+            on = {p["segment"]: p for p in c["path"]}
+            for seg in ("S4", "S9'", "network"):
+                assert on[seg]["on_path_frac"] >= 0.9, (c["case"], seg, on.get(seg))
+            assert on.get("unknown", {}).get("on_path_frac", 0) <= 0.1, (c["case"], on.get("unknown"))
+            assert c["walked"] == CALLS and c["sum_check_max_abs_ns"] == 0, c["case"]

@@ -197,14 +197,20 @@ def test_the_clock_estimate_agrees_with_the_ssh_check(rebuilt):
 
 
 def test_the_round_trip_path_crosses_both_hosts(vm_run):
-    """`rpcscope rtp` walks every call from the client to the guest and back: the server's receive and
-    send steps and a network segment on nearly every call's path, almost nothing left unknown, and the
-    path adding up to each call's RTT."""
+    """`rpcscope rtp` walks every call from the client to the guest and back: the path of most calls
+    crosses to the server (a network segment, the server's receive and send steps) and back; a call
+    whose crossing the clocks cannot place (the guest's send mapped after the client's receive, within
+    a bound wider than the one-way delay) has an 'unknown' stretch instead, named, never another
+    call's packet; every path adds up to its call's RTT."""
+    def frac(on, seg):
+        return on.get(seg, {}).get("on_path_frac", 0.0)
+
     for out in vm_run[0]:
         rpcscope("rtp", str(out), "--quiet", timeout=600)
         for c in json.loads((out / "analysis" / "rtp.json").read_text())["cases"]:
             on = {p["segment"]: p for p in c["path"]}
-            for seg in ("S4", "S9'", "network"):
-                assert on[seg]["on_path_frac"] >= 0.9, (c["case"], seg, on.get(seg))
-            assert on.get("unknown", {}).get("on_path_frac", 0) <= 0.1, (c["case"], on.get("unknown"))
+            crossed = frac(on, "network")
+            assert crossed >= 0.75 and crossed + frac(on, "unknown") >= 0.99, (c["case"], crossed, on.get("unknown"))
+            for seg in ("S4", "S9'"):
+                assert frac(on, seg) >= crossed - 0.01, (c["case"], seg, on.get(seg), crossed)
             assert c["walked"] == CALLS and c["sum_check_max_abs_ns"] == 0, c["case"]

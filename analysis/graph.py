@@ -33,10 +33,10 @@ Links:
              chain is followed back from the final receive to the first xmit of that skb
              (stopping at a copy to user space, which ends a previous packet's life, or a
              gap of more than PACKET_GAP_NS). Two kernels share no skb, and a host reuses
-             the address of an skb it freed untraced (handed to a tap): a receive is taken to
-             carry the last packet one of the call's threads on another host handed to its
-             device before it, where there is one, on the merged clock (timeline.py; how far
-             that clock can be trusted is clock_sync's bound).
+             the address of an skb it freed untraced (handed to a tap): with several hosts a
+             receive is taken to carry the last packet one of the call's threads on another
+             host handed to its device before it, on the merged clock (timeline.py; how far
+             that clock can be trusted is clock_sync's bound), and no skb chain is followed.
 """
 import numpy as np
 
@@ -135,7 +135,7 @@ class Graph:
         self.pk_dev = dev
         self._names = ev.names
         self._pos_order = np.argsort(self.pk_idx, kind="stable")     # position of a global index: packet_origin
-        self._one_host = len(np.unique(self.pk_cpu // CPU_STRIDE)) <= 1
+        self.several_hosts = len(np.unique(self.pk_cpu // CPU_STRIDE)) > 1
         rx = np.nonzero(kind == KIND["net_receive"])[0]
         self._rx = {}
         for c in np.unique(cpu[rx]):
@@ -335,7 +335,7 @@ class Graph:
     def xmit_on_other_host(self, cpu, lo, hi, tids):
         """The last net_dev_xmit in [lo, hi] by one of tids on a host other than cpu's (the merged view
         numbers each host's CPUs CPU_STRIDE apart): dict(ts, cpu, tid, dev, hops) or None."""
-        if self._one_host:
+        if not self.several_hosts:
             return None
         m = (self.pk_kind == KIND["net_xmit"]) & (self.pk_cpu // CPU_STRIDE != cpu // CPU_STRIDE) & \
             (self.pk_ts >= lo) & (self.pk_ts <= hi) & np.isin(self.pk_tid, list(tids))

@@ -171,16 +171,16 @@ def _softirq_sender(graph, w, roles, begin):
     """For a waking w in a NET_RX softirq: (the receive it ran for, or None; that packet's origin, or
     None; the thread the softirq ran in the context of; whether the packet was sent inside it). On
     veth/loopback the packet was sent on the softirq's CPU before it began, inside the sender's own
-    send, and the sender is that thread; else the thread the softirq interrupted. With two kernels the
-    origin is the last hand-off to a device by one of the call's threads (roles) on another host since
-    the call began (begin), where there is one: an skb address links only within a host, and there it
-    may be a freed skb's address reused."""
+    send, and the sender is that thread; else the thread the softirq interrupted. With several hosts
+    the origin is the last hand-off to a device by one of the call's threads (roles) on another host
+    since the call began (begin), or None: an skb address links only within a host, and there it may
+    be a freed skb's address reused."""
     entry = w["softirq"][0]
     rx = graph.receive_in(w["cpu"], entry, w["ts"])
-    org = graph.packet_origin(rx) if rx is not None else None
-    far = graph.xmit_on_other_host(w["cpu"], begin, entry, roles)
-    if far is not None:
-        org = far
+    if graph.several_hosts:
+        org = graph.xmit_on_other_host(w["cpu"], begin, entry, roles)
+    else:
+        org = graph.packet_origin(rx) if rx is not None else None
     inside = bool(org and org["cpu"] == w["cpu"] and org["ts"] <= entry)
     return rx, org, (org["tid"] if inside else graph.current(w["cpu"], entry)), inside
 
@@ -268,7 +268,7 @@ def walk(graph, labels, client_tid, begin, end, roles=None, role_cpu=None):
             elif org and org["ts"] <= se:
                 add("network", org["ts"], se, -1)
                 T, t = org["tid"], org["ts"]
-            elif victim in roles:
+            elif victim in roles and not graph.several_hosts:
                 problems.append(f"softirq at {se}: no packet link; continuing on the interrupted thread")
                 T, t = victim, se
             else:

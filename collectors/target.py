@@ -256,7 +256,7 @@ class SocketPoller:
                     new.append((int(fd), int(m.group(1))))
             # A TCP socket seen between its socket() and connect() is looked at again until it has a peer.
             early = [k for k, v in self.seen.items() if k[0] == pid and v["proto"] == "tcp"
-                     and v["remote"].endswith(":0") and pid in self.clients]
+                     and v["remote"].endswith(":0")] if pid in self.clients else []
             if not new and not early:
                 continue
             table = socket_table(pid)

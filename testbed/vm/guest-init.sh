@@ -18,8 +18,7 @@ dir=$(arg rpcs_dir)
 [ -f "$dir/sshd_config" ] || fail "no sshd configuration in $dir"
 cp -a "$dir" /.rpcs-host || fail "copying $dir failed"
 mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run
-mount -t tmpfs -o mode=1777 tmpfs /tmp
-mount -t tmpfs -o mode=1777 tmpfs /var/tmp
+# /tmp and /var/tmp stay the overlay's, so that a checkout under the host's /tmp is there for deploy.
 mkdir -p "$dir" /run/sshd /run/lock /run/lttng
 cp -a /.rpcs-host/. "$dir/" && rm -rf /.rpcs-host
 # The state directory's parent holds the authorized keys (sshd_config's AuthorizedKeysFile).

@@ -7,6 +7,7 @@ from rpcscope.output import UserError, emit_json, table
 from rpcscope.rundir import RPCS_TABLE, RTT_CSV, STEPS_JSON, RunDir
 
 from .clocksync import summary_line
+from .kernelonly_out import analyze_run
 from .rpcs import CALL_BEGIN_MARK, CALL_END_MARK
 from .run import RunError
 from .steps import analyze
@@ -19,6 +20,7 @@ EPILOG = """examples:
   rpcscope analyze runs/maxarg-udp --json           everything as JSON (also in runs/NAME/analysis/)
   rpcscope analyze runs/x --no-kernel               user marks only (kernel-bounded steps: missing)
   rpcscope analyze runs/x --workers 1               everything in one process (default: one per CPU)
+  rpcscope analyze runs/target-libtirpc             a run of `run --target`: its kernel-only analysis again
 
 Writes runs/NAME/analysis/steps.csv (one row per case and step: n, mean, median,
 p10, p90, p99, std in us, corrected mean and median, tracepoints inside, missing
@@ -57,6 +59,11 @@ def _fmt(v):
 
 def cmd_analyze(args):
     path = pathlib.Path(args.run)
+    if RunDir(path).is_target:                       # a capture of `rpcscope run --target`: kernel events only
+        summaries, _ = analyze_run(path, quiet=args.json)
+        if args.json:
+            emit_json({"run": str(path), "cases": summaries})
+        return 0
     prog = None if args.quiet else _Progress()
     try:
         res = analyze(path, progress=prog, kernel=not args.no_kernel, workers=args.workers)
@@ -170,7 +177,8 @@ def register(subparsers):
         description="Rebuild every RPC of a run from its user and kernel traces and report each catalog "
                     "step's completion time per payload size.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("run", metavar="runs/NAME", help="a run directory made by `rpcscope capture`")
+    ap.add_argument("run", metavar="runs/NAME",
+                    help="a run directory made by `rpcscope capture` (or by `rpcscope run --target`)")
     ap.add_argument("--stat", choices=["median", "mean", "p10", "p90", "p99", "std"], default="median",
                     help="statistic shown in the table (default median; files hold all of them)")
     ap.add_argument("--corrected", action="store_true", help="show durations corrected for the probe effect")

@@ -2,6 +2,7 @@
 tables and matching figures (analysis/kernelonly.json), every call's path (analysis/kernelonly-calls.csv)
 and the first screen, as text (report/first-screen.txt).
 
+    summaries, results = analyze_run(rundir)         # every case of a target run; writes the outputs
     summary = summarize(analyze_case(case_dir))      # dict: one case's tables
     write(rundir, [summary, ...], [CaseResult, ...])
     print(first_screen(summary))
@@ -10,10 +11,11 @@ import csv
 import json
 import statistics
 
+from rpcscope.output import UserError
 from rpcscope.rundir import KERNELONLY_FORMAT, RunDir
 from rpcscope.tracepoints.targetsteps import target_steps
 
-from .kernelonly import PATH_IDS
+from .kernelonly import PATH_IDS, analyze_case
 
 LARGEST = 3
 
@@ -71,6 +73,25 @@ def summarize(res):
 
 def _missing_side(sid):
     return {"K2": "server net", "K3": "server", "K8": "client net", "K9": "client"}.get(sid, "")
+
+
+def analyze_run(rundir, quiet=False):
+    """Analyze every case of a target run directory: (summaries, results); writes the outputs and,
+    unless quiet, prints each case's first screen."""
+    rd = RunDir(rundir)
+    cases = sorted(p for p in (rd.path / "cases").iterdir() if (p / "case.json").exists()) \
+        if (rd.path / "cases").is_dir() else []
+    if not cases:
+        raise UserError(f"{rundir}: no captured target case; run `rpcscope run --target ...` first")
+    results = [analyze_case(c) for c in cases]
+    summaries = [summarize(r) for r in results]
+    paths = write(rundir, summaries, results)
+    if not quiet:
+        for s in summaries:
+            print()
+            print(first_screen(s))
+        print(f"\nwritten: {', '.join(map(str, paths))}")
+    return summaries, results
 
 
 def write(rundir, summaries, results):

@@ -8,7 +8,7 @@ from rpcscope.rundir import RunDir
 
 from .data import ReportError, load
 from .report import build, write
-from .target_report import TargetReportError, build_target, is_target_run, write_target
+from .target_report import TargetReportError, build_target, write_target
 
 PERCENT_ERROR = ("% error = (Measured − Calculated) × 100 / Measured, the DCE study's sign: positive where the "
                  "model is under")
@@ -52,7 +52,7 @@ def cmd_target_report(args):
 
 
 def cmd_report(args):
-    if is_target_run(args.run):
+    if RunDir(args.run).is_target:
         return cmd_target_report(args)
     try:
         d = load(args.run, per_rpc=args.per_rpc)

@@ -1,7 +1,7 @@
 """`rpcscope report` of a run of an RPC rpcscope did not write (`rpcscope run --target`): report.md,
 index.html and tables.json under the run's report/, from analysis/kernelonly.json alone.
 
-    from rpcscope.reports.target_report import build_target, is_target_run, write_target
+    from rpcscope.reports.target_report import build_target, write_target
     rep = build_target("runs/target-...")       # a Report (reports/objects.py)
     write_target(rep, "runs/target-.../report")  # report.md, index.html, tables.json
 
@@ -39,10 +39,6 @@ INTRO = ("Where does the time of one call go, seen from the kernel alone? The pr
 
 class TargetReportError(Exception):
     """A target run the report cannot read: one line naming what to do."""
-
-
-def is_target_run(run) -> bool:
-    return RunDir(run).target_json.exists()
 
 
 def _read(path, again):

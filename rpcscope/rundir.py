@@ -163,6 +163,11 @@ class RunDir:
         return self.path / TARGET_JSON
 
     @property
+    def is_target(self):
+        """Whether this is a run of an RPC rpcscope did not write (`rpcscope run --target`)."""
+        return self.target_json.exists()
+
+    @property
     def kernelonly_json(self):
         return self.analysis / KERNELONLY_JSON
 

@@ -15,8 +15,7 @@ import pathlib
 import shutil
 from contextlib import redirect_stdout
 
-from .analysis.kernelonly import analyze_case
-from .analysis.kernelonly_out import first_screen, summarize, write
+from .analysis.kernelonly_out import analyze_run
 from .collectors.target import PROGRAMS, TARGETS, capture
 from .collectors.uprobes import resolve
 from .experiments import systems
@@ -38,24 +37,6 @@ def plan(target, transports, proc, sizes):
     if not todo:
         raise UserError(f"--target {target}: no case to run ({'; '.join(notes)})")
     return todo, notes
-
-
-def analyze(out, quiet=False):
-    """Analyze every case of a target run directory: (summaries, results); writes the outputs."""
-    rd = RunDir(out)
-    cases = sorted(p for p in (rd.path / "cases").iterdir() if (p / "case.json").exists()) \
-        if (rd.path / "cases").is_dir() else []
-    if not cases:
-        raise UserError(f"{out}: no captured target case; run `rpcscope run --target ...` first")
-    results = [analyze_case(c) for c in cases]
-    summaries = [summarize(r) for r in results]
-    paths = write(out, summaries, results)
-    if not quiet:
-        for s in summaries:
-            print()
-            print(first_screen(s))
-        print(f"\nwritten: {', '.join(map(str, paths))}")
-    return summaries, results
 
 
 def cmd_run_target(args, sizes, transports, testbed, main):
@@ -86,7 +67,6 @@ def cmd_run_target(args, sizes, transports, testbed, main):
             "format": TARGET_FORMAT, "target": target, "proc": args.proc, "calls": args.calls,
             "warmup": args.warmup, "uprobes": args.uprobe, "left_out": notes,
             "cases": [dataclasses.asdict(c) for c in cases]}, indent=1))
-        summaries, _ = analyze(out, quiet=args.json)
     except BaseException:
         if made:                                 # no half-made run directory
             shutil.rmtree(out, ignore_errors=True)
@@ -95,6 +75,12 @@ def cmd_run_target(args, sizes, transports, testbed, main):
         if started and not args.keep_testbed:
             with redirect_stdout(io.StringIO()):
                 main(["testbed", "down"])
+    try:                                         # the capture is complete: it stays, whatever the analysis does
+        summaries, _ = analyze_run(out, quiet=args.json)
+    except (Exception, KeyboardInterrupt) as e:
+        why = "interrupted" if isinstance(e, KeyboardInterrupt) else str(e) or type(e).__name__
+        raise UserError(f"the capture is complete and kept in {out}, but its analysis failed: {why}; "
+                        f"`rpcscope analyze {out}` analyzes it again") from None
     if args.json:
         emit_json({"run": str(out), "cases": summaries})
     else:

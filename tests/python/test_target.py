@@ -80,6 +80,58 @@ def test_bad_target_fails_before_anything_starts(tmp_path):
     assert not (tmp_path / "z").exists()
 
 
+def _target_run(out, case_dirs):
+    """A target run directory holding recorded cases, as `rpcscope run --target` leaves it after its capture."""
+    (out / "cases").mkdir(parents=True)
+    cases = []
+    for d in case_dirs:
+        shutil.copytree(d, out / "cases" / d.name)
+        cases.append(json.loads((d / "case.json").read_text()))
+    (out / "target.json").write_text(json.dumps({
+        "format": "rpcscope-target/1", "target": "reference", "proc": "maxarg", "calls": 300, "warmup": 30,
+        "uprobes": [], "left_out": [], "cases": cases}))
+
+
+def test_analyze_reads_a_target_run_again(tmp_path):
+    """`rpcscope analyze` of a target run's directory redoes its kernel-only analysis and writes its outputs."""
+    out = tmp_path / "run"
+    _target_run(out, [CASE])
+    p = rpcscope("analyze", str(out))
+    assert "calls matched" in p.stdout and "largest steps" in p.stdout, p.stdout
+    doc = json.loads((out / "analysis" / "kernelonly.json").read_text())
+    assert [c["calls"] for c in doc["cases"]] == [300]
+    p = rpcscope("analyze", str(out), "--json")
+    assert json.loads(p.stdout)["cases"][0]["program_calls"] == 300
+
+
+def test_a_complete_capture_stays_when_its_analysis_fails(tmp_path, monkeypatch, capsys):
+    """`run --target` keeps a complete capture whose analysis fails (here: a damaged sockets.json) and says
+    how to analyze it again; a capture that fails part way leaves no directory."""
+    from rpcscope import target_run, testbed
+    from rpcscope.cli import main
+    from rpcscope.collectors.target import TargetCase
+
+    def recorded(target, todo, proc, calls, warmup, out, **kw):
+        _target_run(out, [CASE])
+        (out / "cases" / CASE.name / "sockets.json").write_text("{ damaged")
+        return [TargetCase(**json.loads((CASE / "case.json").read_text()))]
+
+    def failing(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(testbed, "load_state", lambda: {"up": True})
+    for cap, kept in ((recorded, True), (failing, False)):
+        out = tmp_path / cap.__name__
+        monkeypatch.setattr(target_run, "capture", cap)
+        rc = main(["run", "--target", "reference", "--transport", "tcp", "--sizes", "0", "--out", str(out)])
+        err = capsys.readouterr().err
+        assert rc != 0 and "Traceback" not in err, err
+        assert out.exists() == kept, (cap.__name__, err)
+        if kept:
+            assert f"kept in {out}" in err and f"rpcscope analyze {out}" in err, err
+            assert (out / "target.json").exists() and (out / "cases" / CASE.name / "net").exists()
+
+
 @pytest.fixture(scope="module")
 def testbed():
     if os.geteuid() != 0:

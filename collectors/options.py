@@ -14,7 +14,7 @@ from rpcscope.rundir import RunDir
 from . import ftrace, idle, lttng, perf
 from .rounds import EXTRA_SWEEP_SECONDS, MAX_EXTRA_ROUNDS
 
-PROCS = ("null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway")
+PROCS = ("null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway", "fixedarg")
 ASLR_SETTINGS = ("off", "on")   # --aslr: address-space layout randomization of the RPC processes
 MAX_MSG = 256 << 10           # rpc-client/rpc-server --max-msg default
 # Rounds per case: the median of more rounds moves less (see Capture.sweeps); a round of a case (its
@@ -70,6 +70,8 @@ def proc_max_size(proc, max_msg=MAX_MSG):
         return (max_msg - 4) // 4
     if proc == "concat":
         return max_msg - 16
+    if proc == "fixedarg":
+        return max_msg
     return max_msg - 8
 
 

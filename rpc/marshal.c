@@ -105,6 +105,12 @@ void marshal_put_opaque(struct marshal_enc *e, const void *data, uint32_t len, i
 
 void marshal_put_string(struct marshal_enc *e, const char *s, uint32_t len) { marshal_put_opaque(e, s, len, 0); }
 
+void marshal_put_fixed(struct marshal_enc *e, const void *data, uint32_t len)
+{
+    if (!e->status && len)
+        add_seg(e, data, 0, len);
+}
+
 void marshal_put_i32_array(struct marshal_enc *e, const int32_t *v, uint32_t n)
 {
     marshal_put_u32(e, n);
@@ -210,6 +216,17 @@ int marshal_get_opaque(struct marshal_dec *d, const uint8_t **data, uint32_t *le
 int marshal_get_string(struct marshal_dec *d, const char **s, uint32_t *len, uint32_t max)
 {
     return marshal_get_opaque(d, (const uint8_t **)s, len, max);
+}
+
+int marshal_get_rest(struct marshal_dec *d, const uint8_t **data, uint32_t *len)
+{
+    size_t n = d->status ? 0 : d->len - d->off;
+    const uint8_t *p = take(d, n, "fixed array");
+    if (!p)
+        return d->status;
+    *data = p;
+    *len = (uint32_t)n;
+    return UTIL_OK;
 }
 
 int marshal_get_i32_array(struct marshal_dec *d, int32_t *out, uint32_t max, uint32_t *n)

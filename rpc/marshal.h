@@ -47,6 +47,8 @@ void marshal_put_i64(struct marshal_enc *e, int64_t v);
 /* Counted opaque bytes, referenced (not copied) when `copy` is 0. */
 void marshal_put_opaque(struct marshal_enc *e, const void *data, uint32_t len, int copy);
 void marshal_put_string(struct marshal_enc *e, const char *s, uint32_t len);
+/* A fixed-size byte array, uncounted and unpadded (its size is the interface's), referenced. */
+void marshal_put_fixed(struct marshal_enc *e, const void *data, uint32_t len);
 /* Counted int32 array: referenced when no swap is needed, swapped into scratch otherwise. */
 void marshal_put_i32_array(struct marshal_enc *e, const int32_t *v, uint32_t n);
 /* Room for up to cap bytes encoded by someone else (a plugged-in procedure's variant),
@@ -64,6 +66,8 @@ int marshal_get_i64(struct marshal_dec *d, int64_t *v);
 /* Counted opaque bytes, returned in place; fails if the count exceeds max or the data. */
 int marshal_get_opaque(struct marshal_dec *d, const uint8_t **data, uint32_t *len, uint32_t max);
 int marshal_get_string(struct marshal_dec *d, const char **s, uint32_t *len, uint32_t max);
+/* The bytes left, in place: a fixed-size array that ends the body (the body's length is its size). */
+int marshal_get_rest(struct marshal_dec *d, const uint8_t **data, uint32_t *len);
 /* Counted int32 array copied (and swapped) into out[max]. */
 int marshal_get_i32_array(struct marshal_dec *d, int32_t *out, uint32_t max, uint32_t *n);
 /* Fails if bytes remain undecoded. */

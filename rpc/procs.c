@@ -8,7 +8,7 @@
 #include "wire.h"
 
 static const char *const proc_names[PROC_COUNT] = {
-    "null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway",
+    "null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway", "fixedarg",
 };
 
 static const struct procs_table *plugin;
@@ -69,12 +69,14 @@ uint32_t proc_max_size(int proc, uint32_t max_msg)
     case PROC_MAXRESULT:
     case PROC_ECHO:
     case PROC_COURIER:
-    case PROC_COURIER_ONEWAY: break;
+    case PROC_COURIER_ONEWAY:
+    case PROC_FIXEDARG: break;
     default: return 0; /* a plugged-in procedure's argument is its value */
     }
     switch (proc) {
     case PROC_SUM: return (max_msg - 4) / 4;
     case PROC_CONCAT: return max_msg - 16;
+    case PROC_FIXEDARG: return max_msg;
     default: return max_msg - 8;
     }
 }
@@ -108,6 +110,7 @@ static void marshal_args(struct client *c, struct marshal_enc *e, int proc, cons
         marshal_put_string(e, a->s1, a->len1);
         marshal_put_string(e, a->s2, a->len2);
         break;
+    case PROC_FIXEDARG: marshal_put_fixed(e, a->data, a->len); break;
     default: marshal_put_opaque(e, a->data, a->len, 0); break;
     }
 }
@@ -123,7 +126,8 @@ static int unmarshal_result(struct marshal_dec *d, int proc, struct proc_result 
     switch (proc) {
     case PROC_NULL:
     case PROC_MAXARG:
-    case PROC_COURIER_ONEWAY: break;
+    case PROC_COURIER_ONEWAY:
+    case PROC_FIXEDARG: break;
     case PROC_INCR: marshal_get_u64(d, &r->counter); break;
     case PROC_MAXRESULT:
     case PROC_CONCAT: marshal_get_opaque(d, &r->data, &r->len, max); break;
@@ -147,7 +151,8 @@ static uint32_t arg_bytes(int proc, const struct proc_args *a)
     case PROC_MAXARG:
     case PROC_ECHO:
     case PROC_COURIER:
-    case PROC_COURIER_ONEWAY: return a->len;
+    case PROC_COURIER_ONEWAY:
+    case PROC_FIXEDARG: return a->len;
     default: return proc_is_plugin(proc) ? (uint32_t)plugin->wire_max(proc) : 0;
     }
 }
@@ -238,6 +243,7 @@ int proc_serve(struct proc_server *srv, int proc, uint64_t call_id, struct marsh
         marshal_get_string(d, &a.s1, &a.len1, max);
         marshal_get_string(d, &a.s2, &a.len2, max);
         break;
+    case PROC_FIXEDARG: marshal_get_rest(d, &a.data, &a.len); break;
     default: marshal_get_opaque(d, &a.data, &a.len, max); break;
     }
     rc = marshal_dec_end(d);

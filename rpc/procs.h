@@ -12,6 +12,9 @@
  *   echo(opaque n) -> (opaque n, i32 n)    Netwise "opaque 4000/8000/16000"
  *   courier(opaque n) -> i32  Courier with a result
  *   courier_oneway(opaque n)  Courier without a result: the client does not wait
+ *   fixedarg(byte[n])         DCE's throughput call: a fixed-size array of n
+ *                             characters, the whole body with no count (the
+ *                             interface fixes n), no result
  *
  * Other procedures plug in through procs_register (the stub study does, from
  * stubs/rpc/stubcall.c): ids from PROCS_PLUGIN_BASE on. Their argument is a value
@@ -37,6 +40,7 @@ enum proc_id {
     PROC_ECHO,
     PROC_COURIER,
     PROC_COURIER_ONEWAY,
+    PROC_FIXEDARG,
     PROC_COUNT
 };
 
@@ -47,7 +51,7 @@ struct proc_args {
     uint32_t nints;
     const char *s1, *s2; /* concat */
     uint32_t len1, len2;
-    const uint8_t *data; /* maxarg, echo, courier */
+    const uint8_t *data; /* maxarg, echo, courier, fixedarg */
     uint32_t len;
     const void *value; /* a plugged-in procedure's argument value */
 };

@@ -193,9 +193,12 @@ def _pad4(n):
 def request_body_bytes(proc, size):
     """Marshalled request body of a procedure for a workload size (rpc/procs.c's
     marshal_args: opaque and strings carry a 4-byte length and are padded to 4;
-    `sum` sends `size` 32-bit integers after a count). None when unknown."""
+    `sum` sends `size` 32-bit integers after a count; fixedarg's array is the body, uncounted).
+    None when unknown."""
     if proc in ("null", "incr"):
         return 0
+    if proc == "fixedarg":
+        return size
     if proc in ("maxarg", "echo", "courier", "courier_oneway"):
         return 4 + _pad4(size)
     if proc == "maxresult":
@@ -210,9 +213,9 @@ def request_body_bytes(proc, size):
 def reply_body_bytes(proc, size):
     """Marshalled reply body of a procedure for a workload size (rpc/procs.c's result marshalling:
     maxresult and concat return opaque data, echo the data and a 32-bit length, incr and sum one
-    64-bit integer, add and courier one 32-bit integer; null, maxarg and courier_oneway nothing).
-    None when unknown."""
-    if proc in ("null", "maxarg", "courier_oneway"):
+    64-bit integer, add and courier one 32-bit integer; null, maxarg, courier_oneway and fixedarg
+    nothing). None when unknown."""
+    if proc in ("null", "maxarg", "courier_oneway", "fixedarg"):
         return 0
     if proc in ("add", "courier"):
         return 4

@@ -89,6 +89,26 @@ int main(void)
     marshal_get_u32(&d, &n);
     CHECK_EQ(marshal_dec_end(&d), UTIL_EPROTO);
 
+    /* A fixed-size array is the body's bytes as they are: no count, no padding, referenced; decoding
+     * takes what is left. */
+    {
+        const uint8_t *fp = NULL;
+        uint32_t fn = 0;
+        marshal_enc_init(&e, scratch, sizeof scratch, WIRE_DREP_BIG);
+        marshal_put_fixed(&e, data, 1001);
+        CHECK_EQ(e.status, UTIL_OK);
+        CHECK_EQ(e.total, 1001);
+        CHECK(e.nseg == 1 && e.seg[0].ptr == data);
+        marshal_gather(&e, 0, body, e.total);
+        marshal_dec_init(&d, body, e.total, WIRE_DREP_BIG);
+        CHECK_EQ(marshal_get_rest(&d, &fp, &fn), UTIL_OK);
+        CHECK(fn == 1001 && fp == body && !memcmp(fp, data, 1001));
+        CHECK_EQ(marshal_dec_end(&d), UTIL_OK);
+        marshal_dec_init(&d, body, 0, WIRE_DREP_BIG);
+        CHECK_EQ(marshal_get_rest(&d, &fp, &fn), UTIL_OK);
+        CHECK_EQ(fn, 0);
+    }
+
     /* Encoding past the scratch buffer fails cleanly. */
     marshal_enc_init(&e, scratch, 8, WIRE_DREP_BIG);
     marshal_put_u64(&e, 1);

@@ -12,7 +12,7 @@ LOOPBACK = "127.0.0.1"
 # Ids 0-9 are the RPC's own procedures, 16-79 plugged-in ones (rpc/procs.h: PROCS_PLUGIN_BASE,
 # at most PROCS_PLUGIN_MAX; rpc-server plugs in the stub study's); from here on nothing is served.
 UNKNOWN_PROC_MIN = 80
-PROCS = ["null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway"]
+PROCS = ["null", "incr", "maxarg", "maxresult", "add", "sum", "concat", "echo", "courier", "courier_oneway", "fixedarg"]
 
 # wire.h arithmetic for the default --max-pdu 4096 and --max-msg 262144
 HDR_LEN = 80
@@ -74,14 +74,14 @@ def window_count(total: int) -> int:
 def request_bytes(proc: str, size: int) -> int:
     """Bytes of the marshalled request body (procs.c's marshal_args)."""
     return {
-        "null": 0, "incr": 0, "add": 8, "maxresult": 4, "sum": 4 + 4 * size,
+        "null": 0, "incr": 0, "add": 8, "maxresult": 4, "sum": 4 + 4 * size, "fixedarg": size,
         "concat": 4 + pad4(size // 2) + 4 + pad4(size - size // 2),
     }.get(proc, 4 + pad4(size))
 
 
 def reply_bytes(proc: str, size: int) -> int:
     return {
-        "null": 0, "maxarg": 0, "courier_oneway": 0, "incr": 8, "sum": 8, "add": 4, "courier": 4,
+        "null": 0, "maxarg": 0, "courier_oneway": 0, "fixedarg": 0, "incr": 8, "sum": 8, "add": 4, "courier": 4,
         "maxresult": 4 + pad4(size), "concat": 4 + pad4(size), "echo": 4 + pad4(size) + 4,
     }[proc]
 

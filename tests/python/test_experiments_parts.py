@@ -62,7 +62,7 @@ def test_4016_throughput_each_system_at_its_own_best_thread_count():
     """Rows per thread count with ratios taken within rounds, and each round's best thread count
     against the same round's best of the floor; a round with a failed run has no peak."""
     cps = {"rpcscope maxarg 4016": {1: [100, 110], 2: [300, 280], 4: [250, 320]},
-           "rpcscope maxarg 4012": {1: [200, 200], 2: [400, 400], 4: [390, 380]},
+           "rpcscope fixedarg 4016": {1: [200, 200], 2: [400, 400], 4: [390, 380]},
            "sockperf 4016 B": {1: [200, 200], 2: [500, 350], 4: [400, 400]}}
     cells = {}
     for key, by_n in cps.items():
@@ -74,12 +74,12 @@ def test_4016_throughput_each_system_at_its_own_best_thread_count():
     row1 = tp["rows"][0]
     assert row1["mbps"]["sockperf 4016 B"] == pytest.approx(200 * 4016 * 8 / 1e6)
     assert row1["ratio_to_sockperf"]["rpcscope maxarg 4016"]["median"] == pytest.approx(0.525)   # rounds .5, .55
-    assert row1["ratio_to_sockperf"]["rpcscope maxarg 4012"]["median"] == pytest.approx(4012 / 4016)
+    assert row1["ratio_to_sockperf"]["rpcscope fixedarg 4016"]["median"] == pytest.approx(1.0)
     pk = tp["peak"]
     assert pk["sockperf 4016 B"]["threads_by_round"] == [2, 4]
     assert pk["rpcscope maxarg 4016"]["threads_by_round"] == [2, 4]
     assert pk["rpcscope maxarg 4016"]["ratio_to_sockperf_peak"] == pytest.approx((300 / 500 + 320 / 400) / 2)
-    assert pk["rpcscope maxarg 4012"]["ratio_to_sockperf_peak"] == pytest.approx((0.8 + 1.0) / 2 * 4012 / 4016)
+    assert pk["rpcscope fixedarg 4016"]["ratio_to_sockperf_peak"] == pytest.approx((0.8 + 1.0) / 2)
     spec = threads._floor_spec("sockperf 4016 B", 4)
     cells[spec].runs[1] = result(10, cps=400, ok=False)
     pk = threads.throughput_4016(cells, [1, 2, 4])["peak"]

@@ -47,6 +47,7 @@ CASES = [
     ("echo", 4000), ("echo", 16000), ("echo", 24096),
     ("courier", 1000), ("courier", 24096),
     ("courier_oneway", 1000), ("courier_oneway", 24096),
+    ("fixedarg", 4016), ("fixedarg", 24096),
 ]
 CALLS, WARMUP = 40, 5
 EXPECTED_RUNS = 1 + WARMUP + CALLS  # the first call, the warm-up, the measured calls

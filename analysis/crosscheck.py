@@ -16,11 +16,13 @@ mark; a split part X' runs from X's kernel_begin to the hand-off among X's kerne
 to X's kernel_end). A step whose boundaries differ is in the table with its figures and the verdict
 "other interval", saying which boundary differs; it is not held to the 10 %.
 
-The quantity: each side's median over calls of the step's per-call time, raw. The kernel-only run records
-its kernel events and nothing takes their cost out; the traced run records kernel events as well, and
-its build's user tracepoints. Its probe-corrected figures take both kinds of probe out, so beside an
-uncorrected kernel-only figure they would compare unlike things; the raw ones differ chiefly by the user
-tracepoints in the counterpart's steps, whose number the table gives (`marks`, from the catalog).
+The quantities: each side's median over calls of the step's per-call time, raw, and probe-corrected
+where both sides correct it: the kernel-only step less its charged events at the kernel-only run's
+in-situ cost per event (analysis/kernelonly_probe.py), the traced step's corrected median
+(analysis/steps.py, the traced run's in-situ costs; a counterpart of one DCE step). The verdict is
+the corrected figures' where both are there, else the raw ones'. Raw, the two differ by their probes
+as well: each side's kernel events (other event sets, other costs per event) and the traced build's
+user tracepoints in the counterpart's steps, whose number the table gives (`marks`, the catalog's).
 """
 import argparse
 import csv
@@ -192,20 +194,37 @@ def _pooled_segments(per_run):
             for lbl in labels}
 
 
-def _row(cp, ko_vals, parts, multi):
-    """The row of one K step: ko_vals the kernel-only runs' per-call ns, parts [(CaseTable, rtp.json, case)]
-    of the traced runs (their calls pooled; a path segment's figure the median of the runs' medians)."""
+def _corrected(cp, summaries, parts):
+    """(kernel-only, traced) corrected p50 (us) of a step, each the median of its runs' figures; None on
+    a side that does not correct it (the traced side: a counterpart of one DCE step)."""
+    ko = _median([x["corrected_p50_us"] for s in summaries for x in s["steps"]
+                  if x["id"] == cp.step and x.get("corrected_p50_us") is not None])
+    tr = _median([r["corrected_median_us"] for *_, steps in parts for r in steps
+                  if len(cp.rows) == 1 and r.get("step") == cp.rows[0] and r.get("corrected_median_us") is not None])
+    return ko, tr
+
+
+def _pct(a, b):
+    return round(100 * (a - b) / b, 1) if a is not None and b else None
+
+
+def _row(cp, ko_vals, parts, multi, summaries=()):
+    """The row of one K step: ko_vals the kernel-only runs' per-call ns, parts [(CaseTable, rtp.json, case,
+    the case's steps.json rows)] of the traced runs (their calls pooled; a path segment's figure the median
+    of the runs' medians), summaries the kernel-only runs' kernelonly.json cases."""
     ko = _median(ko_vals)
+    ko_c, tr_c = _corrected(cp, summaries, parts)
     row = {"step": cp.step, "name": cp.name, "traced": "+".join(cp.rows) or " + ".join(cp.segments),
            "kernel_only_p50_us": None if ko is None else round(ko / 1e3, 3), "kernel_only_calls": len(ko_vals),
            "traced_p50_us": None, "traced_calls": 0, "traced_left_out": 0, "marks": None, "diff_%": None,
-           "verdict": None, "why": cp.why}
+           "kernel_only_corrected_p50_us": ko_c, "traced_corrected_p50_us": tr_c,
+           "corrected_diff_%": _pct(ko_c, tr_c), "verdict_on": "raw", "verdict": None, "why": cp.why}
     if cp.segments:
-        segs = _pooled_segments([_segments(rtp, case, cp.segments) for _, rtp, case in parts])
+        segs = _pooled_segments([_segments(rtp, case, cp.segments) for _, rtp, case, _ in parts])
         held = {lbl: v for lbl, v in (segs or {}).items() if v[1] >= 0.5}       # on the path of most calls
         if not held:
             seen = ", ".join(f"{lbl} in {100 * f:.0f} %" for lbl, (_, f) in (segs or {}).items())
-            no_rtp = any(rtp is None for _, rtp, _ in parts)
+            no_rtp = any(rtp is None for _, rtp, _, _ in parts)
             row.update(verdict=NONE, why=("a traced run has no rtp.json: run `rpcscope rtp` on it" if no_rtp
                                           else f"the traced round-trip path has no {' or '.join(cp.segments)} "
                                                f"segment in most calls ({seen or 'in none'}; on veth the receiver's "
@@ -220,7 +239,7 @@ def _row(cp, ko_vals, parts, multi):
                           f"queued packet on (analysis/rtp.py), not a hand-off to its receive")
     else:
         sums, left = [], 0
-        for table, _, _ in parts:
+        for table, *_ in parts:
             x, m = _traced_sums(table, cp.rows)
             sums += x
             left += m
@@ -237,7 +256,10 @@ def _row(cp, ko_vals, parts, multi):
     elif not cp.same or row["why"]:
         row["verdict"] = OTHER
     else:
-        row["verdict"] = AGREES if row["diff_%"] is not None and abs(row["diff_%"]) <= TOLERANCE_PCT else DIFFERS
+        diff = row["diff_%"]
+        if row["corrected_diff_%"] is not None:
+            row["verdict_on"], diff = "corrected", row["corrected_diff_%"]
+        row["verdict"] = AGREES if diff is not None and abs(diff) <= TOLERANCE_PCT else DIFFERS
     return row
 
 
@@ -256,14 +278,15 @@ def _pool_kernel_only(runs):
 
 
 def _pool_traced(runs):
-    """{key: [(CaseTable, rtp.json, case, steps.json rtt row)]} over traced runs."""
+    """{key: [(CaseTable, rtp.json, case, steps.json rtt row, steps.json step rows)]} over traced runs."""
     pooled = {}
     for run in runs:
         keys, sj, table, rtp = _traced(run)
         for key, case in keys.items():
             if case in table:
                 rtt = next((r for r in sj.get("rtt", []) if r.get("case") == case), {})
-                pooled.setdefault(key, []).append((table[case], rtp, case, rtt))
+                steps = [r for r in sj.get("steps", []) if r.get("case") == case]
+                pooled.setdefault(key, []).append((table[case], rtp, case, rtt, steps))
     return pooled
 
 
@@ -287,11 +310,11 @@ def crosscheck(ko_runs, traced_runs):
             unpaired.append(f"{t} {proc} {size}: not in {side}")
             continue
         summaries, per = ko[key]
-        parts = [(table, rtp, case) for table, rtp, case, _ in tr[key]]
+        parts = [(table, rtp, case, steps) for table, rtp, case, _, steps in tr[key]]
         per_call = _median([s["exchanges_per_call"] for s in summaries])
         multi = per_call if per_call > 1.05 else 0
-        rows = [_row(cp, per.get(cp.step, []), parts, multi) for cp in cps]
-        rtts = [rtt for *_, rtt in tr[key]]
+        rows = [_row(cp, per.get(cp.step, []), parts, multi, summaries) for cp in cps]
+        rtts = [rtt for _, _, _, rtt, _ in tr[key]]
         cases.append({"transport": t, "proc": proc, "size": size, "kernel_only_case": summaries[0]["case"],
                       "traced_case": parts[0][2], "runs": {"kernel_only": len(summaries), "traced": len(parts)},
                       "exchanges_per_call": per_call,
@@ -303,7 +326,8 @@ def crosscheck(ko_runs, traced_runs):
     return {"format": "rpcscope-crosscheck/1", "kernel_only_run": ",".join(map(str, ko_runs)),
             "traced_run": ",".join(map(str, traced_runs)), "kernel_only_runs": [str(r) for r in ko_runs],
             "traced_runs": [str(r) for r in traced_runs],
-            "quantity": "median over calls of the step's per-call time, raw (no probe correction on either side)",
+            "quantity": "median over calls of the step's per-call time, raw and probe-corrected (the verdict on "
+                        "the corrected figures where both sides correct the step, else on the raw ones)",
             "tolerance_%": TOLERANCE_PCT, "cases": cases, "unpaired": unpaired,
             "bound_by_both": len(both), "agree": sum(1 for r in both if r["verdict"] == AGREES),
             "kernel_only_calls": target.get("calls")}
@@ -325,12 +349,15 @@ def render(doc):
                       f"untraced build under kernel tracing, {_f(c['traced_untraced_p50_us'], 1)} us untraced "
                       f"build alone; traced RTT p50 {_f(c['traced_rtt_p50_us'], 1)} us",
                   f"  {'step':<4} {'traced counterpart':<22} {'kernel us':>9} {'traced us':>9} {'calls':>5} "
-                  f"{'diff':>7} {'marks':>5}  verdict"]
+                  f"{'diff':>7} {'marks':>5} {'kernel corr':>11} {'traced corr':>11} {'diff':>7}  verdict"]
         for r in c["rows"]:
             diff = "-" if r["diff_%"] is None else f"{r['diff_%']:+.1f}%"
+            cdiff = "-" if r["corrected_diff_%"] is None else f"{r['corrected_diff_%']:+.1f}%"
             lines.append(f"  {r['step']:<4} {r['traced'][:22]:<22} {_f(r['kernel_only_p50_us']):>9} "
                          f"{_f(r['traced_p50_us']):>9} {_f(r['traced_calls'] or None):>5} {diff:>7} "
-                         f"{_f(r['marks'], 0):>5}  {r['verdict']}"
+                         f"{_f(r['marks'], 0):>5} {_f(r['kernel_only_corrected_p50_us']):>11} "
+                         f"{_f(r['traced_corrected_p50_us']):>11} {cdiff:>7}  {r['verdict']}"
+                         + (f" ({r['verdict_on']})" if r["verdict"] in (AGREES, DIFFERS) else "")
                          + (f": {r['why']}" if r["verdict"] in (OTHER, NONE) and r["why"] else ""))
     lines += [f"not compared: {u}" for u in doc["unpaired"]]
     return "\n".join(lines)

@@ -16,6 +16,12 @@
    waking before it and its running again after that, the device receive before the waking, the
    hand-off of the same skb), giving the boundaries T0..T11 of K1..K11, which chain, so that they
    sum to the call's RTT.
+6. Count the recorded events each step holds (the probe's charge, analysis/kernelonly_probe.py): an
+   event is charged to the step whose [begin, end) holds its timestamp (a tracer's cost comes after
+   the timestamp it takes), if it is the net instance's (it runs in whichever context) or the
+   program instance's on the step's thread: the client's for client steps, the server's for server
+   steps, the sender's for the network ones (a switch counts for the thread it switches in, a waking
+   for the thread it wakes).
 
     res = analyze_case(case_dir)         # CaseResult: calls, unmatched reasons, per-call steps
 """
@@ -35,6 +41,7 @@ from rpcscope.tracepoints.targetsteps import by_id, on_path
 from . import uprobesteps
 
 PATH_IDS = tuple(s.id for s in on_path())
+PATH_SIDES = tuple(s.side for s in on_path())          # client, server or network (the sender's thread)
 SEND = frozenset(e.split("sys_enter_", 1)[1] for e in by_id("K1").kernel_begin)
 RECV = frozenset(e.split("sys_exit_", 1)[1] for e in by_id("K5").kernel_end)
 OPENS = frozenset(("socket", "accept", "accept4"))
@@ -65,6 +72,7 @@ class Call:
     request: int         # the request's and the reply's length (bytes, or datagrams over UDP)
     reply: int
     overlap: dict        # KO1, KO2: the sends' time after their hand-off (ns), off the path
+    events: dict = dataclasses.field(default_factory=dict)   # K step -> recorded events charged to it
     gap_after: int = -1  # from its reply's receive to the next call's send (ns; -1: the last call): the
                          # client's user space after one call and before the next, which the kernel cannot split
 
@@ -91,6 +99,7 @@ class CaseResult:
     program_p50_us: float
     program_calls: int
     uprobes: list = dataclasses.field(default_factory=list)   # analysis/uprobesteps.py rows, one per --uprobe
+    untraced_p50s_us: list = dataclasses.field(default_factory=list)   # the client's untraced runs
 
 
 # ---------------------------------------------------------------- reading
@@ -246,13 +255,19 @@ class Timeline:
         self.switch_in = collections.defaultdict(list)
         self.waking = collections.defaultdict(list)
         self.running = collections.defaultdict(list)     # tid -> times of events the thread itself made
+        self.recorded = collections.defaultdict(list)    # tid -> times of the program events charged to it
         for ts, name, tid, f in prog_events:
             if name == "sched:sched_switch":
                 self.switch_in[f["next_pid"]].append(ts)
+                self.recorded[f["next_pid"]].append(ts)
             elif name == "sched:sched_waking":
                 self.waking[f["pid"]].append(ts)
+                self.recorded[f["pid"]].append(ts)
+            else:
+                self.recorded[tid].append(ts)
             if name.startswith("syscalls:"):
                 self.running[tid].append(ts)
+        self.net_all = sorted(ts for ts, *_ in net_events)
         self.xmit = {r: ([], []) for r in devices}
         self.recv = {r: ([], []) for r in devices}
         role_of = {d: r for r, d in devices.items()}
@@ -269,6 +284,17 @@ class Timeline:
                 book[role][1].append(f.get("skbaddr"))
         for times in self.switch_in.values():
             times.sort()
+
+    def charged(self, t, tids):
+        """Recorded events per step of boundaries t (the K steps' [t[k], t[k+1])), each step's program
+        events those of its thread in tids (one per step)."""
+        out = {}
+        for k, sid in enumerate(PATH_IDS):
+            lo, hi = t[k], t[k + 1]
+            mine = self.recorded.get(tids[k], ())
+            out[sid] = (bisect.bisect_left(mine, hi) - bisect.bisect_left(mine, lo)
+                        + bisect.bisect_left(self.net_all, hi) - bisect.bisect_left(self.net_all, lo))
+        return out
 
     @staticmethod
     def first(times, lo, hi):
@@ -401,9 +427,14 @@ def match_pair(client_ops, server_ops, udp, timeline, label, unmatched):
         cli_send = max((o for o in sends if o.enter <= t[1]), key=lambda o: o.enter, default=sends[0])
         srv_send = max((o for o in reply_sends), key=lambda o: o.enter, default=first)
         overlap = {"KO1": max(0, cli_send.exit - t[1]), "KO2": max(0, srv_send.exit - t[7])}
+        # each step's thread: the client's sender or receiver, the server's receiver or sender
+        thread = {("client", 0): cli_send.tid, ("client", 1): end.tid, ("server", 0): got.tid,
+                  ("server", 1): srv_send.tid, ("network", 0): cli_send.tid, ("network", 1): srv_send.tid}
+        half = [0 if i < 6 else 1 for i in range(len(PATH_IDS))]    # K1..K6 the request's, K7..K11 the reply's
+        tids = [thread[(side, h)] for side, h in zip(PATH_SIDES, half)]
         calls.append(Call(index=k, socket=label, t=t, steps=steps, missing=missing,
                           slept={"server": srv_slept, "client": cli_slept}, request=b - a, reply=d - c,
-                          overlap=overlap))
+                          overlap=overlap, events=timeline.charged(t, tids)))
     for a, b in zip(calls, calls[1:]):
         if b.index == a.index + 1:
             a.gap_after = b.t[0] - a.t[-1]
@@ -470,4 +501,5 @@ def analyze_case(case_dir):
                       program_unmatched=dict(collections.Counter(w for k, w in why_not.items() if k in mine)),
                       others={r[0]: r[2] for r in results[1:]}, setup=len(idx) - len(mine), control=len(control),
                       per_call=round((n_main - len(control)) / max(1, tc.program_calls + tc.warmup), 2),
-                      program_p50_us=tc.program_p50_us, program_calls=tc.program_calls)
+                      program_p50_us=tc.program_p50_us, program_calls=tc.program_calls,
+                      untraced_p50s_us=list(getattr(tc, "untraced_p50s_us", None) or []))

@@ -3,7 +3,7 @@ tables and matching figures (analysis/kernelonly.json), every call's path (analy
 and the first screen, as text (report/first-screen.txt).
 
     summaries, results = analyze_run(rundir)         # every case of a target run; writes the outputs
-    summary = summarize(analyze_case(case_dir))      # dict: one case's tables
+    summary = summarize(res, point(res), cost)       # dict: one case's tables (kernelonly_probe: point, cost)
     write(rundir, [summary, ...], [CaseResult, ...])
     print(first_screen(summary))
 """
@@ -16,6 +16,7 @@ from rpcscope.rundir import KERNELONLY_FORMAT, RunDir
 from rpcscope.tracepoints.targetsteps import target_steps
 
 from .kernelonly import PATH_IDS, analyze_case
+from .kernelonly_probe import corrected, costs, point
 
 LARGEST = 3
 
@@ -25,14 +26,23 @@ def _pct(values, q):
     return s[min(len(s) - 1, int(q * len(s)))] if s else 0
 
 
-def summarize(res):
-    """One case's figures (a dict, as kernelonly.json holds it)."""
+def _us(v):
+    return round(v / 1e3, 3) if v is not None else None
+
+
+def summarize(res, pt, cost):
+    """One case's figures (a dict, as kernelonly.json holds it); pt, cost: its probe calibration point and
+    the cost it is corrected with (analysis/kernelonly_probe.py)."""
     calls = res.calls
     rtts = [c.rtt for c in calls]
     mean_rtt = statistics.fmean(rtts) if rtts else 0.0
+    c_ns = cost.ns_per_event if cost else None
+    fixed = [corrected(c, c_ns) for c in calls] if c_ns is not None else None
     steps = []
     for s in target_steps():
         vals = [c.steps[s.id] if s.rtp else c.overlap[s.id] for c in calls]
+        cvals = [f[s.id] for f in fixed] if fixed is not None and s.rtp else None
+        evs = [c.events.get(s.id, 0) for c in calls] if s.rtp else None
         side = "server" if s.id in ("K3", "K4") else "client" if s.id in ("K9", "K10") else None
         absent = sum(1 for c in calls if side and not c.slept[side]) if side else 0
         missing = sum(1 for c in calls if any(m.startswith(_missing_side(s.id)) for m in c.missing)) \
@@ -44,6 +54,10 @@ def summarize(res):
                       "p90_us": round(_pct(vals, 0.9) / 1e3, 3),
                       "share_%": round(100 * statistics.fmean(vals) / mean_rtt, 1) if vals and mean_rtt and s.rtp
                       else None,
+                      "events_p50": statistics.median(evs) if evs else None,
+                      "events_mean": round(statistics.fmean(evs), 2) if evs else None,
+                      "corrected_p50_us": _us(statistics.median(cvals)) if cvals else None,
+                      "corrected_mean_us": _us(statistics.fmean(cvals)) if cvals else None,
                       "absent_calls": absent, "missing_calls": missing})
     on_path = [x for x in steps if x["rtp"]]
     largest = [x["id"] for x in sorted(on_path, key=lambda x: -x["mean_us"])[:LARGEST]]
@@ -68,7 +82,21 @@ def summarize(res):
             "rtt_with_between_calls_vs_program_%": round(100 * (p50 + gap - res.program_p50_us) / res.program_p50_us, 1)
             if res.program_p50_us else None,
             "calls_with_missing_events": sum(1 for c in calls if c.missing),
-            "calls_whose_path_does_not_sum": bad_sums, "largest": largest, "steps": steps, "uprobes": res.uprobes}
+            "calls_whose_path_does_not_sum": bad_sums, "largest": largest, "steps": steps, "uprobes": res.uprobes,
+            "probe": _probe(pt, cost, [sum(f.values()) for f in fixed] if fixed is not None else None)}
+
+
+def _probe(pt, cost, fixed_rtts):
+    """The case's probe calibration and correction, as kernelonly.json holds it."""
+    un = pt.untraced_p50s_us
+    return {"untraced_program_p50s_us": [round(x, 3) for x in un],
+            "traced_program_p50_us": round(pt.traced_p50_us, 3),
+            "probe_effect_us": round(pt.delta_us, 3) if pt.delta_us is not None else None,
+            "events_per_call": pt.events_per_call, "calibrates": not pt.why_not, "why_not": pt.why_not,
+            "ns_per_event": round(cost.ns_per_event, 1) if cost and cost.ns_per_event is not None else None,
+            "cost_source": cost.source if cost else "none",
+            "corrected_rtt_p50_us": _us(statistics.median(fixed_rtts)) if fixed_rtts else None,
+            "untraced_program_p50_us": round(statistics.fmean(un), 3) if un else None}
 
 
 def _missing_side(sid):
@@ -84,7 +112,9 @@ def analyze_run(rundir, quiet=False):
     if not cases:
         raise UserError(f"{rundir}: no captured target case; run `rpcscope run --target ...` first")
     results = [analyze_case(c) for c in cases]
-    summaries = [summarize(r) for r in results]
+    points = [point(r) for r in results]
+    cost = costs(points)
+    summaries = [summarize(r, p, cost[r.case_id]) for r, p in zip(results, points)]
     paths = write(rundir, summaries, results)
     if not quiet:
         for s in summaries:
@@ -116,6 +146,22 @@ def write(rundir, summaries, results):
     return jpath, cpath, spath
 
 
+def _probe_line(p):
+    """The first screen's line on the probe effect and its correction."""
+    if not p:
+        return None
+    if not p["untraced_program_p50s_us"]:
+        return "  probe effect    not measured: this capture has no untraced runs (capture it again)"
+    un = ", ".join(f"{x:.1f}" for x in p["untraced_program_p50s_us"])
+    line = (f"  probe effect    the program's p50 {p['traced_program_p50_us']:.1f} us traced, {un} us untraced "
+            f"before and after: {p['probe_effect_us']:+.1f} us for {p['events_per_call']:g} recorded events a call")
+    if p["ns_per_event"] is None:
+        return line + f"; no correction ({p['cost_source']})"
+    return (line + f"; corrected at {p['ns_per_event']:.0f} ns an event ({p['cost_source']}): kernel-only RTT p50 "
+            f"{p['corrected_rtt_p50_us']:.1f} us against the untraced program's {p['untraced_program_p50_us']:.1f} us"
+            + ("" if p["calibrates"] else f"; this case does not calibrate: {p['why_not']}"))
+
+
 def first_screen(s):
     """The first screen of one case, as text."""
     by = {x["id"]: x for x in s["steps"]}
@@ -143,12 +189,16 @@ def first_screen(s):
                  f"{i} {by[i]['name']} {by[i]['mean_us']:.1f} us ({by[i]['share_%']:.0f} %)" for i in s["largest"]),
              f"  path adds up    {s['calls'] - s['calls_whose_path_does_not_sum']} of {s['calls']} calls; "
              f"{s['calls_with_missing_events']} with a kernel event missing",
+             _probe_line(s.get("probe")),
              "",
-             f"  {'step':<4} {'name':<36} {'DCE':<14} {'p50 us':>8} {'mean us':>8} {'share':>6}"]
+             f"  {'step':<4} {'name':<36} {'DCE':<14} {'p50 us':>8} {'mean us':>8} {'share':>6} {'events':>6} "
+             f"{'corr p50':>8}"]
     for x in s["steps"]:
         share = f"{x['share_%']:.0f} %" if x["share_%"] is not None else "beside"
+        ev = f"{x['events_p50']:g}" if x.get("events_p50") is not None else ""
+        cp = f"{x['corrected_p50_us']:.2f}" if x.get("corrected_p50_us") is not None else ""
         lines.append(f"  {x['id']:<4} {x['name'][:36]:<36} {','.join(x['dce'])[:14]:<14} {x['p50_us']:>8.2f} "
-                     f"{x['mean_us']:>8.2f} {share:>6}")
+                     f"{x['mean_us']:>8.2f} {share:>6} {ev:>6} {cp:>8}")
     for u in s.get("uprobes", []):
         line = (f"  uprobe {u['step']} ({u['symbol']}): {u['where']}, {u['calls_with_it']} of {u['calls']} calls, "
                 f"p50 {u['per_call_p50_us']} us a call")

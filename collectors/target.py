@@ -16,9 +16,15 @@ the 4-tuple in /proc/PID/net/{tcp,udp}[6]), each sighting with its CLOCK_MONOTON
 analysis (analysis/kernelonly.py) uses to name each fd's socket and pair the client's with the
 server's. The client's own JSON (its RTT percentiles) is kept for the comparison.
 
+The servers start once per case and serve three runs of the same client: an untraced one (the
+instances' events off), the traced one (events on; the trace holds only it), and an untraced one
+again. The untraced runs' p50s, on either side of the traced one, are what the recorded events cost
+the program's RTT (the kernel-only analysis's probe calibration).
+
     case/programs/  case/net/       the instances' raw dumps (cpuN.raw, formats.json, tgids.json)
     case/sockets.json               the poller's sightings and the programs' pids
-    case/program.json               the client's own report
+    case/program.json               the traced client's own report
+    case/program-untraced-N.json    the untraced runs' reports (1: before the traced run, 2: after)
 """
 import dataclasses
 import gzip
@@ -83,6 +89,8 @@ class TargetCase:
     program_calls: int
     program_ok: bool
     program_error: str
+    untraced_p50s_us: list = dataclasses.field(default_factory=list)   # the same client with nothing
+                                                                         # recorded, before and after
 
     @property
     def id(self):
@@ -108,7 +116,8 @@ class ProgramRecorder(ftrace.FtraceRecorder):
     and children (options/event-fork), with no other filter."""
 
     def __init__(self, events, name):
-        super().__init__(events, devices=(), procnames=("rpcscope-target",), buffer_kb=BUFFER_KB, name=name)
+        super().__init__(events, devices=(), procnames=("rpcscope-target",), buffer_kb=BUFFER_KB, name=name,
+                         events_off_while_paused=True)
 
     def start(self):
         super().start()
@@ -324,33 +333,40 @@ def capture(target, pairs, proc, calls, warmup, out_dir, max_seconds=30.0, place
 def _one_case(target, system, pl, devices, transport, proc, size, calls, warmup, case_dir, max_seconds, extra=()):
     tag = f"rpcscope-target-{os.getpid()}"
     progs = ProgramRecorder(program_events() + list(extra), name=f"{tag}-p")
-    net = NetRecorder(list(NET) + [IDLE_SWITCH], devices, buffer_kb=BUFFER_KB, name=f"{tag}-n", record_tgid=False)
+    net = NetRecorder(list(NET) + [IDLE_SWITCH], devices, buffer_kb=BUFFER_KB, name=f"{tag}-n", record_tgid=False,
+                      events_off_while_paused=True)
     poller = SocketPoller()
     client = None
+    untraced = []
+    argv = client_argv(system, pl, transport, proc, size, calls, warmup, max_seconds)
+    timeout = max_seconds + warmup * 0.01 + 60
     try:
-        progs.start()
+        progs.start()                            # the events stay off until the traced run (resume)
         net.start()
-        progs.enable()
-        net.enable()
         with TracedServers(pl, system, case_dir, max_seconds + 30, progs.holder()) as servers:
             server_pids = []
             for p in servers.procs.values():
                 server_pids += descendants(p.pid)
+            # The same client with nothing recorded, before and after the traced run: what the
+            # recorded events cost the program's RTT (analysis/kernelonly.py calibrates on it).
+            untraced.append(_untraced_run(argv, timeout, target, case_dir, 1))
             poller.start()
             poller.watch(server_pids)
-            argv = progs.holder() + client_argv(system, pl, transport, proc, size, calls, warmup, max_seconds)
-            client = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      stdin=subprocess.DEVNULL)
+            progs.resume()
+            net.resume()
+            client = subprocess.Popen(progs.holder() + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, stdin=subprocess.DEVNULL)
             poller.watch([client.pid], client=True)
             try:
-                out, err = client.communicate(timeout=max_seconds + warmup * 0.01 + 60)
+                out, err = client.communicate(timeout=timeout)
             except subprocess.TimeoutExpired:
                 client.kill()
                 client.communicate()
                 raise UserError(f"the {target} client did not finish in {max_seconds:g} s") from None
-            progs.disable()
-            net.disable()
+            progs.pause()
+            net.pause()
             poller.stop()
+            untraced.append(_untraced_run(argv, timeout, target, case_dir, 2))
             servers.check_alive(system, transport)
         progs.dump(case_dir / "programs")
         net.dump(case_dir / "net")
@@ -377,11 +393,31 @@ def _one_case(target, system, pl, devices, transport, proc, size, calls, warmup,
     tc = TargetCase(target=target, transport=transport, proc=proc, size=size, calls=calls, warmup=warmup,
                     dir=str(case_dir), client_pid=client.pid, server_pids=server_pids,
                     program_p50_us=d.get("rtt_ns", {}).get("p50", 0) / 1e3, program_calls=int(d.get("calls", 0)),
-                    program_ok=ok, program_error=d.get("first_error") or ("" if ok else err.strip()[-200:]))
+                    program_ok=ok, program_error=d.get("first_error") or ("" if ok else err.strip()[-200:]),
+                    untraced_p50s_us=untraced)
     if lost:
         print(f"  WARNING: the trace lost {lost} events ({case_dir}); calls around the gaps may not match")
     (case_dir / TARGET_CASE_JSON).write_text(json.dumps(dataclasses.asdict(tc), indent=1))
     return tc
+
+
+def _untraced_run(argv, timeout, target, case_dir, n):
+    """One run of the client with nothing recorded: its report kept as program-untraced-N.json; its p50
+    (us). A failed run fails the case: the traced run's calibration would lack it."""
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"the {target} client's untraced run {n} did not finish in {timeout:g} s") from None
+    try:
+        d = json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        d = {}
+    p50 = (d.get("rtt_ns") or {}).get("p50")
+    if p.returncode != 0 or d.get("errors") or d.get("mismatches") or not p50:
+        raise UserError(f"the {target} client's untraced run {n} failed (exit {p.returncode}): "
+                        f"{(d.get('first_error') or p.stderr or p.stdout).strip()[-300:]}")
+    (pathlib.Path(case_dir) / f"program-untraced-{n}.json").write_text(json.dumps(d, indent=1))
+    return p50 / 1e3
 
 
 def _decoder(fields):

@@ -25,8 +25,10 @@ TABLES_FORMAT = "rpcscope-report-tables/1"
 
 FIRST_COLUMNS = ["size", "calls matched", "unmatched (why)", "RTT p50 µs kernel-only", "program p50 µs",
                  "kernel-only vs program", "between calls p50 µs", "largest steps (mean µs, share of RTT)"]
-STEP_COLUMNS = ["step", "name", "DCE", "p10 µs", "p50 µs", "mean µs", "p90 µs", "share", "absent calls",
-                "missing calls"]
+STEP_COLUMNS = ["step", "name", "DCE", "p10 µs", "p50 µs", "mean µs", "p90 µs", "share", "events p50",
+                "corrected p50 µs", "absent calls", "missing calls"]
+PROBE_COLUMNS = ["size", "program p50 µs traced", "untraced p50s µs (before, after)", "probe effect µs",
+                 "events a call", "ns an event", "cost from", "corrected RTT p50 µs", "untraced program p50 µs"]
 MATCH_COLUMNS = ["item", "value"]
 INTRO = ("Where does the time of one call go, seen from the kernel alone? The program runs unmodified; each "
          "request is paired with its reply on the other host from the kernel's send, receive, scheduler and "
@@ -89,7 +91,25 @@ def _step_rows(c):
     return [{"step": x["id"], "name": x["name"], "DCE": ", ".join(x["dce"]), "p10 µs": x["p10_us"],
              "p50 µs": x["p50_us"], "mean µs": x["mean_us"], "p90 µs": x["p90_us"],
              "share": "beside" if x["share_%"] is None else f"{x['share_%']:.1f} %",
+             "events p50": "" if x.get("events_p50") is None else x["events_p50"],
+             "corrected p50 µs": "" if x.get("corrected_p50_us") is None else x["corrected_p50_us"],
              "absent calls": x["absent_calls"], "missing calls": x["missing_calls"]} for x in c["steps"]]
+
+
+def probe_row(c):
+    """One case's row of the probe effect table (a dict keyed by PROBE_COLUMNS); None for an analysis
+    that predates the probe calibration."""
+    p = c.get("probe")
+    if not p:
+        return None
+    blank = lambda v: "" if v is None else v      # noqa: E731
+    return {"size": c["size"], "program p50 µs traced": p["traced_program_p50_us"],
+            "untraced p50s µs (before, after)": ", ".join(f"{x:.1f}" for x in p["untraced_program_p50s_us"])
+            or "not run", "probe effect µs": blank(p["probe_effect_us"]), "events a call": p["events_per_call"],
+            "ns an event": blank(p["ns_per_event"]),
+            "cost from": p["cost_source"] + ("" if p["calibrates"] else f" (this case: {p['why_not']})"),
+            "corrected RTT p50 µs": blank(p["corrected_rtt_p50_us"]),
+            "untraced program p50 µs": blank(p["untraced_program_p50_us"])}
 
 
 def _match_rows(c):
@@ -123,6 +143,11 @@ def build_target(run) -> Report:
             f"{src} cases[transport={t}].{{size, calls, program_calls, program_calls_matched_%, program_unmatched, "
             f"rtt_p50_us, program_p50_us, rtt_vs_program_%, between_calls_p50_us, largest, steps[].mean_us, "
             f"steps[].share_%}}"))
+        prows = [r for r in (probe_row(c) for c in tc) if r]
+        if prows:
+            first.items.append(Table(
+                f"{name} {t.upper()}: what recording cost the calls (analysis/TARGET.md, the probe effect)",
+                PROBE_COLUMNS, prows, f"{src} cases[transport={t}].probe"))
         for c in tc:
             if c["exchanges_per_call"] > 1.05:
                 first.items.append(f"{t.upper()} {c['size']} B: {c['exchanges_per_call']:.2f} exchanges a call: the "

@@ -130,6 +130,11 @@ def test_crosscheck_on_a_reduced_pair(testbed, tmp_path):
     rpcscope("rtp", str(tr), timeout=600)
     check_table(ko, tr, CALLS)
     check_target_report(ko, tmp_path / "report")
+    # the kernel-only run measured its probe (untraced runs beside the traced one) and corrects its steps
+    doc = json.loads(rpcscope("crosscheck", str(ko), str(tr), "--json").stdout)
+    for c in doc["cases"]:
+        k4 = next(r for r in c["rows"] if r["step"] == "K4")
+        assert k4["kernel_only_corrected_p50_us"] is not None, (c["transport"], k4)
 
 
 def test_crosscheck_on_recorded_runs():
@@ -172,8 +177,12 @@ def check_table(ko, tr, calls):
                 if r["traced_p50_us"] >= 0.1:
                     want = r["kernel_only_p50_us"] / r["traced_p50_us"] * 100 - 100
                     assert abs(r["diff_%"] - want) < 1.0, (label, r)
+            both = r["kernel_only_corrected_p50_us"] is not None and r["traced_corrected_p50_us"] is not None
             if r["verdict"] in (AGREES, DIFFERS):
-                assert (r["verdict"] == AGREES) == (r["diff_%"] is not None and abs(r["diff_%"]) <= doc["tolerance_%"])
+                # on the corrected figures where both sides correct the step, else on the raw ones
+                assert r["verdict_on"] == ("corrected" if both else "raw"), label
+                d = r["corrected_diff_%"] if both else r["diff_%"]
+                assert (r["verdict"] == AGREES) == (d is not None and abs(d) <= doc["tolerance_%"]), label
             else:
                 assert r["why"], label        # named, not dropped
             if r["verdict"] != NONE and not r["traced"].startswith("rtp.json"):

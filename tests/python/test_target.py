@@ -157,6 +157,11 @@ def check_run(out, n_cases):
         assert 0 < c["rtt_p50_us"] and 0 < c["program_p50_us"], label
         # the kernel sees less than the program times (not its marshalling, nor its clock reads)
         assert c["rtt_p50_us"] <= c["program_p50_us"] * 1.05, (label, c["rtt_p50_us"], c["program_p50_us"])
+        # the untraced runs on either side of the traced one, and every step's recorded events
+        pr = c["probe"]
+        assert len(pr["untraced_program_p50s_us"]) == 2 and min(pr["untraced_program_p50s_us"]) > 0, (label, pr)
+        assert pr["events_per_call"] >= len(PATH_IDS) + 1, (label, pr)
+        assert all(steps[k]["events_p50"] >= 1 for k in PATH_IDS if steps[k]["p50_us"] > 0), label
     rows = list(csv.DictReader(open(out / "analysis" / "kernelonly-calls.csv")))
     assert len(rows) == CALLS * n_cases
     for r in rows:

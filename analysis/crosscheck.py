@@ -323,6 +323,10 @@ def crosscheck(ko_runs, traced_runs):
                       "traced_untraced_p50_us": _mid(rtts, "untraced_p50_us"),
                       "traced_rtt_p50_us": _mid(rtts, "traced_rtt_median_us"), "rows": rows})
     both = [r for c in cases for r in c["rows"] if r["verdict"] in (AGREES, DIFFERS)]
+
+    def within(key):
+        return sum(1 for r in both if r[key] is not None and abs(r[key]) <= TOLERANCE_PCT)
+
     return {"format": "rpcscope-crosscheck/1", "kernel_only_run": ",".join(map(str, ko_runs)),
             "traced_run": ",".join(map(str, traced_runs)), "kernel_only_runs": [str(r) for r in ko_runs],
             "traced_runs": [str(r) for r in traced_runs],
@@ -330,6 +334,8 @@ def crosscheck(ko_runs, traced_runs):
                         "the corrected figures where both sides correct the step, else on the raw ones)",
             "tolerance_%": TOLERANCE_PCT, "cases": cases, "unpaired": unpaired,
             "bound_by_both": len(both), "agree": sum(1 for r in both if r["verdict"] == AGREES),
+            "agree_raw": within("diff_%"), "agree_corrected": within("corrected_diff_%"),
+            "corrected_by_both": sum(1 for r in both if r["corrected_diff_%"] is not None),
             "kernel_only_calls": target.get("calls")}
 
 
@@ -342,7 +348,9 @@ def render(doc):
     lines = [f"rpcscope crosscheck: kernel-only {doc['kernel_only_run']} beside tracepoint-based "
              f"{doc['traced_run']}",
              f"  {doc['quantity']}; verdict against {doc['tolerance_%']:g} % where both bound the same interval",
-             f"  {doc['agree']} of {doc['bound_by_both']} steps both bound agree"]
+             f"  {doc['agree']} of {doc['bound_by_both']} steps both bound agree (raw figures: {doc['agree_raw']} "
+             f"within {doc['tolerance_%']:g} %; corrected: {doc['agree_corrected']} of the "
+             f"{doc['corrected_by_both']} both correct)"]
     for c in doc["cases"]:
         lines += ["", f"{c['transport'].upper()} {c['proc']} {c['size']} B (kernel-only {c['kernel_only_case']}, "
                       f"traced {c['traced_case']}): program p50 {_f(c['kernel_only_program_p50_us'], 1)} us "

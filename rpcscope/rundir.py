@@ -30,8 +30,9 @@ A run of an RPC rpcscope did not write (`rpcscope run --target`, rpcscope/target
 
     target.json                     what was run (TARGET_FORMAT): the target, procedure, calls, uprobes, cases
     cases/ID/                       programs/, net/ (tracefs dumps, their events decoded: events.jsonl.gz),
-                                    sockets.json, program.json, case.json, uprobes.json (collectors/target.py)
-    analysis/kernelonly.json        step tables and matching per case (KERNELONLY_FORMAT)
+                                    sockets.json, program.json, program-untraced-N.json, case.json,
+                                    uprobes.json (collectors/target.py)
+    analysis/kernelonly.json        step tables, matching and the probe calibration per case (KERNELONLY_FORMAT)
     analysis/kernelonly-calls.csv   every matched call's path K1..K11
     report/first-screen.txt         the first screens
 """

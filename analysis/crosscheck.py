@@ -383,7 +383,9 @@ from its tracepoints and kernel events, the same sizes and transports):
 
 Each K step is compared with its catalog counterpart (tracepoints/steps.toml [[target_steps]] dce): the
 per-call sum of its DCE steps (analysis/rpcs.jsonl.gz) or the traced path's network segment
-(analysis/rtp.json). Verdict: agrees / differs (against 10 %) where both bound the same interval; other
+(analysis/rtp.json). Verdict: agrees / differs (against 10 %) where both bound the same interval, on the
+probe-corrected figures where both sides correct the step (kernel corr: less its recorded events at the
+kernel-only run's in-situ cost; traced corr: steps.json's corrected median), else on the raw ones; other
 interval (which boundary differs) or no counterpart otherwise. calls: the traced calls with every DCE step
 of the counterpart measured (the median's sample). marks: the traced build's user tracepoints
 in the counterpart's DCE steps (the catalog's marks, each occurrence), its own probe on that step.

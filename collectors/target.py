@@ -208,7 +208,12 @@ def socket_table(pid):
 
 class SocketPoller:
     """A thread that reads the watched processes' socket fds from /proc until stopped: each (pid, fd,
-    inode) sighting once, with the first time it was seen and its 4-tuple."""
+    inode) sighting once, with the first time it was seen and its 4-tuple.
+
+    It polls fast (POLL_FAST_S) after a watch() only until every watched client has a socket with
+    its peer (UDP: any socket), then slowly (POLL_SLOW_S): it shares the CPUs with the calls, and a
+    thread woken while the poller runs on its CPU waits for it, which would lengthen the very wake-ups
+    the analysis measures. A socket the poller misses is paired by time (analysis/kernelonly.py)."""
 
     def __init__(self):
         self.pids = set()
@@ -240,10 +245,16 @@ class SocketPoller:
             self._thread.join(timeout=5)
         self.poll_once()
 
+    def settled(self):
+        """Whether every watched client has a socket the analysis can pair: TCP with its peer, or UDP."""
+        return all(any(k[0] == pid and (v["proto"] != "tcp" or not v["remote"].endswith(":0"))
+                       for k, v in self.seen.items()) for pid in self.clients)
+
     def _run(self):
         while not self._stop.is_set():
             self.poll_once()
-            self._stop.wait(POLL_FAST_S if time.monotonic() < self._fast_until else POLL_SLOW_S)
+            fast = time.monotonic() < self._fast_until and not (self.clients and self.settled())
+            self._stop.wait(POLL_FAST_S if fast else POLL_SLOW_S)
 
     def poll_once(self):
         for pid in list(self.pids):

@@ -41,7 +41,9 @@ from rpcscope.tracepoints.targetsteps import by_id, on_path
 from . import uprobesteps
 
 PATH_IDS = tuple(s.id for s in on_path())
-PATH_SIDES = tuple(s.side for s in on_path())          # client, server or network (the sender's thread)
+# Whose thread each K step's program events are charged to: its side (network: the sender's) and the half
+# of the call it is in (K1..K6 the request's, K7..K11 the reply's).
+PATH_THREADS = tuple((s.side, 0 if i < 6 else 1) for i, s in enumerate(on_path()))
 SEND = frozenset(e.split("sys_enter_", 1)[1] for e in by_id("K1").kernel_begin)
 RECV = frozenset(e.split("sys_exit_", 1)[1] for e in by_id("K5").kernel_end)
 OPENS = frozenset(("socket", "accept", "accept4"))
@@ -430,8 +432,7 @@ def match_pair(client_ops, server_ops, udp, timeline, label, unmatched):
         # each step's thread: the client's sender or receiver, the server's receiver or sender
         thread = {("client", 0): cli_send.tid, ("client", 1): end.tid, ("server", 0): got.tid,
                   ("server", 1): srv_send.tid, ("network", 0): cli_send.tid, ("network", 1): srv_send.tid}
-        half = [0 if i < 6 else 1 for i in range(len(PATH_IDS))]    # K1..K6 the request's, K7..K11 the reply's
-        tids = [thread[(side, h)] for side, h in zip(PATH_SIDES, half)]
+        tids = [thread[key] for key in PATH_THREADS]
         calls.append(Call(index=k, socket=label, t=t, steps=steps, missing=missing,
                           slept={"server": srv_slept, "client": cli_slept}, request=b - a, reply=d - c,
                           overlap=overlap, events=timeline.charged(t, tids)))

@@ -54,9 +54,9 @@ def summarize(res, pt, cost):
                       "p90_us": round(_pct(vals, 0.9) / 1e3, 3),
                       "share_%": round(100 * statistics.fmean(vals) / mean_rtt, 1) if vals and mean_rtt and s.rtp
                       else None,
-                      "events_p50": statistics.median(evs) if evs else None,
+                      "events_p50": _pct(evs, 0.5) if evs else None,
                       "events_mean": round(statistics.fmean(evs), 2) if evs else None,
-                      "corrected_p50_us": _us(statistics.median(cvals)) if cvals else None,
+                      "corrected_p50_us": _us(_pct(cvals, 0.5)) if cvals else None,
                       "corrected_mean_us": _us(statistics.fmean(cvals)) if cvals else None,
                       "absent_calls": absent, "missing_calls": missing})
     on_path = [x for x in steps if x["rtp"]]
@@ -95,7 +95,7 @@ def _probe(pt, cost, fixed_rtts):
             "events_per_call": pt.events_per_call, "calibrates": not pt.why_not, "why_not": pt.why_not,
             "ns_per_event": round(cost.ns_per_event, 1) if cost and cost.ns_per_event is not None else None,
             "cost_source": cost.source if cost else "none",
-            "corrected_rtt_p50_us": _us(statistics.median(fixed_rtts)) if fixed_rtts else None,
+            "corrected_rtt_p50_us": _us(_pct(fixed_rtts, 0.5)) if fixed_rtts else None,
             "untraced_program_p50_us": round(statistics.fmean(un), 3) if un else None}
 
 

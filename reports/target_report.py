@@ -87,12 +87,16 @@ def first_row(c):
             "between calls p50 µs": c["between_calls_p50_us"], "largest steps (mean µs, share of RTT)": _largest(c)}
 
 
+def _blank(v):
+    """A cell: v, or empty where there is no figure."""
+    return "" if v is None else v
+
+
 def _step_rows(c):
     return [{"step": x["id"], "name": x["name"], "DCE": ", ".join(x["dce"]), "p10 µs": x["p10_us"],
              "p50 µs": x["p50_us"], "mean µs": x["mean_us"], "p90 µs": x["p90_us"],
              "share": "beside" if x["share_%"] is None else f"{x['share_%']:.1f} %",
-             "events p50": "" if x.get("events_p50") is None else x["events_p50"],
-             "corrected p50 µs": "" if x.get("corrected_p50_us") is None else x["corrected_p50_us"],
+             "events p50": _blank(x.get("events_p50")), "corrected p50 µs": _blank(x.get("corrected_p50_us")),
              "absent calls": x["absent_calls"], "missing calls": x["missing_calls"]} for x in c["steps"]]
 
 
@@ -102,14 +106,13 @@ def probe_row(c):
     p = c.get("probe")
     if not p:
         return None
-    blank = lambda v: "" if v is None else v      # noqa: E731
     return {"size": c["size"], "program p50 µs traced": p["traced_program_p50_us"],
             "untraced p50s µs (before, after)": ", ".join(f"{x:.1f}" for x in p["untraced_program_p50s_us"])
-            or "not run", "probe effect µs": blank(p["probe_effect_us"]), "events a call": p["events_per_call"],
-            "ns an event": blank(p["ns_per_event"]),
+            or "not run", "probe effect µs": _blank(p["probe_effect_us"]), "events a call": p["events_per_call"],
+            "ns an event": _blank(p["ns_per_event"]),
             "cost from": p["cost_source"] + ("" if p["calibrates"] else f" (this case: {p['why_not']})"),
-            "corrected RTT p50 µs": blank(p["corrected_rtt_p50_us"]),
-            "untraced program p50 µs": blank(p["untraced_program_p50_us"])}
+            "corrected RTT p50 µs": _blank(p["corrected_rtt_p50_us"]),
+            "untraced program p50 µs": _blank(p["untraced_program_p50_us"])}
 
 
 def _match_rows(c):

@@ -70,6 +70,9 @@ IDLE_SWITCH = "sched:sched_switch"
 IDLE_SWITCH_FILTER = "prev_pid == 0"
 BUFFER_KB = 32768
 POLL_FAST_S, POLL_SLOW_S = 0.0005, 0.05
+# How long the poller keeps polling fast after its last new sighting: a program opens its sockets one
+# after another (libtirpc: rpcbind's, then the server's), each within this of the one before.
+POLL_QUIET_S = 0.01
 PROC_NET = ("tcp", "tcp6", "udp", "udp6")
 
 
@@ -211,9 +214,10 @@ class SocketPoller:
     inode) sighting once, with the first time it was seen and its 4-tuple.
 
     It polls fast (POLL_FAST_S) after a watch() only until every watched client has a socket with
-    its peer (UDP: any socket), then slowly (POLL_SLOW_S): it shares the CPUs with the calls, and a
-    thread woken while the poller runs on its CPU waits for it, which would lengthen the very wake-ups
-    the analysis measures. A socket the poller misses is paired by time (analysis/kernelonly.py)."""
+    its peer (UDP: any socket) and no new socket has been seen for POLL_QUIET_S, then slowly
+    (POLL_SLOW_S): it shares the CPUs with the calls, and a thread woken while the poller runs on its
+    CPU waits for it, which would lengthen the very wake-ups the analysis measures. The quiet time
+    keeps it fast past a client's first socket (a lookup's) to the sockets it opens next."""
 
     def __init__(self):
         self.pids = set()
@@ -223,6 +227,7 @@ class SocketPoller:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._fast_until = 0.0
+        self._last_new = 0.0
 
     def watch(self, pids, fast_s=2.0, client=False):
         """Poll pids too, fast for fast_s; a client's sockets are connected ones, so a TCP socket first
@@ -253,7 +258,9 @@ class SocketPoller:
     def _run(self):
         while not self._stop.is_set():
             self.poll_once()
-            fast = time.monotonic() < self._fast_until and not (self.clients and self.settled())
+            now = time.monotonic()
+            fast = now < self._fast_until and not (self.clients and self.settled()
+                                                   and now - self._last_new >= POLL_QUIET_S)
             self._stop.wait(POLL_FAST_S if fast else POLL_SLOW_S)
 
     def poll_once(self):
@@ -283,11 +290,13 @@ class SocketPoller:
             for fd, ino in new:
                 if ino in table:
                     proto, local, remote = table[ino]
+                    self._last_new = time.monotonic()
                     self.seen[(pid, fd, ino)] = {"pid": pid, "fd": fd, "inode": ino, "proto": proto,
                                                  "local": local, "remote": remote, "seen_ns": now}
             for key in early:
                 if key[2] in table:
                     _proto, self.seen[key]["local"], self.seen[key]["remote"] = table[key[2]]
+                    self._last_new = time.monotonic()
 
     def record(self):
         return {"sockets": sorted(self.seen.values(), key=lambda s: s["seen_ns"]),

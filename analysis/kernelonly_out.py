@@ -60,7 +60,7 @@ def summarize(res, pt, cost):
                       "corrected_mean_us": _us(statistics.fmean(cvals)) if cvals else None,
                       "absent_calls": absent, "missing_calls": missing})
     on_path = [x for x in steps if x["rtp"]]
-    largest = [x["id"] for x in sorted(on_path, key=lambda x: -x["mean_us"])[:LARGEST]]
+    largest = [x["id"] for x in sorted(on_path, key=lambda x: -x["mean_us"])[:LARGEST]] if calls else []
     total = res.exchanges
     p50 = _pct(rtts, 0.5) / 1e3
     gaps = [c.gap_after for c in calls if c.gap_after >= 0]
@@ -185,8 +185,9 @@ def first_screen(s):
              f"receive to the next send (the program's RTT holds part of it: kernel-only RTT + this is "
              f"{s['rtt_with_between_calls_vs_program_%']:+.1f} % off its median)"
              if s["rtt_with_between_calls_vs_program_%"] is not None else None,
-             "  largest steps   " + "; ".join(
-                 f"{i} {by[i]['name']} {by[i]['mean_us']:.1f} us ({by[i]['share_%']:.0f} %)" for i in s["largest"]),
+             "  largest steps   " + ("; ".join(
+                 f"{i} {by[i]['name']} {by[i]['mean_us']:.1f} us ({by[i]['share_%']:.0f} %)" for i in s["largest"])
+                                     or "none: no call of the program matched (the reasons above)"),
              f"  path adds up    {s['calls'] - s['calls_whose_path_does_not_sum']} of {s['calls']} calls; "
              f"{s['calls_with_missing_events']} with a kernel event missing",
              _probe_line(s.get("probe")),

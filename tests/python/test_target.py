@@ -9,6 +9,7 @@ machine-wide testbed test lock (rpcscope.testbed.held_by_tests).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import pathlib
@@ -65,6 +66,18 @@ def test_client_socket_pairs_however_the_poller_saw_it(tmp_path, sighting):
     r = analyze_case(case)
     assert r.matched == r.exchanges == 331 and not r.unmatched
     assert len(r.calls) == r.program_calls == 300 and r.setup == 31 and not r.program_unmatched
+
+
+def test_first_screen_of_a_case_with_no_matched_call():
+    """A case whose program calls all went unmatched (its data socket unseen, say) still gets its first
+    screen, saying so, not an error."""
+    from rpcscope.analysis.kernelonly_out import first_screen, summarize
+    from rpcscope.analysis.kernelonly_probe import costs, point
+    res = dataclasses.replace(analyze_case(CASE), calls=[])
+    pt = point(res)
+    s = summarize(res, pt, costs([pt])[res.case_id])
+    assert s["largest"] == [] and s["calls"] == 0
+    assert "largest steps   none: no call of the program matched" in first_screen(s)
 
 
 def test_bad_target_fails_before_anything_starts(tmp_path):

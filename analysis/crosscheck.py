@@ -33,7 +33,7 @@ import statistics
 from rpcscope.output import UserError, emit_json
 from rpcscope.rundir import KERNELONLY_FORMAT, RunDir
 from rpcscope.tracepoints import SEGMENT_UNITS, SPLIT, STEPS
-from rpcscope.tracepoints.targetsteps import target_steps
+from rpcscope.tracepoints.targetsteps import kernel_steps
 
 from .rpctable import RpcTableError, read_rpc_table
 
@@ -74,7 +74,7 @@ def _short(events):
 def counterparts():
     """Every target step's counterpart in the traced analysis, in catalog order."""
     out = []
-    for k in target_steps():
+    for k in kernel_steps():
         segs = tuple(lbl for lbl, unit in SEGMENT_UNITS.items() if unit in k.dce)
         if segs:
             out.append(Counterpart(k.id, k.name, (), segs, True, ""))
@@ -120,7 +120,7 @@ def _kernel_only(run):
         with open(rd.kernelonly_csv, newline="") as f:
             for r in csv.DictReader(f):
                 d = per.setdefault(r["case"], {})
-                for k in target_steps():
+                for k in kernel_steps():
                     d.setdefault(k.id, []).append(int(r[k.id]))
     except FileNotFoundError:
         raise UserError(f"{rd.kernelonly_csv} is not there: {again}") from None

@@ -22,6 +22,9 @@
    program instance's on the step's thread: the client's for client steps, the server's for server
    steps, the sender's for the network ones (a switch counts for the thread it switches in, a waking
    for the thread it wakes).
+7. Where a --uprobe function encloses the calls (the client's call function), give each call its edges
+   KC1 and KC2 from the outermost such function (analysis/uprobesteps.py): the client's user space
+   before its first send and after its last receive, which the kernel cannot see.
 
     res = analyze_case(case_dir)         # CaseResult: calls, unmatched reasons, per-call steps
 """
@@ -75,12 +78,18 @@ class Call:
     reply: int
     overlap: dict        # KO1, KO2: the sends' time after their hand-off (ns), off the path
     events: dict = dataclasses.field(default_factory=dict)   # K step -> recorded events charged to it
+    edges: dict = dataclasses.field(default_factory=dict)    # KC1, KC2 (ns) where a --uprobe encloses the call
     gap_after: int = -1  # from its reply's receive to the next call's send (ns; -1: the last call): the
                          # client's user space after one call and before the next, which the kernel cannot split
 
     @property
     def rtt(self):
         return self.t[-1] - self.t[0]
+
+    @property
+    def call_rtt(self):
+        """From the enclosing function's entry to its return (edges and kernel path), or None."""
+        return self.rtt + sum(self.edges.values()) if self.edges else None
 
 
 @dataclasses.dataclass
@@ -102,6 +111,7 @@ class CaseResult:
     program_calls: int
     uprobes: list = dataclasses.field(default_factory=list)   # analysis/uprobesteps.py rows, one per --uprobe
     untraced_p50s_us: list = dataclasses.field(default_factory=list)   # the client's untraced runs
+    call_probe: str = ""          # the --uprobe function that encloses the calls (their edges KC1, KC2), if any
 
 
 # ---------------------------------------------------------------- reading
@@ -503,4 +513,5 @@ def analyze_case(case_dir):
                       others={r[0]: r[2] for r in results[1:]}, setup=len(idx) - len(mine), control=len(control),
                       per_call=round((n_main - len(control)) / max(1, tc.program_calls + tc.warmup), 2),
                       program_p50_us=tc.program_p50_us, program_calls=tc.program_calls,
-                      untraced_p50s_us=list(getattr(tc, "untraced_p50s_us", None) or []))
+                      untraced_p50s_us=list(getattr(tc, "untraced_p50s_us", None) or []),
+                      call_probe=uprobesteps.attach_edges(prog, probes, measured) or "")

@@ -13,12 +13,34 @@ import statistics
 
 from rpcscope.output import UserError
 from rpcscope.rundir import KERNELONLY_FORMAT, RunDir
-from rpcscope.tracepoints.targetsteps import target_steps
+from rpcscope.tracepoints.targetsteps import edges, on_path, target_steps
 
 from .kernelonly import PATH_IDS, analyze_case
 from .kernelonly_probe import corrected, costs, point
 
 LARGEST = 3
+EDGE_IDS = tuple(s.id for s in edges())
+
+
+def _in_path_order():
+    """The target steps as a call runs them: KC1, K1..K11, KC2, then those beside the path."""
+    before, after = edges()
+    return (before, *on_path(), after, *(s for s in target_steps() if not s.rtp and not s.edge))
+
+
+def _dce(ids):
+    """DCE step ids, runs of consecutive ones shortened: C1,C2,C3 -> C1-C3."""
+    out, run = [], []
+    for d in list(ids) + [None]:
+        if run and d and d[:1] == run[-1][:1] and d[1:].isdigit() and run[-1][1:].isdigit() \
+                and int(d[1:]) == int(run[-1][1:]) + 1:
+            run.append(d)
+            continue
+        if run:
+            out.append(run[0] if len(run) < 3 else f"{run[0]}-{run[-1]}")
+            out.extend(run[1:] if len(run) == 2 else [])
+        run = [d] if d else []
+    return ",".join(out)
 
 
 def _pct(values, q):
@@ -38,22 +60,29 @@ def summarize(res, pt, cost):
     mean_rtt = statistics.fmean(rtts) if rtts else 0.0
     c_ns = cost.ns_per_event if cost else None
     fixed = [corrected(c, c_ns) for c in calls] if c_ns is not None else None
+    edged = [c for c in calls if c.edges]
+    # The shares are of the path's mean: the kernel's K1..K11, and the call's edges where a probe measures them.
+    mean_path = mean_rtt + sum(statistics.fmean(c.edges[e.id] for c in edged) for e in edges()) if edged \
+        else mean_rtt
     steps = []
-    for s in target_steps():
-        vals = [c.steps[s.id] if s.rtp else c.overlap[s.id] for c in calls]
+    for s in _in_path_order():
+        if s.edge and not edged:
+            continue
+        vals = [c.edges[s.id] for c in edged] if s.edge else [c.steps[s.id] if s.rtp else c.overlap[s.id]
+                                                              for c in calls]
         cvals = [f[s.id] for f in fixed] if fixed is not None and s.rtp else None
         evs = [c.events.get(s.id, 0) for c in calls] if s.rtp else None
         side = "server" if s.id in ("K3", "K4") else "client" if s.id in ("K9", "K10") else None
         absent = sum(1 for c in calls if side and not c.slept[side]) if side else 0
         missing = sum(1 for c in calls if any(m.startswith(_missing_side(s.id)) for m in c.missing)) \
             if _missing_side(s.id) else 0
-        steps.append({"id": s.id, "name": s.name, "dce": list(s.dce), "side": s.side, "rtp": s.rtp,
+        steps.append({"id": s.id, "name": s.name, "dce": list(s.dce), "side": s.side, "rtp": s.rtp or bool(s.edge),
                       "unit": s.unit, "phase": s.phase,
                       "p50_us": round(_pct(vals, 0.5) / 1e3, 3), "mean_us": round(statistics.fmean(vals) / 1e3, 3)
                       if vals else 0.0, "p10_us": round(_pct(vals, 0.1) / 1e3, 3),
                       "p90_us": round(_pct(vals, 0.9) / 1e3, 3),
-                      "share_%": round(100 * statistics.fmean(vals) / mean_rtt, 1) if vals and mean_rtt and s.rtp
-                      else None,
+                      "share_%": round(100 * statistics.fmean(vals) / mean_path, 1)
+                      if vals and mean_path and (s.rtp or s.edge) else None,
                       "events_p50": _pct(evs, 0.5) if evs else None,
                       "events_mean": round(statistics.fmean(evs), 2) if evs else None,
                       "corrected_p50_us": _us(_pct(cvals, 0.5)) if cvals else None,
@@ -65,7 +94,9 @@ def summarize(res, pt, cost):
     p50 = _pct(rtts, 0.5) / 1e3
     gaps = [c.gap_after for c in calls if c.gap_after >= 0]
     gap = _pct(gaps, 0.5) / 1e3
-    bad_sums = sum(1 for c in calls if sum(c.steps.values()) != c.rtt or min(c.steps.values()) < 0)
+    bad_sums = sum(1 for c in calls if sum(c.steps.values()) != c.rtt or min(c.steps.values()) < 0
+                   or (c.edges and min(c.edges.values()) < 0))
+    call_p50 = _pct([c.call_rtt for c in edged], 0.5) / 1e3 if edged else None
     return {"case": res.case_id, "target": res.target, "transport": res.transport, "size": res.size,
             "exchanges": total, "matched": res.matched,
             "matched_%": round(100 * res.matched / total, 2) if total else 0,
@@ -78,6 +109,10 @@ def summarize(res, pt, cost):
             "program_p50_us": round(res.program_p50_us, 3),
             "rtt_vs_program_%": round(100 * (p50 - res.program_p50_us) / res.program_p50_us, 1)
             if res.program_p50_us else None,
+            "call_probe": res.call_probe or None, "calls_with_edges": len(edged),
+            "call_rtt_p50_us": round(call_p50, 3) if call_p50 is not None else None,
+            "call_rtt_vs_program_%": round(100 * (call_p50 - res.program_p50_us) / res.program_p50_us, 1)
+            if call_p50 is not None and res.program_p50_us else None,
             "between_calls_p50_us": round(gap, 3),
             "rtt_with_between_calls_vs_program_%": round(100 * (p50 + gap - res.program_p50_us) / res.program_p50_us, 1)
             if res.program_p50_us else None,
@@ -136,13 +171,14 @@ def write(rundir, summaries, results):
     spath.write_text("\n\n".join(first_screen(s) for s in summaries) + "\n")
     with open(cpath, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["case", "call", "socket", "t0_ns", "rtt_ns", *PATH_IDS, "KO1", "KO2", "server_slept",
-                    "client_slept", "missing"])
+        w.writerow(["case", "call", "socket", "t0_ns", "rtt_ns", *PATH_IDS, "KO1", "KO2", *EDGE_IDS,
+                    "call_rtt_ns", "server_slept", "client_slept", "missing"])
         for res in results:
             for c in res.calls:
                 w.writerow([res.case_id, c.index, c.socket, c.t[0], c.rtt, *(c.steps[s] for s in PATH_IDS),
-                            c.overlap["KO1"], c.overlap["KO2"], int(c.slept["server"]), int(c.slept["client"]),
-                            ";".join(c.missing)])
+                            c.overlap["KO1"], c.overlap["KO2"], *(c.edges.get(e, "") for e in EDGE_IDS),
+                            "" if c.call_rtt is None else c.call_rtt, int(c.slept["server"]),
+                            int(c.slept["client"]), ";".join(c.missing)])
     return jpath, cpath, spath
 
 
@@ -162,6 +198,20 @@ def _probe_line(p):
             + ("" if p["calibrates"] else f"; this case does not calibrate: {p['why_not']}"))
 
 
+def _rtt_line(s):
+    """The first screen's RTT line: the call's RTT where a probe encloses the calls, and the kernel's."""
+    if s["rtt_vs_program_%"] is None:
+        return ""
+    if s.get("call_rtt_p50_us") is None:
+        return (f"  RTT p50         {s['rtt_p50_us']:.1f} us kernel-only; {s['program_p50_us']:.1f} us as the program "
+                f"measured it ({s['rtt_vs_program_%']:+.1f} %; the client's user space before its first send and "
+                f"after its last receive is not seen: --uprobe CALL_FUNCTION:call adds it as KC1, KC2)")
+    return (f"  RTT p50         {s['call_rtt_p50_us']:.1f} us from {s['call_probe']}'s entry to its return "
+            f"({s['calls_with_edges']} calls); {s['program_p50_us']:.1f} us as the program measured it "
+            f"({s['call_rtt_vs_program_%']:+.1f} %); the kernel's part {s['rtt_p50_us']:.1f} us (first send to last "
+            f"receive, {s['rtt_vs_program_%']:+.1f} %)")
+
+
 def first_screen(s):
     """The first screen of one case, as text."""
     by = {x["id"]: x for x in s["steps"]}
@@ -179,8 +229,7 @@ def first_screen(s):
              f"  NOTE            {s['exchanges_per_call']:.2f} exchanges a call on the program's connection: its "
              f"calls take more than one request and reply (window acknowledgements, fragments); the kernel-only "
              f"path and RTT here are those of one exchange, not of a call" if s["exchanges_per_call"] > 1.05 else None,
-             f"  RTT p50         {s['rtt_p50_us']:.1f} us kernel-only; {s['program_p50_us']:.1f} us as the program "
-             f"measured it ({s['rtt_vs_program_%']:+.1f} %)" if s["rtt_vs_program_%"] is not None else "",
+             _rtt_line(s),
              f"  between calls   {s['between_calls_p50_us']:.1f} us p50 in the client's user space from a reply's "
              f"receive to the next send (the program's RTT holds part of it: kernel-only RTT + this is "
              f"{s['rtt_with_between_calls_vs_program_%']:+.1f} % off its median)"
@@ -198,7 +247,7 @@ def first_screen(s):
         share = f"{x['share_%']:.0f} %" if x["share_%"] is not None else "beside"
         ev = f"{x['events_p50']:g}" if x.get("events_p50") is not None else ""
         cp = f"{x['corrected_p50_us']:.2f}" if x.get("corrected_p50_us") is not None else ""
-        lines.append(f"  {x['id']:<4} {x['name'][:36]:<36} {','.join(x['dce'])[:14]:<14} {x['p50_us']:>8.2f} "
+        lines.append(f"  {x['id']:<4} {x['name'][:36]:<36} {_dce(x['dce'])[:14]:<14} {x['p50_us']:>8.2f} "
                      f"{x['mean_us']:>8.2f} {share:>6} {ev:>6} {cp:>8}")
     for u in s.get("uprobes", []):
         line = (f"  uprobe {u['step']} ({u['symbol']}): {u['where']}, {u['calls_with_it']} of {u['calls']} calls, "

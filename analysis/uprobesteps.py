@@ -4,14 +4,28 @@ and placed on their path: enclosing the call (a client's call function: its time
 and after the last receive, which the kernel cannot see), or inside one of the steps K1..K11.
 
     rows = summarize(prog_events, probes, calls, program_p50_us)     # [dict], one per probe
+    symbol = attach_edges(prog_events, probes, calls)                # each call's KC1, KC2 (Call.edges)
 """
 import bisect
 import collections
 import statistics
 
-from rpcscope.tracepoints.targetsteps import on_path
+from rpcscope.tracepoints.targetsteps import edges, on_path
 
 PATH_IDS = tuple(s.id for s in on_path())
+BEFORE, AFTER = (s.id for s in edges())
+
+
+def _per_call(got, calls):
+    """{call index: [(entry, return)]}: each interval given to the call whose reply's receive ends at or after
+    its entry and after the call before it ended."""
+    ends = [c.t[-1] for c in calls]
+    per = collections.defaultdict(list)
+    for _tid, a, b in got:
+        k = bisect.bisect_left(ends, a)
+        if k < len(calls) and (k == 0 or a > ends[k - 1]):
+            per[k].append((a, b))
+    return per
 
 
 def intervals(prog_events, probes):
@@ -49,14 +63,9 @@ def summarize(prog_events, probes, calls, program_p50_us):
     if not probes or not calls:
         return []
     got = intervals(prog_events, probes)
-    ends = [c.t[-1] for c in calls]
     rows = []
     for p in probes:
-        per = collections.defaultdict(list)
-        for tid, a, b in got.get(p["event"], []):
-            k = bisect.bisect_left(ends, a)          # the call whose receive ends at or after the entry
-            if k < len(calls) and (k == 0 or a > ends[k - 1]):
-                per[k].append((a, b))
+        per = _per_call(got.get(p["event"], []), calls)
         where = collections.Counter()
         total, before, after, rtt = [], [], [], []
         for k, ivs in per.items():
@@ -78,3 +87,30 @@ def summarize(prog_events, probes, calls, program_p50_us):
                      "call_rtt_vs_program_%": round(100 * (r50 - program_p50_us) / program_p50_us, 1)
                      if r50 and program_p50_us else None})
     return rows
+
+
+def attach_edges(prog_events, probes, calls):
+    """Give each call its edges (Call.edges: KC1 from the entry of the function that encloses it to its
+    first send, KC2 from its last receive's return to the function's return) and return that function's
+    name, or None. Of several probed functions that enclose calls, the outermost (the longest median
+    entry-to-return) is the call's: the program's own call function encloses its library's."""
+    got = intervals(prog_events, probes)
+    best, best_len = None, 0
+    for p in probes:
+        spans = {}
+        for k, ivs in _per_call(got.get(p["event"], []), calls).items():
+            t = calls[k].t
+            outer = [(a, b) for a, b in ivs if a <= t[0] and b >= t[-1]]
+            if outer:
+                spans[k] = min(a for a, _ in outer), max(b for _, b in outer)
+        if spans:
+            length = statistics.median(b - a for a, b in spans.values())
+            if length > best_len:
+                best, best_len = (p, spans), length
+    if best is None:
+        return None
+    p, spans = best
+    for k, (a, b) in spans.items():
+        t = calls[k].t
+        calls[k].edges = {BEFORE: t[0] - a, AFTER: b - t[-1]}
+    return p["shown"]

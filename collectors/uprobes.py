@@ -40,9 +40,11 @@ def parse_spec(spec):
     spec = spec.strip()
     m = SPEC.match(spec)
     sym, step = (m.group("sym"), m.group("step")) if m else (spec, "")
-    if not sym or any(c.isspace() for c in sym):
+    if not sym or sym != sym.strip():
         raise UserError(f"--uprobe {spec!r}: give SYMBOL[:STEP], e.g. peer_echo_1:call or svc_getreq_common")
-    return sym, step or re.sub(r"\W+", "_", sym.split("(")[0].split("::")[-1])
+    # A demangled C++ name may hold spaces ("(anonymous namespace)::peer_call"); the default step is its
+    # last component without a parameter list.
+    return sym, step or re.sub(r"\W+", "_", re.sub(r"\(.*\)$", "", sym).split("::")[-1])
 
 
 def libraries(binary):

@@ -47,7 +47,10 @@ def cmd_target_report(args):
     for r in h["first_screen"]:
         print(f"  {r['transport']} {r['size']}: calls matched {r['calls matched']}, unmatched {r['unmatched (why)']}; "
               f"RTT p50 {r['RTT p50 µs kernel-only']:.1f} us kernel-only, {r['program p50 µs']:.1f} us the "
-              f"program's ({r['kernel-only vs program']}); largest {r['largest steps (mean µs, share of RTT)']}")
+              f"program's ({r['kernel-only vs program']})"
+              + (f", {r['call RTT p50 µs (its --uprobe)']:.1f} us from the call's --uprobe ({r['call vs program']})"
+                 if r["call RTT p50 µs (its --uprobe)"] != "" else "")
+              + f"; largest {r['largest steps (mean µs, share of RTT)']}")
     return 0
 
 

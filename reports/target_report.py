@@ -24,7 +24,8 @@ TABLES_JSON = "tables.json"
 TABLES_FORMAT = "rpcscope-report-tables/1"
 
 FIRST_COLUMNS = ["size", "calls matched", "unmatched (why)", "RTT p50 µs kernel-only", "program p50 µs",
-                 "kernel-only vs program", "between calls p50 µs", "largest steps (mean µs, share of RTT)"]
+                 "kernel-only vs program", "call RTT p50 µs (its --uprobe)", "call vs program", "between calls p50 µs",
+                 "largest steps (mean µs, share of RTT)"]
 STEP_COLUMNS = ["step", "name", "DCE", "p10 µs", "p50 µs", "mean µs", "p90 µs", "share", "events p50",
                 "corrected p50 µs", "absent calls", "missing calls"]
 PROBE_COLUMNS = ["size", "program p50 µs traced", "untraced p50s µs (before, after)", "probe effect µs",
@@ -36,7 +37,9 @@ INTRO = ("Where does the time of one call go, seen from the kernel alone? The pr
          "(tracepoints/steps.toml [[target_steps]]), which add up to its kernel-only RTT: from the client's first "
          "send of the request to the return of its receive that takes the reply's last byte. The program's own "
          "median (its client's clock) holds also the client's user space before the send and after the receive "
-         "('between calls' is a reply's receive to the next send).")
+         "('between calls' is a reply's receive to the next send). A --uprobe at the client's call function "
+         "measures that too: the call's edges KC1 (its entry to the first send) and KC2 (the last receive to its "
+         "return) then join the path, and the call's RTT runs from the function's entry to its return.")
 
 
 class TargetReportError(Exception):
@@ -84,6 +87,8 @@ def first_row(c):
                                                 f"({c['program_calls_matched_%']:.2f} %)",
             "unmatched (why)": _unmatched(c), "RTT p50 µs kernel-only": c["rtt_p50_us"],
             "program p50 µs": c["program_p50_us"], "kernel-only vs program": "" if vs is None else f"{vs:+.1f} %",
+            "call RTT p50 µs (its --uprobe)": _blank(c.get("call_rtt_p50_us")),
+            "call vs program": "" if c.get("call_rtt_vs_program_%") is None else f"{c['call_rtt_vs_program_%']:+.1f} %",
             "between calls p50 µs": c["between_calls_p50_us"], "largest steps (mean µs, share of RTT)": _largest(c)}
 
 
@@ -144,7 +149,8 @@ def build_target(run) -> Report:
             f"{name} {t.upper()} {target.get('proc', '')}: calls matched, RTT and the largest steps",
             FIRST_COLUMNS, [first_row(c) for c in tc],
             f"{src} cases[transport={t}].{{size, calls, program_calls, program_calls_matched_%, program_unmatched, "
-            f"rtt_p50_us, program_p50_us, rtt_vs_program_%, between_calls_p50_us, largest, steps[].mean_us, "
+            f"rtt_p50_us, program_p50_us, rtt_vs_program_%, call_rtt_p50_us, call_rtt_vs_program_%, "
+            f"between_calls_p50_us, largest, steps[].mean_us, "
             f"steps[].share_%}}"))
         prows = [r for r in (probe_row(c) for c in tc) if r]
         if prows:

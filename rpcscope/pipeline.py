@@ -59,6 +59,8 @@ EPILOG = """examples:
   rpcscope run --sizes 0,4016,8032 --holdout 6000 --keep-testbed
   rpcscope run --json                            the % error tables and paths as JSON
   rpcscope run --max-seconds 0                   no time limit: extra sweeps end only at --extra-sweep-seconds
+  rpcscope run --target libtirpc --transport udp,tcp --proc echo --sizes 0,1392,4016 --uprobe peer_call:call
+                                                 an unmodified ONC RPC from kernel events, its call function probed
 
 Stages (each printed with its command line, so it can be re-run by hand):
   rpcscope testbed up; rpcscope deploy; rpcscope capture ...; rpcscope analyze RUN;
@@ -424,7 +426,9 @@ def register(subparsers):
     ap.add_argument("--uprobe", action="append", default=[], metavar="SYMBOL[:STEP]",
                     help="with --target: probe a function of the target's client, server or their libraries at its "
                          "entry and return (perf probe -x), e.g. peer_echo_1:call, rpcspeer_prog_1:dispatch, "
-                         "rpcspeer::Peer::Stub::Echo:call; repeatable")
+                         "rpcspeer::Peer::Stub::Echo:call; repeatable. A function that encloses each call (the "
+                         "client's call function: peer_call for libtirpc, '(anonymous namespace)::peer_call' for "
+                         "gRPC) adds the call's edges KC1, KC2, which the kernel cannot see, to its path and RTT")
     ap.add_argument("--out", metavar="runs/NAME", help="run directory (default runs/run-DATE-TIME)")
     ap.add_argument("--replace", action="store_true", help="replace an existing run directory of that name")
     ap.add_argument("--keep-testbed", action="store_true", help="leave the testbed up at the end")

@@ -33,7 +33,7 @@ A run of an RPC rpcscope did not write (`rpcscope run --target`, rpcscope/target
                                     sockets.json, program.json, program-untraced-N.json, case.json,
                                     uprobes.json (collectors/target.py)
     analysis/kernelonly.json        step tables, matching and the probe calibration per case (KERNELONLY_FORMAT)
-    analysis/kernelonly-calls.csv   every matched call's path K1..K11
+    analysis/kernelonly-calls.csv   every matched call's path K1..K11 (and KC1, KC2 with a call probe)
     report/first-screen.txt         the first screens
 """
 import dataclasses

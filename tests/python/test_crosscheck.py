@@ -23,7 +23,7 @@ from helpers import rpcscope, shared_testbed
 
 from rpcscope.analysis.crosscheck import AGREES, DIFFERS, NONE, OTHER, counterparts
 from rpcscope.tracepoints import SEGMENT_UNITS
-from rpcscope.tracepoints.targetsteps import target_steps
+from rpcscope.tracepoints.targetsteps import kernel_steps
 
 HERE = pathlib.Path(__file__).resolve().parent
 RECORDED = HERE / "fixtures" / "crosscheck-small"           # ko/ (run --target reference), traced/
@@ -35,8 +35,8 @@ def test_counterparts_come_from_the_catalog():
     """Every target step has its catalog counterpart: its dce steps, or the path's network segments;
     a step and its counterpart bound the same interval exactly where the catalog's events say so."""
     cps = {c.step: c for c in counterparts()}
-    assert list(cps) == [s.id for s in target_steps()]
-    for s in target_steps():
+    assert list(cps) == [s.id for s in kernel_steps()]
+    for s in kernel_steps():
         c = cps[s.id]
         if c.segments:
             assert all(SEGMENT_UNITS[x] in s.dce for x in c.segments)
@@ -163,7 +163,7 @@ def check_table(ko, tr, calls):
     """The table of a pair of runs of the same cases: complete and well-formed."""
     p = rpcscope("crosscheck", str(ko), str(tr), "--json")
     doc = json.loads(p.stdout)
-    steps = [s.id for s in target_steps()]
+    steps = [s.id for s in kernel_steps()]
     want = {(c["transport"], c["size"]) for c in json.loads((ko / "analysis" / "kernelonly.json").read_text())["cases"]}
     assert not doc["unpaired"] and {(c["transport"], c["size"]) for c in doc["cases"]} == want
     for c in doc["cases"]:

@@ -20,14 +20,18 @@ import sys
 import pytest
 from helpers import shared_testbed
 
-from rpcscope.analysis.kernelonly import PATH_IDS, analyze_case
-from rpcscope.tracepoints.targetsteps import on_path, target_steps
+from rpcscope.analysis.kernelonly import PATH_IDS, Call, analyze_case
+from rpcscope.analysis.uprobesteps import attach_edges
+from rpcscope.collectors.uprobes import parse_spec
+from rpcscope.output import UserError
+from rpcscope.tracepoints.targetsteps import edges, on_path, target_steps
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
 PEERS = REPO / "build" / "peers" / "bin"
 CASE = pathlib.Path(__file__).parent / "fixtures" / "target-case-tcp-0"
 CALLS, WARMUP = 300, 20
+EDGE_IDS = tuple(s.id for s in edges())
 
 
 def rpcscope(*args, timeout=300, check=True):
@@ -47,6 +51,52 @@ def test_catalog_chains_the_round_trip():
     assert path[0].kernel_begin[0].startswith("syscalls:sys_enter_send")
     assert path[-1].kernel_end[0].startswith("syscalls:sys_exit_recv")
     assert all(s.dce for s in target_steps())
+    # the call's edges, which a --uprobe enclosing the call measures, meet the path's two ends
+    before, after = edges()
+    assert set(before.kernel_end) == set(path[0].kernel_begin) and set(after.kernel_begin) == set(path[-1].kernel_end)
+
+
+def _call(i, t0, t_end):
+    t = [t0 + k * (t_end - t0) // 11 for k in range(12)]
+    t[-1] = t_end
+    return Call(index=i, socket="s", t=t, steps={}, missing=[], slept={}, request=0, reply=0, overlap={})
+
+
+def test_the_outermost_enclosing_probe_gives_the_calls_edges():
+    """Of two probed functions that enclose the calls, the outer one (the program's call function around its
+    library's) gives each call KC1 (entry to first send) and KC2 (last receive to return); a call that no
+    probe encloses gets none, and a probe inside a step gives none."""
+    calls = [_call(0, 1000, 2000), _call(1, 5000, 6000), _call(2, 9000, 10000)]
+    probes = [{"event": "g:inner", "shown": "stub"}, {"event": "g:outer", "shown": "peer_call"},
+              {"event": "g:inside", "shown": "dispatch"}]
+    ev = []
+    for c, wrap in zip(calls[:2], (True, True)):
+        a, b = c.t[0], c.t[-1]
+        ev += [(a - 300, "g:outer", 7, None), (a - 100, "g:inner", 7, None), (b + 50, "g:inner__return", 7, None),
+               (b + 200, "g:outer__return", 7, None), (c.t[5] + 1, "g:inside", 8, None),
+               (c.t[5] + 2, "g:inside__return", 8, None)]
+    ev.sort()
+    assert attach_edges(ev, probes, calls) == "peer_call"
+    assert calls[0].edges == {"KC1": 300, "KC2": 200} and calls[1].edges == {"KC1": 300, "KC2": 200}
+    assert not calls[2].edges and calls[2].call_rtt is None
+    assert calls[0].call_rtt == 1000 + 500
+    assert attach_edges(ev, probes[2:], calls[2:]) is None
+
+
+@pytest.mark.parametrize("spec, want", [
+    ("peer_call:call", ("peer_call", "call")),
+    ("(anonymous namespace)::peer_call:call", ("(anonymous namespace)::peer_call", "call")),
+    ("(anonymous namespace)::peer_call", ("(anonymous namespace)::peer_call", "peer_call")),
+    ("rpcspeer::Peer::Stub::Echo", ("rpcspeer::Peer::Stub::Echo", "Echo")),
+    ("svc_getreq_common", ("svc_getreq_common", "svc_getreq_common"))])
+def test_uprobe_specs_take_demangled_names(spec, want):
+    assert parse_spec(spec) == want
+
+
+@pytest.mark.parametrize("spec", ["", "   "])
+def test_bad_uprobe_specs_are_refused(spec):
+    with pytest.raises(UserError, match="give SYMBOL"):
+        parse_spec(spec)
 
 
 @pytest.mark.parametrize("sighting", ["connected", "before connect()", "never seen"])
@@ -166,7 +216,7 @@ def check_run(out, n_cases):
         assert c["calls_with_missing_events"] == 0 and c["calls_whose_path_does_not_sum"] == 0, label
         steps = {s["id"]: s for s in c["steps"]}
         assert all(steps[k]["missing_calls"] == 0 for k in PATH_IDS), label
-        assert len(c["largest"]) == 3 and all(k in PATH_IDS for k in c["largest"]), label
+        assert len(c["largest"]) == 3 and all(k in PATH_IDS + EDGE_IDS for k in c["largest"]), label
         assert 0 < c["rtt_p50_us"] and 0 < c["program_p50_us"], label
         # the kernel sees less than the program times (not its marshalling, nor its clock reads)
         assert c["rtt_p50_us"] <= c["program_p50_us"] * 1.05, (label, c["rtt_p50_us"], c["program_p50_us"])
@@ -188,20 +238,41 @@ def test_libtirpc_udp_and_tcp(testbed, tmp_path):
     out = tmp_path / "tirpc"
     p = rpcscope("run", "--target", "libtirpc", "--transport", "udp,tcp", "--proc", "echo", "--sizes", "0",
                  "--calls", str(CALLS), "--warmup", str(WARMUP), "--uprobe", "peer_echo_1:call",
-                 "--uprobe", "rpcspeer_prog_1:dispatch", "--out", str(out))
+                 "--uprobe", "rpcspeer_prog_1:dispatch", "--uprobe", "peer_call:program", "--out", str(out))
     assert "calls matched" in p.stdout and "largest steps" in p.stdout, p.stdout
     check_run(out, 2)
-    # the rpcgen stub encloses each call; the server's dispatch runs within its compute step (K6)
+    # the rpcgen stub encloses each call, and the program's call function encloses the stub: the outer one
+    # gives the calls their edges; the server's dispatch runs within its compute step (K6)
     for c in json.loads((out / "analysis" / "kernelonly.json").read_text())["cases"]:
         up = {u["step"]: u for u in c["uprobes"]}
         assert up["call"]["where"] == "encloses the call" and up["call"]["calls_with_it"] == CALLS, up["call"]
         assert up["call"]["call_rtt_p50_us"] >= c["rtt_p50_us"], (up["call"], c["rtt_p50_us"])
         assert up["dispatch"]["where"] == "inside K6" and up["dispatch"]["calls_with_it"] == CALLS, up["dispatch"]
+        check_edges(out, c, "peer_call")
 
 
 @pytest.mark.testbed
 def test_grpc_tcp(testbed, tmp_path):
     out = tmp_path / "grpc"
     rpcscope("run", "--target", "grpc", "--transport", "tcp", "--proc", "echo", "--sizes", "0",
-             "--calls", str(CALLS), "--warmup", str(WARMUP), "--out", str(out))
+             "--calls", str(CALLS), "--warmup", str(WARMUP), "--uprobe", "(anonymous namespace)::peer_call:call",
+             "--out", str(out))
     check_run(out, 1)
+    check_edges(out, json.loads((out / "analysis" / "kernelonly.json").read_text())["cases"][0],
+                "(anonymous namespace)::peer_call")
+
+
+def check_edges(out, c, symbol):
+    """The probed call function gives (nearly) every call its edges KC1, KC2; each such call's path, from the
+    function's entry to its return, adds up to its call RTT, which holds the kernel's RTT."""
+    assert c["call_probe"] == symbol and c["calls_with_edges"] >= 0.99 * CALLS, c
+    steps = {x["id"]: x for x in c["steps"]}
+    assert steps["KC1"]["rtp"] and steps["KC2"]["rtp"] and steps["KC1"]["p50_us"] > 0, steps["KC1"]
+    assert c["call_rtt_p50_us"] > c["rtt_p50_us"], c
+    n = 0
+    for r in csv.DictReader(open(out / "analysis" / "kernelonly-calls.csv")):
+        if r["case"] == c["case"] and r["KC1"]:
+            n += 1
+            parts = [int(r["KC1"]), *(int(r[k]) for k in PATH_IDS), int(r["KC2"])]
+            assert min(parts) >= 0 and sum(parts) == int(r["call_rtt_ns"]) > int(r["rtt_ns"]), r
+    assert n == c["calls_with_edges"], (n, c["calls_with_edges"])

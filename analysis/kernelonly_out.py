@@ -17,6 +17,8 @@ from rpcscope.tracepoints.targetsteps import edges, on_path, target_steps
 
 from .kernelonly import PATH_IDS, analyze_case
 from .kernelonly_probe import corrected, costs, point
+from .targetmodel import case_input
+from .targetmodel_cli import print_model, run_models
 
 LARGEST = 3
 EDGE_IDS = tuple(s.id for s in edges())
@@ -118,6 +120,7 @@ def summarize(res, pt, cost):
             if res.program_p50_us else None,
             "calls_with_missing_events": sum(1 for c in calls if c.missing),
             "calls_whose_path_does_not_sum": bad_sums, "largest": largest, "steps": steps, "uprobes": res.uprobes,
+            "model_input": case_input(res, fixed),
             "probe": _probe(pt, cost, [sum(f.values()) for f in fixed] if fixed is not None else None)}
 
 
@@ -151,10 +154,17 @@ def analyze_run(rundir, quiet=False):
     cost = costs(points)
     summaries = [summarize(r, p, cost[r.case_id]) for r, p in zip(results, points)]
     paths = write(rundir, summaries, results)
+    models, notes = run_models(rundir, summaries)
+    paths += tuple(rd.analysis / f"targetmodel-{m.transport}.json" for m in models)
     if not quiet:
         for s in summaries:
             print()
             print(first_screen(s))
+        for m in models:
+            print()
+            print_model(m)
+        for n in notes:
+            print(f"model: {n}")
         print(f"\nwritten: {', '.join(map(str, paths))}")
     return summaries, results
 

@@ -141,7 +141,7 @@ def line_baseline(points, wl):
         return None
     X = np.array([[1.0, *wire_features(wl, z)] for z in xs])
     y = np.array([points[z] for z in xs])
-    coef = _nnls(X, y, np.ones(len(xs)), range(X.shape[1]))   # no term makes a call shorter
+    coef = nnls(X, y, np.ones(len(xs)), range(X.shape[1]))   # no term makes a call shorter
     return lambda z: float(np.dot(coef, [1.0, *wire_features(wl, z)]))
 
 
@@ -173,7 +173,7 @@ def _design(wl, link, sizes, theta, obs):
     return np.array(X, float), np.array(y, float), np.array(w, float)
 
 
-def _nnls(X, y, w, active):
+def nnls(X, y, w, active):
     """Weighted least squares over the active columns, dropping any column that comes out negative
     (a unit cost is never below 0) and solving again."""
     active = list(active)
@@ -217,7 +217,7 @@ def fit_theta(obs, sizes):
         if it > 1:
             seen.append((theta, dropped, _path_residual(wl, obs, sizes, theta)))
         active, dropped = _identified(X, sizes)
-        coef = _nnls(X, y, w, active)
+        coef = nnls(X, y, w, active)
         new = {u: float(c) for u, c in zip(UNIT_NAMES, coef)}
         if any(_same(new, t) for t, _, _ in seen) or _same(new, theta):
             if _same(new, theta):

@@ -11,6 +11,7 @@ from rpcscope.rundir import RunDir
 
 from . import model as M, network as N, paper
 from .model_input import measured_us, observations
+from .targetmodel_cli import cmd_target_model
 
 MODEL_EPILOG = """examples:
   rpcscope model runs/NAME --transport udp
@@ -19,6 +20,9 @@ MODEL_EPILOG = """examples:
   rpcscope model runs/NAME --transport tcp --fit 0,1392,4016,8032,16064,24096 --predict 100000
   rpcscope model runs/NAME --transport udp --json
   rpcscope model --paper dce        the DCE study's Table 2 added up again beside its printed sums
+  rpcscope model runs/TARGET --fit 0,1392,4016 --predict 8000
+        a run of `rpcscope run --target`: its kernel-only paths' unit costs (analysis/TARGET.md, the
+        model); writes runs/TARGET/analysis/targetmodel-TRANSPORT.json
 
 Each size is fitted (in the fit; its row also shows the fit without it: cv) or predicted (nothing
 measured at that size enters its row but Measured). interp and line are the baselines: linear
@@ -115,6 +119,9 @@ def cmd_model(args):
         return _paper(args)
     if not args.input:
         raise UserError("give a run directory (rpcscope capture, analyze and rtp make one) or --paper dce")
+    if RunDir(args.input).is_target:
+        return cmd_target_model(args)
+    args.transport = args.transport or "udp"
     try:
         obs = observations(args.input, args.transport, args.proc)
         held = parse_sizes(args.holdout, "--holdout") if args.holdout is not None else _held_out(args.input)
@@ -261,7 +268,8 @@ def register(subparsers):
                     "Table 2 did.",
         epilog=MODEL_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", nargs="?", metavar="RUN", help="a run directory with analysis/rtp.json")
-    ap.add_argument("--transport", default="udp", choices=("udp", "tcp"), help="transport to model (default udp)")
+    ap.add_argument("--transport", choices=("udp", "tcp"),
+                    help="transport to model (default udp; a target run's: each it has)")
     ap.add_argument("--proc", help="procedure, when the run has several")
     ap.add_argument("--fit", metavar="SIZES", help="sizes to fit (default: every captured size but the held-out ones)")
     ap.add_argument("--holdout", metavar="SIZES", help="captured sizes to predict, not fit (default: the capture's "

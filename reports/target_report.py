@@ -31,6 +31,9 @@ STEP_COLUMNS = ["step", "name", "DCE", "p10 µs", "p50 µs", "mean µs", "p90 µ
 PROBE_COLUMNS = ["size", "program p50 µs traced", "untraced p50s µs (before, after)", "probe effect µs",
                  "events a call", "ns an event", "cost from", "corrected RTT p50 µs", "untraced program p50 µs"]
 MATCH_COLUMNS = ["item", "value"]
+MODEL_PARAM_COLUMNS = ["unit cost", "value", "unit", "one count is"]
+MODEL_ROW_COLUMNS = ["size", "kind", "path µs", "model µs", "model %", "left out of its fit %", "interpolation %",
+                     "line %", "program µs", "path vs program %", "bytes request/reply"]
 INTRO = ("Where does the time of one call go, seen from the kernel alone? The program runs unmodified; each "
          "request is paired with its reply on the other host from the kernel's send, receive, scheduler and "
          "device events, and each call's round trip is cut into the steps K1..K11 the kernel bounds "
@@ -134,6 +137,35 @@ def _match_rows(c):
     return [{"item": k, "value": v} for k, v in rows]
 
 
+def _model_section(run, name):
+    """The target model of each transport (analysis/targetmodel-T.json): unit costs and every size's row."""
+    sec = Section(f"The model: {name}'s path from a few unit costs (analysis/TARGET.md, the model)", folded=False)
+    for path in sorted(RunDir(run).analysis.glob("targetmodel-*.json")):
+        try:
+            m = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise TargetReportError(f"{path}: unreadable ({e}): `rpcscope model {run}` writes it again") from None
+        t, src = m["transport"], f"analysis/{path.name}"
+        sec.items.append(f"{t.upper()} {m['proc']}: path {m['path']}; measured: {m['measured']}; program: "
+                         f"{m['program']}. Fitted at {', '.join(map(str, m['fitted']))}.")
+        sec.items.append(Table(f"{name} {t.upper()}: unit costs", MODEL_PARAM_COLUMNS,
+                               [{"unit cost": p["name"], "value": (round(p["value"] * 1e3, 4) if p["unit"] == "us/byte"
+                                                                   else p["value"]) if p["fitted"] else "not fitted",
+                                 "unit": "ns/byte" if p["unit"] == "us/byte" else p["unit"], "one count is": p["what"] if p["fitted"] else p["why_not"]}
+                                for p in m["params"]], f"{src} params[]"))
+        sec.items.append(Table(f"{name} {t.upper()}: path, model and baselines per size (% error: path less "
+                               f"calculated, over path)", MODEL_ROW_COLUMNS,
+                               [{"size": r["size"], "kind": r["kind"], "path µs": _blank(r["measured_us"]),
+                                 "model µs": r["model_us"], "model %": _blank(r["error_pct"]),
+                                 "left out of its fit %": _blank(r["cv_error_pct"]),
+                                 "interpolation %": _blank(r["interp_error_pct"]), "line %": _blank(r["line_error_pct"]),
+                                 "program µs": _blank(r["program_us"]),
+                                 "path vs program %": _blank(r["path_vs_program_pct"]),
+                                 "bytes request/reply": f"{r['request_bytes']}/{r['reply_bytes']}"}
+                                for r in m["rows"]], f"{src} rows[]"))
+    return sec
+
+
 def build_target(run) -> Report:
     target, doc = load_target(run)
     name = target["target"]
@@ -173,7 +205,8 @@ def build_target(run) -> Report:
         if c.get("uprobes"):
             probes.items.append(Table(f"uprobes, {label}", list(c["uprobes"][0]), c["uprobes"],
                                       f"{src} cases[case={c['case']}].uprobes[]"))
-    sections = [first, steps, match] + ([probes] if probes.items else [])
+    model = _model_section(run, name)
+    sections = [first] + ([model] if model.items else []) + [steps, match] + ([probes] if probes.items else [])
     head = {"run": str(run), "target": name, "proc": target.get("proc"), "cases": len(cases),
             "first_screen": [{"transport": c["transport"], **first_row(c)} for c in cases]}
     return Report(str(run), sections, head)

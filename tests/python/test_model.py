@@ -221,7 +221,7 @@ def test_a_cycling_fit_keeps_the_layout_that_fits_its_own_path_best(monkeypatch)
     whose own path has the smaller weighted residual instead of wherever the iteration ran out."""
     obs = synthetic("udp")
     calls = []
-    real = M._nnls
+    real = M.nnls
 
     def flip(X, y, w, active):
         coef = real(X, y, w, active)
@@ -230,10 +230,10 @@ def test_a_cycling_fit_keeps_the_layout_that_fits_its_own_path_best(monkeypatch)
             coef = coef * 1.3
         return coef
 
-    monkeypatch.setattr(M, "_nnls", flip)
+    monkeypatch.setattr(M, "nnls", flip)
     theta, _, it = M.fit_theta(obs, DCE)
     assert it < M.MAX_ITERATIONS
-    monkeypatch.setattr(M, "_nnls", real)
+    monkeypatch.setattr(M, "nnls", real)
     good, _, _ = M.fit_theta(obs, DCE)
     for u in ("call", "send", "packet", "receive", "wakeup"):
         assert theta[u] == pytest.approx(good[u], rel=0.02), u

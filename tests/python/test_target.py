@@ -276,3 +276,22 @@ def check_edges(out, c, symbol):
             parts = [int(r["KC1"]), *(int(r[k]) for k in PATH_IDS), int(r["KC2"])]
             assert min(parts) >= 0 and sum(parts) == int(r["call_rtt_ns"]) > int(r["rtt_ns"]), r
     assert n == c["calls_with_edges"], (n, c["calls_with_edges"])
+
+
+@pytest.mark.testbed
+def test_a_target_model_predicts_a_size_it_did_not_fit(testbed, tmp_path):
+    """run --target fits the unit costs at every size it captured; `rpcscope model` fitted at three of them
+    predicts the fourth from the arithmetic alone, with the baselines beside it."""
+    out = tmp_path / "model"
+    p = rpcscope("run", "--target", "libtirpc", "--transport", "udp", "--proc", "echo", "--sizes", "0,1392,4016,6000",
+                 "--calls", str(CALLS), "--warmup", str(WARMUP), "--out", str(out))
+    assert "model: libtirpc UDP echo" in p.stdout, p.stdout[-2000:]
+    doc = json.loads((out / "analysis" / "targetmodel-udp.json").read_text())
+    assert doc["fitted"] == [0, 1392, 4016, 6000] and len(doc["params"]) <= 10 and doc["path"] == "K1..K11"
+    assert all(r["cv_error_pct"] is not None for r in doc["rows"]), doc["rows"]
+    m = json.loads(rpcscope("model", str(out), "--fit", "0,1392,6000", "--predict", "8000", "--json").stdout)
+    rows = {r["size"]: r for r in m["models"][0]["rows"]}
+    assert rows[4016]["kind"] == "predicted" and None not in (rows[4016]["error_pct"], rows[4016]["interp_error_pct"],
+                                                               rows[4016]["line_error_pct"]), rows[4016]
+    assert rows[8000]["kind"] == "calculated" and rows[8000]["model_us"] > rows[6000]["model_us"] > 0
+    assert rows[4016]["request_bytes"] == 40 + 4 + 4016

@@ -137,6 +137,21 @@ def _match_rows(c):
     return [{"item": k, "value": v} for k, v in rows]
 
 
+def _param_row(p):
+    byte = p["unit"] == "us/byte"
+    value = (round(p["value"] * 1e3, 4) if byte else p["value"]) if p["fitted"] else "not fitted"
+    return {"unit cost": p["name"], "value": value, "unit": "ns/byte" if byte else p["unit"],
+            "one count is": p["what"] if p["fitted"] else p["why_not"]}
+
+
+def _model_row(r):
+    return {"size": r["size"], "kind": r["kind"], "path µs": _blank(r["measured_us"]), "model µs": r["model_us"],
+            "model %": _blank(r["error_pct"]), "left out of its fit %": _blank(r["cv_error_pct"]),
+            "interpolation %": _blank(r["interp_error_pct"]), "line %": _blank(r["line_error_pct"]),
+            "program µs": _blank(r["program_us"]), "path vs program %": _blank(r["path_vs_program_pct"]),
+            "bytes request/reply": f"{r['request_bytes']}/{r['reply_bytes']}"}
+
+
 def _model_section(run, name):
     """The target model of each transport (analysis/targetmodel-T.json): unit costs and every size's row."""
     sec = Section(f"The model: {name}'s path from a few unit costs (analysis/TARGET.md, the model)", folded=False)
@@ -149,20 +164,10 @@ def _model_section(run, name):
         sec.items.append(f"{t.upper()} {m['proc']}: path {m['path']}; measured: {m['measured']}; program: "
                          f"{m['program']}. Fitted at {', '.join(map(str, m['fitted']))}.")
         sec.items.append(Table(f"{name} {t.upper()}: unit costs", MODEL_PARAM_COLUMNS,
-                               [{"unit cost": p["name"], "value": (round(p["value"] * 1e3, 4) if p["unit"] == "us/byte"
-                                                                   else p["value"]) if p["fitted"] else "not fitted",
-                                 "unit": "ns/byte" if p["unit"] == "us/byte" else p["unit"], "one count is": p["what"] if p["fitted"] else p["why_not"]}
-                                for p in m["params"]], f"{src} params[]"))
+                               [_param_row(p) for p in m["params"]], f"{src} params[]"))
         sec.items.append(Table(f"{name} {t.upper()}: path, model and baselines per size (% error: path less "
-                               f"calculated, over path)", MODEL_ROW_COLUMNS,
-                               [{"size": r["size"], "kind": r["kind"], "path µs": _blank(r["measured_us"]),
-                                 "model µs": r["model_us"], "model %": _blank(r["error_pct"]),
-                                 "left out of its fit %": _blank(r["cv_error_pct"]),
-                                 "interpolation %": _blank(r["interp_error_pct"]), "line %": _blank(r["line_error_pct"]),
-                                 "program µs": _blank(r["program_us"]),
-                                 "path vs program %": _blank(r["path_vs_program_pct"]),
-                                 "bytes request/reply": f"{r['request_bytes']}/{r['reply_bytes']}"}
-                                for r in m["rows"]], f"{src} rows[]"))
+                               f"calculated, over path)", MODEL_ROW_COLUMNS, [_model_row(r) for r in m["rows"]],
+                               f"{src} rows[]"))
     return sec
 
 

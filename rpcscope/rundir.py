@@ -34,6 +34,7 @@ A run of an RPC rpcscope did not write (`rpcscope run --target`, rpcscope/target
                                     uprobes.json (collectors/target.py)
     analysis/kernelonly.json        step tables, matching and the probe calibration per case (KERNELONLY_FORMAT)
     analysis/kernelonly-calls.csv   every matched call's path K1..K11 (and KC1, KC2 with a call probe)
+    analysis/targetmodel-T.json     the model of transport T (analysis/targetmodel.py)
     report/first-screen.txt         the first screens
 """
 import dataclasses

@@ -105,7 +105,8 @@ def _median(xs):
 
 
 def _kernel_only(run):
-    """({(transport, proc, size): (summary, {step: [ns per call]})}, target.json) of a kernel-only run."""
+    """({(transport, proc, size): [(summary, {step: [ns per call]}), one per round]}, target.json) of a
+    kernel-only run."""
     rd = RunDir(run)
     again = f"make it with `rpcscope run --target reference ... --out {rd.path}`"
     target = _read(rd.target_json, "target.json", again)
@@ -126,7 +127,7 @@ def _kernel_only(run):
         raise UserError(f"{rd.kernelonly_csv} is not there: {again}") from None
     out = {}
     for s in doc["cases"]:
-        out[(s["transport"], target.get("proc"), int(s["size"]))] = (s, per.get(s["case"], {}))
+        out.setdefault((s["transport"], target.get("proc"), int(s["size"])), []).append((s, per.get(s["case"], {})))
     return out, target
 
 
@@ -269,11 +270,12 @@ def _pool_kernel_only(runs):
     for run in runs:
         ko, target = _kernel_only(run)
         first = first or target
-        for key, (summary, per) in ko.items():
+        for key, rounds in ko.items():
             sums, steps = pooled.setdefault(key, ([], {}))
-            sums.append(summary)
-            for step, vals in per.items():
-                steps.setdefault(step, []).extend(vals)
+            for summary, per in rounds:
+                sums.append(summary)
+                for step, vals in per.items():
+                    steps.setdefault(step, []).extend(vals)
     return pooled, first
 
 

@@ -112,6 +112,7 @@ class CaseResult:
     uprobes: list = dataclasses.field(default_factory=list)   # analysis/uprobesteps.py rows, one per --uprobe
     untraced_p50s_us: list = dataclasses.field(default_factory=list)   # the client's untraced runs
     call_probe: str = ""          # the --uprobe function that encloses the calls (their edges KC1, KC2), if any
+    round: int = 1                # the case's round of its run (collectors/target.py, --repeats)
 
 
 # ---------------------------------------------------------------- reading
@@ -514,4 +515,5 @@ def analyze_case(case_dir):
                       per_call=round((n_main - len(control)) / max(1, tc.program_calls + tc.warmup), 2),
                       program_p50_us=tc.program_p50_us, program_calls=tc.program_calls,
                       untraced_p50s_us=list(getattr(tc, "untraced_p50s_us", None) or []),
-                      call_probe=uprobesteps.attach_edges(prog, probes, measured) or "")
+                      call_probe=uprobesteps.attach_edges(prog, probes, measured) or "",
+                      round=int(getattr(tc, "round", 1)))

@@ -100,6 +100,7 @@ def summarize(res, pt, cost):
                    or (c.edges and min(c.edges.values()) < 0))
     call_p50 = _pct([c.call_rtt for c in edged], 0.5) / 1e3 if edged else None
     return {"case": res.case_id, "target": res.target, "transport": res.transport, "size": res.size,
+            "round": res.round,
             "exchanges": total, "matched": res.matched,
             "matched_%": round(100 * res.matched / total, 2) if total else 0,
             "unmatched": res.unmatched, "other_sockets": res.others, "setup_exchanges": res.setup,

@@ -112,6 +112,8 @@ class SizeInput:
     class_us: dict = field(default_factory=dict)
     program_us: float | None = None
     stream_bytes: list | None = None
+    case: str = ""
+    spread_pct: float | None = None
 
 
 @dataclass
@@ -119,6 +121,8 @@ class Row:
     size: int
     kind: str                         # fitted, predicted (captured, not fitted) or calculated (not captured)
     measured_us: float | None
+    spread_pct: float | None          # half the spread of the size's rounds' paths, over the kept one
+    case: str                         # the case (round) whose path is measured_us
     model_us: float
     error_pct: float | None
     cv_us: float | None               # fitted sizes: the model fitted without this size
@@ -231,7 +235,7 @@ def _header_bytes(target, transport, proc, inputs, sizes):
 def build(target, transport, proc, cases, fit_sizes=None, predict=(), mtu=W.P.DEFAULT_MTU):
     """The TargetModel of one transport of a run. cases: {size: {"model_input": case_input(...),
     "program_p50_us": ...}}; fit_sizes: the sizes fitted (default every captured one); predict: more
-    sizes to calculate."""
+    sizes to calculate. A case may carry round_paths_us, every round's path at its size."""
     inputs = {z: c["model_input"] for z, c in cases.items() if c.get("model_input")}
     fit_sizes = sorted(fit_sizes if fit_sizes is not None else inputs)
     missing = [z for z in fit_sizes if z not in inputs]
@@ -258,6 +262,10 @@ def build(target, transport, proc, cases, fit_sizes=None, predict=(), mtu=W.P.DE
         si[z].program_us = ((cases[z].get("probe") or {}).get("untraced_program_p50_us") if corrected
                             else cases[z].get("program_p50_us"))
         si[z].stream_bytes = inp.get("stream_bytes_p50")
+        si[z].case = cases[z].get("case", "")
+        paths = cases[z].get("round_paths_us") or []
+        if len(paths) > 1:
+            si[z].spread_pct = round(50 * (max(paths) - min(paths)) / inp["path_us"], 1)
     fit = Fit(si, fit_sizes, edges_on)
     feats = {z: _features(s.exchange) for z, s in si.items()}
     rows = []
@@ -270,7 +278,7 @@ def build(target, transport, proc, cases, fit_sizes=None, predict=(), mtu=W.P.DE
         model = fit.path_us(s.exchange)
         kind = "fitted" if z in fit_sizes else "predicted" if s.path_us is not None else "calculated"
         rows.append(Row(
-            size=z, kind=kind, measured_us=s.path_us, model_us=round(model, 3),
+            size=z, kind=kind, measured_us=s.path_us, spread_pct=s.spread_pct, case=s.case, model_us=round(model, 3),
             error_pct=_r(percent_error(s.path_us, model)), cv_us=None if cv is None else round(cv, 3),
             cv_error_pct=_r(percent_error(s.path_us, cv)),
             interp_error_pct=_r(percent_error(s.path_us, interpolate(pts, z) if len(pts) >= 2 else None)),

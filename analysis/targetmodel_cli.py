@@ -29,16 +29,22 @@ def _f(v, nd=2):
 
 
 def _cases(summaries, transport):
-    """{size: summary} of one transport's cases whose path is the whole call (one exchange a call)."""
-    out, left = {}, []
+    """({size: summary}, [sizes left out]) of one transport's cases whose path is the whole call (one
+    exchange a call). Of a size's rounds, the one with the median path is kept (the lower of the two
+    middle ones for an even count), with every round's path beside it (round_paths_us)."""
+    by, left = {}, set()
     for s in summaries:
         if s["transport"] != transport:
             continue
         if s["exchanges_per_call"] > MULTI_EXCHANGE:
-            left.append(s["size"])
-        else:
-            out[int(s["size"])] = s
-    return out, left
+            left.add(int(s["size"]))
+        elif s.get("model_input"):
+            by.setdefault(int(s["size"]), []).append(s)
+    out = {}
+    for z, rounds in by.items():
+        rounds.sort(key=lambda s: s["model_input"]["path_us"])
+        out[z] = dict(rounds[(len(rounds) - 1) // 2], round_paths_us=[s["model_input"]["path_us"] for s in rounds])
+    return out, sorted(left)
 
 
 def run_models(rundir, summaries, fit=None, predict=(), transports=None, write=True):
@@ -80,13 +86,14 @@ def print_model(m):
             "unit": p["unit"], "one count is": p["what"] if p["fitted"] else p["why_not"]} for p in m.params],
           ["unit cost", "value", "unit", "one count is"])
     print()
-    table([{"size": r.size, "kind": r.kind, "path_us": _f(r.measured_us), "model_us": _f(r.model_us),
+    table([{"size": r.size, "kind": r.kind, "path_us": _f(r.measured_us), "spread_%": _f(r.spread_pct, 1),
+            "model_us": _f(r.model_us),
             "model_%": _f(r.error_pct), "cv_%": _f(r.cv_error_pct), "interp_%": _f(r.interp_error_pct),
             "line_%": _f(r.line_error_pct), "program_us": _f(r.program_us), "path_vs_prog_%": _f(r.path_vs_program_pct),
             "bytes q/r": f"{r.request_bytes}/{r.reply_bytes}"
                          + (f" (trace {r.measured_bytes[0]:g}/{r.measured_bytes[1]:g})" if r.measured_bytes else "")}
            for r in m.rows],
-          ["size", "kind", "path_us", "model_us", "model_%", "cv_%", "interp_%", "line_%", "program_us",
+          ["size", "kind", "path_us", "spread_%", "model_us", "model_%", "cv_%", "interp_%", "line_%", "program_us",
            "path_vs_prog_%", "bytes q/r"])
     s = m.summary()
     if s["predicted_sizes"]:
@@ -97,7 +104,8 @@ def print_model(m):
     print(f"mean |% error| over {s['cv_sizes']} fitted size(s), each left out of its own fit: model {_f(c['model'])}, "
           f"interpolation {_f(c['interpolation'])}, line {_f(c['line'])}" if s["cv_sizes"] else
           f"no size is left out of its own fit: that takes {T.MIN_SIZES + 1} fitted sizes or more")
-    print("% error = (path - calculated) x 100 / path; path: the typical call's kernel-only path total; "
+    print("% error = (path - calculated) x 100 / path; path: the typical call's kernel-only path total (of the "
+          "median round where a case has several; spread_%: half the rounds' spread over it); "
           "program_us: the program's median (untraced where the path is probe-corrected, else the traced run's); "
           "path_vs_prog_%: what it holds beyond the path")
 

@@ -94,10 +94,17 @@ class TargetCase:
     program_error: str
     untraced_p50s_us: list = dataclasses.field(default_factory=list)   # the same client with nothing
                                                                          # recorded, before and after
+    round: int = 1           # which of the run's rounds (each round captures every case once, in turn)
+    rounds: int = 1
 
     @property
     def id(self):
-        return f"{self.transport}-{self.proc}-{self.size}"
+        return case_id(self.transport, self.proc, self.size, self.round, self.rounds)
+
+
+def case_id(transport, proc, size, rnd=1, rounds=1):
+    """A case's directory name: TRANSPORT-PROC-SIZE, and -rN where the run has several rounds."""
+    return f"{transport}-{proc}-{size}" + (f"-r{rnd}" if rounds > 1 else "")
 
 
 def program_events():
@@ -319,9 +326,11 @@ def client_argv(system, placement, transport, proc, size, calls, warmup, max_sec
 
 
 def capture(target, pairs, proc, calls, warmup, out_dir, max_seconds=30.0, placement="split", say=print,
-            uprobes=()):
+            uprobes=(), rounds=1):
     """Capture every (transport, size) case of pairs of a target into out_dir/cases/ID; the TargetCases.
-    uprobes: --uprobe specs (SYMBOL[:STEP]), probed at entry and return in every case."""
+    uprobes: --uprobe specs (SYMBOL[:STEP]), probed at entry and return in every case. rounds: each case
+    is captured this many times, every case once a round, so that the sizes share the host's moments
+    (its speed drifts between cases: analysis/TARGET.md)."""
     if target not in TARGETS:
         raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
     system = TARGETS[target]
@@ -339,18 +348,22 @@ def capture(target, pairs, proc, calls, warmup, out_dir, max_seconds=30.0, place
     idle.check()
     probes = resolve(list(uprobes), PROGRAMS[system])
     with idle, Uprobes(probes) as up:
-        for t, s in pairs:
-            case_dir = out_dir / "cases" / f"{t}-{proc}-{s}"
-            case_dir.mkdir(parents=True, exist_ok=True)
-            say(f"  {target} {t} {proc} {s} B: {warmup} + {calls} calls, kernel events only"
-                + (f" and {len(probes)} uprobe(s)" if probes else ""))
-            (case_dir / "uprobes.json").write_text(json.dumps(up.record(), indent=1))
-            cases.append(_one_case(target, system, pl, devices, t, proc, s, calls, warmup, case_dir, max_seconds,
-                                   up.events))
+        for r in range(1, rounds + 1):
+            for t, s in pairs:
+                case_dir = out_dir / "cases" / case_id(t, proc, s, r, rounds)
+                case_dir.mkdir(parents=True, exist_ok=True)
+                say(f"  {target} {t} {proc} {s} B" + (f", round {r} of {rounds}" if rounds > 1 else "")
+                    + f": {warmup} + {calls} calls, kernel events only"
+                    + (f" and {len(probes)} uprobe(s)" if probes else ""))
+                (case_dir / "uprobes.json").write_text(json.dumps(up.record(), indent=1))
+                tc = _one_case(target, system, pl, devices, t, proc, s, calls, warmup, case_dir, max_seconds,
+                               up.events, (r, rounds))
+                cases.append(tc)
     return cases
 
 
-def _one_case(target, system, pl, devices, transport, proc, size, calls, warmup, case_dir, max_seconds, extra=()):
+def _one_case(target, system, pl, devices, transport, proc, size, calls, warmup, case_dir, max_seconds, extra=(),
+              rnd=(1, 1)):
     tag = f"rpcscope-target-{os.getpid()}"
     progs = ProgramRecorder(program_events() + list(extra), name=f"{tag}-p")
     net = NetRecorder(list(NET) + [IDLE_SWITCH], devices, buffer_kb=BUFFER_KB, name=f"{tag}-n", record_tgid=False,
@@ -414,7 +427,7 @@ def _one_case(target, system, pl, devices, transport, proc, size, calls, warmup,
                     dir=str(case_dir), client_pid=client.pid, server_pids=server_pids,
                     program_p50_us=d.get("rtt_ns", {}).get("p50", 0) / 1e3, program_calls=int(d.get("calls", 0)),
                     program_ok=ok, program_error=d.get("first_error") or ("" if ok else err.strip()[-200:]),
-                    untraced_p50s_us=untraced)
+                    untraced_p50s_us=untraced, round=rnd[0], rounds=rnd[1])
     if lost:
         print(f"  WARNING: the trace lost {lost} events ({case_dir}); calls around the gaps may not match")
     (case_dir / TARGET_CASE_JSON).write_text(json.dumps(dataclasses.asdict(tc), indent=1))

@@ -45,7 +45,9 @@ def cmd_target_report(args):
     print(f"        {out['markdown']}, {out['tables']} (every table as JSON)")
     print(f"run {h['run']}: {h['target']} {h['proc']}, {h['cases']} cases, kernel events only")
     for r in h["first_screen"]:
-        print(f"  {r['transport']} {r['size']}: calls matched {r['calls matched']}, unmatched {r['unmatched (why)']}; "
+        rnd = f" round {r['round']}" if r["round"] != 1 else ""
+        print(f"  {r['transport']} {r['size']}{rnd}: calls matched {r['calls matched']}, "
+              f"unmatched {r['unmatched (why)']}; "
               f"RTT p50 {r['RTT p50 µs kernel-only']:.1f} us kernel-only, {r['program p50 µs']:.1f} us the "
               f"program's ({r['kernel-only vs program']})"
               + (f", {r['call RTT p50 µs (its --uprobe)']:.1f} us from the call's --uprobe ({r['call vs program']})"

@@ -23,7 +23,7 @@ from .render import to_html, to_markdown
 TABLES_JSON = "tables.json"
 TABLES_FORMAT = "rpcscope-report-tables/1"
 
-FIRST_COLUMNS = ["size", "calls matched", "unmatched (why)", "RTT p50 µs kernel-only", "program p50 µs",
+FIRST_COLUMNS = ["size", "round", "calls matched", "unmatched (why)", "RTT p50 µs kernel-only", "program p50 µs",
                  "kernel-only vs program", "call RTT p50 µs (its --uprobe)", "call vs program", "between calls p50 µs",
                  "largest steps (mean µs, share of RTT)"]
 STEP_COLUMNS = ["step", "name", "DCE", "p10 µs", "p50 µs", "mean µs", "p90 µs", "share", "events p50",
@@ -32,8 +32,8 @@ PROBE_COLUMNS = ["size", "program p50 µs traced", "untraced p50s µs (before, a
                  "events a call", "ns an event", "cost from", "corrected RTT p50 µs", "untraced program p50 µs"]
 MATCH_COLUMNS = ["item", "value"]
 MODEL_PARAM_COLUMNS = ["unit cost", "value", "unit", "one count is"]
-MODEL_ROW_COLUMNS = ["size", "kind", "path µs", "model µs", "model %", "left out of its fit %", "interpolation %",
-                     "line %", "program µs", "path vs program %", "bytes request/reply"]
+MODEL_ROW_COLUMNS = ["size", "kind", "path µs", "rounds' spread %", "model µs", "model %", "left out of its fit %",
+                     "interpolation %", "line %", "program µs", "path vs program %", "bytes request/reply"]
 INTRO = ("Where does the time of one call go, seen from the kernel alone? The program runs unmodified; each "
          "request is paired with its reply on the other host from the kernel's send, receive, scheduler and "
          "device events, and each call's round trip is cut into the steps K1..K11 the kernel bounds "
@@ -86,7 +86,7 @@ def _largest(c):
 def first_row(c):
     """One case's row of the first screen (a dict keyed by FIRST_COLUMNS)."""
     vs = c.get("rtt_vs_program_%")
-    return {"size": c["size"], "calls matched": f"{c['calls']} of {c['program_calls']} "
+    return {"size": c["size"], "round": c.get("round", 1), "calls matched": f"{c['calls']} of {c['program_calls']} "
                                                 f"({c['program_calls_matched_%']:.2f} %)",
             "unmatched (why)": _unmatched(c), "RTT p50 µs kernel-only": c["rtt_p50_us"],
             "program p50 µs": c["program_p50_us"], "kernel-only vs program": "" if vs is None else f"{vs:+.1f} %",
@@ -145,7 +145,8 @@ def _param_row(p):
 
 
 def _model_row(r):
-    return {"size": r["size"], "kind": r["kind"], "path µs": _blank(r["measured_us"]), "model µs": r["model_us"],
+    return {"size": r["size"], "kind": r["kind"], "path µs": _blank(r["measured_us"]),
+            "rounds' spread %": _blank(r.get("spread_pct")), "model µs": r["model_us"],
             "model %": _blank(r["error_pct"]), "left out of its fit %": _blank(r["cv_error_pct"]),
             "interpolation %": _blank(r["interp_error_pct"]), "line %": _blank(r["line_error_pct"]),
             "program µs": _blank(r["program_us"]), "path vs program %": _blank(r["path_vs_program_pct"]),
@@ -181,7 +182,7 @@ def build_target(run) -> Report:
     if target.get("left_out"):
         first.items.append("Left out: " + "; ".join(target["left_out"]) + ".")
     for t in sorted({c["transport"] for c in cases}, key=lambda t: (t != "udp", t)):
-        tc = sorted((c for c in cases if c["transport"] == t), key=lambda c: c["size"])
+        tc = sorted((c for c in cases if c["transport"] == t), key=lambda c: (c["size"], c.get("round", 1)))
         first.items.append(Table(
             f"{name} {t.upper()} {target.get('proc', '')}: calls matched, RTT and the largest steps",
             FIRST_COLUMNS, [first_row(c) for c in tc],
@@ -202,7 +203,7 @@ def build_target(run) -> Report:
     steps = Section("Steps of each case (K1..K11 on the round trip, KO1 and KO2 beside it)", fold_items=True)
     match = Section("Matching: how each request was paired with its reply", fold_items=True)
     probes = Section("uprobes")
-    for c in sorted(cases, key=lambda c: (c["transport"], c["size"])):
+    for c in sorted(cases, key=lambda c: (c["transport"], c["size"], c.get("round", 1))):
         label = f"{c['transport'].upper()} {c['size']} B ({c['case']})"
         steps.items.append(Table(f"Steps, {label}", STEP_COLUMNS, _step_rows(c),
                                  f"{src} cases[case={c['case']}].steps[]; every call: analysis/kernelonly-calls.csv"))

@@ -380,7 +380,8 @@ def register(subparsers):
     ap.add_argument("--warmup", type=int, default=200, help="warm-up calls per size (default 200)")
     ap.add_argument("--repeats", type=int, default=None,
                     help=f"rounds of untraced and traced runs per size (default {TURNS_REPEATS} taking turns, "
-                         f"{DEFAULT_REPEATS} with --turns off)")
+                         f"{DEFAULT_REPEATS} with --turns off); with --target, rounds of every case, each case once "
+                         "a round (default 1)")
     ap.add_argument("--extra-sweep-seconds", type=float, default=EXTRA_SWEEP_SECONDS,
                     help="while the rounds do not agree, extra sweeps of a transport's sizes for at most this "
                          f"many seconds (default {EXTRA_SWEEP_SECONDS:g}; 0: none; capture --help)")

@@ -22,6 +22,8 @@ from .experiments import systems
 from .output import UserError, emit_json
 from .rundir import TARGET_FORMAT, RunDir
 
+MAX_ROUNDS = 50
+
 
 def plan(target, transports, proc, sizes):
     """([(transport, size)] to capture, [notes on the cases left out])."""
@@ -46,6 +48,9 @@ def cmd_run_target(args, sizes, transports, testbed, main):
     out = pathlib.Path(args.out or f"runs/target-{target}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     if out.exists() and not args.replace:
         raise UserError(f"{out} already exists; choose another --out or pass --replace")
+    rounds = 1 if args.repeats is None else args.repeats
+    if not 1 <= rounds <= MAX_ROUNDS:
+        raise UserError(f"--repeats {rounds}: with --target, the rounds of every case, 1 to {MAX_ROUNDS}")
     todo, notes = plan(target, transports, args.proc, sizes)
     resolve(args.uprobe, PROGRAMS[TARGETS[target]])          # an unknown function fails before anything starts
     for n in notes:
@@ -62,10 +67,11 @@ def cmd_run_target(args, sizes, transports, testbed, main):
         out.mkdir(parents=True)
         made = True
         cases = capture(target, todo, args.proc, args.calls, args.warmup, out,
-                        placement="split" if args.placement == "split" else "one", uprobes=args.uprobe)
+                        placement="split" if args.placement == "split" else "one", uprobes=args.uprobe,
+                        rounds=rounds)
         RunDir(out).target_json.write_text(json.dumps({
             "format": TARGET_FORMAT, "target": target, "proc": args.proc, "calls": args.calls,
-            "warmup": args.warmup, "uprobes": args.uprobe, "left_out": notes,
+            "warmup": args.warmup, "rounds": rounds, "uprobes": args.uprobe, "left_out": notes,
             "cases": [dataclasses.asdict(c) for c in cases]}, indent=1))
     except BaseException:
         if made:                                 # no half-made run directory

@@ -280,15 +280,19 @@ def check_edges(out, c, symbol):
 
 @pytest.mark.testbed
 def test_a_target_model_predicts_a_size_it_did_not_fit(testbed, tmp_path):
-    """run --target fits the unit costs at every size it captured; `rpcscope model` fitted at three of them
-    predicts the fourth from the arithmetic alone, with the baselines beside it."""
+    """run --target --repeats 2 captures every case twice, each round every size in turn, and fits the unit
+    costs at every size on its median round; `rpcscope model` fitted at three sizes predicts the fourth
+    from the arithmetic alone, with the baselines beside it."""
     out = tmp_path / "model"
     p = rpcscope("run", "--target", "libtirpc", "--transport", "udp", "--proc", "echo", "--sizes", "0,1392,4016,6000",
-                 "--calls", str(CALLS), "--warmup", str(WARMUP), "--out", str(out))
+                 "--calls", str(CALLS), "--warmup", str(WARMUP), "--repeats", "2", "--out", str(out))
     assert "model: libtirpc UDP echo" in p.stdout, p.stdout[-2000:]
+    cases = sorted(d.name for d in (out / "cases").iterdir())
+    assert cases == sorted(f"udp-echo-{z}-r{r}" for z in (0, 1392, 4016, 6000) for r in (1, 2)), cases
     doc = json.loads((out / "analysis" / "targetmodel-udp.json").read_text())
     assert doc["fitted"] == [0, 1392, 4016, 6000] and len(doc["params"]) <= 10 and doc["path"] == "K1..K11"
-    assert all(r["cv_error_pct"] is not None for r in doc["rows"]), doc["rows"]
+    assert all(r["cv_error_pct"] is not None and r["spread_pct"] is not None and r["case"] in cases
+               for r in doc["rows"]), doc["rows"]
     m = json.loads(rpcscope("model", str(out), "--fit", "0,1392,6000", "--predict", "8000", "--json").stdout)
     rows = {r["size"]: r for r in m["models"][0]["rows"]}
     assert rows[4016]["kind"] == "predicted" and None not in (rows[4016]["error_pct"], rows[4016]["interp_error_pct"],

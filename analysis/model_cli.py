@@ -120,7 +120,8 @@ def cmd_model(args):
     if not args.input:
         raise UserError("give a run directory (rpcscope capture, analyze and rtp make one) or --paper dce")
     if RunDir(args.input).is_target:
-        return cmd_target_model(args)
+        return cmd_target_model(args.input, parse_sizes(args.fit, "--fit") if args.fit else None,
+                                parse_sizes(args.predict, "--predict") or [], args.transport, args.json)
     args.transport = args.transport or "udp"
     try:
         obs = observations(args.input, args.transport, args.proc)

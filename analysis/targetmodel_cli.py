@@ -8,20 +8,12 @@ from __future__ import annotations
 
 import json
 
-from rpcscope import units
 from rpcscope.output import UserError, emit_json, table
 from rpcscope.rundir import RunDir
 
 from . import targetmodel as T
 
 MULTI_EXCHANGE = 1.05     # exchanges a call above which a case's path is one exchange of several
-
-
-def _sizes(text, option):
-    try:
-        return units.parse_sizes(text, option, allow_empty=True)
-    except units.UnitError as e:
-        raise UserError(str(e)) from None
 
 
 def _f(v, nd=2):
@@ -110,22 +102,21 @@ def print_model(m):
           "path_vs_prog_%: what it holds beyond the path")
 
 
-def cmd_target_model(args):
-    """`rpcscope model RUN` where RUN is a target run: the model of its kernelonly.json, printed and written."""
-    rd = RunDir(args.input)
+def cmd_target_model(run, fit=None, predict=(), transport=None, as_json=False):
+    """`rpcscope model RUN` where RUN is a target run: the model of its kernelonly.json, printed and written.
+    fit: the sizes to fit (default every captured one); predict: more sizes to calculate."""
+    rd = RunDir(run)
     try:
         doc = json.loads(rd.kernelonly_json.read_text())
     except (OSError, ValueError) as e:
-        raise UserError(f"{rd.kernelonly_json}: {e}; `rpcscope analyze {args.input}` makes it") from None
-    fit = _sizes(args.fit, "--fit") if args.fit else None
-    predict = _sizes(args.predict, "--predict") if args.predict else []
-    transports = [args.transport] if args.transport else None
+        raise UserError(f"{rd.kernelonly_json}: {e}; `rpcscope analyze {run}` makes it") from None
+    transports = [transport] if transport else None
     cases = doc.get("cases", [])
     if not any(c.get("model_input") for c in cases):
         raise UserError(f"{rd.kernelonly_json} has no model inputs: analyze it again with `rpcscope analyze "
-                        f"{args.input}`")
-    models, notes = run_models(args.input, cases, fit, predict, transports)
-    if args.json:
+                        f"{run}`")
+    models, notes = run_models(run, cases, fit, predict, transports)
+    if as_json:
         emit_json({"models": [m.to_json() for m in models], "notes": notes})
         return 0 if models else 1
     if not models:

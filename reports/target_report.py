@@ -200,7 +200,8 @@ def build_target(run) -> Report:
                 first.items.append(f"{t.upper()} {c['size']} B: {c['exchanges_per_call']:.2f} exchanges a call: the "
                                    f"program's calls take more than one request and reply; the kernel-only path "
                                    f"and RTT are those of one exchange, not of a call.")
-    steps = Section("Steps of each case (K1..K11 on the round trip, KC1 and KC2 at its edges with a call probe, KO1 and KO2 beside it)", fold_items=True)
+    steps = Section("Steps of each case (K1..K11 on the round trip, KC1 and KC2 at its edges with a call probe, "
+                    "KO1 and KO2 beside it)", fold_items=True)
     match = Section("Matching: how each request was paired with its reply", fold_items=True)
     probes = Section("uprobes")
     for c in sorted(cases, key=lambda c: (c["transport"], c["size"], c.get("round", 1))):

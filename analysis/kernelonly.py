@@ -79,6 +79,7 @@ class Call:
     overlap: dict        # KO1, KO2: the sends' time after their hand-off (ns), off the path
     events: dict = dataclasses.field(default_factory=dict)   # K step -> recorded events charged to it
     edges: dict = dataclasses.field(default_factory=dict)    # KC1, KC2 (ns) where a --uprobe encloses the call
+    control: bool = False  # the protocol's own exchange (an HTTP/2 PING and its answer), not a program call
     gap_after: int = -1  # from its reply's receive to the next call's send (ns; -1: the last call): the
                          # client's user space after one call and before the next, which the kernel cannot split
 
@@ -389,21 +390,10 @@ def _serves(server_ops):
     return out
 
 
-def match_pair(client_ops, server_ops, udp, timeline, label, unmatched):
-    """The matched Calls of one socket pair, in order, and the number of exchanges; the reason each
-    unmatched exchange is not a call goes into unmatched (exchange index -> reason).
-
-    An exchange is one of the server's serves that answers something: the client's sends whose last
-    position the server took in the serve's receives are the request (the first one's send begins the
-    call), the serve's sends are the reply, and the client's receive that takes its last position ends
-    the call. Sends of the server's own that answer nothing (an HTTP/2 PING) are no exchange."""
-    cs = sorted([o for o in client_ops if o.kind == "send"], key=lambda o: o.enter)
-    cr = sorted([o for o in client_ops if o.kind == "recv"], key=lambda o: o.enter)
-    ss = sorted([o for o in server_ops if o.kind == "send"], key=lambda o: o.enter)
-    sr = sorted([o for o in server_ops if o.kind == "recv"], key=lambda o: o.enter)
-    cs_ends, cr_ends = _positions(cs, udp), _positions(cr, udp)
-    _positions(sr, udp), _positions(ss, udp)
-    calls, k = [], -1
+def _requests(server_ops, cs, cs_ends, unmatched):
+    """The exchanges of a socket pair: [(index, server's receives, server's sends, the request's client
+    sends)] of every serve that answers something, in order; unmatched gets the reason for the others."""
+    out, k = [], -1
     for rin, sout in _serves(server_ops):
         if not rin:
             continue                              # the server's own, answering nothing
@@ -418,15 +408,67 @@ def match_pair(client_ops, server_ops, udp, timeline, label, unmatched):
         if not sends:
             unmatched[k] = "the server took bytes no client send accounts for"
             continue
+        out.append((k, rin, sout, sends))
+    return out, k + 1
+
+
+def _is_control(req, rep, med_req, med_rep):
+    """The protocol's own exchange (an HTTP/2 PING and its answer): request and reply both under half the
+    connection's median ones."""
+    return 2 * req < med_req and 2 * rep < med_rep
+
+
+def match_pair(client_ops, server_ops, udp, timeline, label, unmatched):
+    """The matched Calls of one socket pair, in order, and the number of exchanges; the reason each
+    unmatched exchange is not a call goes into unmatched (exchange index -> reason).
+
+    An exchange is one of the server's serves that answers something: the client's sends whose last
+    position the server took in the serve's receives are the request (the first one's send begins the
+    call), the serve's sends are the reply, and the client's receive that takes its last position ends
+    the call. Sends of the server's own that answer nothing (an HTTP/2 PING) are no exchange; an
+    exchange of the protocol's own (Call.control) is matched like the others.
+
+    The client has one call outstanding on a connection, so a call ends before the next one's request
+    is sent and begins after the one before it ended. Where the reply's last position is read only after
+    the next call's last request send, the server sent more behind the reply (a PING) and the call ends at
+    the client's last receive before that send; sends of the request made before the call before it
+    ended (a PING's answer) are not the request's."""
+    cs = sorted([o for o in client_ops if o.kind == "send"], key=lambda o: o.enter)
+    cr = sorted([o for o in client_ops if o.kind == "recv"], key=lambda o: o.enter)
+    ss = sorted([o for o in server_ops if o.kind == "send"], key=lambda o: o.enter)
+    sr = sorted([o for o in server_ops if o.kind == "recv"], key=lambda o: o.enter)
+    cs_ends, cr_ends = _positions(cs, udp), _positions(cr, udp)
+    _positions(sr, udp), _positions(ss, udp)
+    exchanges, n = _requests(server_ops, cs, cs_ends, unmatched)
+    sizes = [(sum(o.n for o in sends), sum(o.n for o in sout)) for _, _, sout, sends in exchanges]
+    med_req = statistics.median(q for q, _ in sizes) if sizes else 0
+    med_rep = statistics.median(r for _, r in sizes) if sizes else 0
+    control = [_is_control(q, r, med_req, med_rep) for q, r in sizes]
+    calls, prev_end = [], None
+    for i, (k, rin, sout, sends) in enumerate(exchanges):
         got, first, last = rin[-1], sout[0], sout[-1]
         c, d = first.pos, last.pos + last.n
         end = _containing(cr, cr_ends, d - 1)
         if end is None:
             unmatched[k] = "no reply received (the trace ends first)"
             continue
+        if not control[i]:
+            if prev_end is not None:
+                sends = [o for o in sends if o.enter >= prev_end] or sends
+            nxt = next((exchanges[j][3] for j in range(i + 1, len(exchanges)) if not control[j]), None)
+            if nxt and end.exit > nxt[-1].enter:
+                before = [o for o in cr if o.exit <= nxt[-1].enter and o.pos + o.n > c]
+                if not before:
+                    unmatched[k] = "the reply was read only after the next call's request"
+                    continue
+                end = before[-1]
+                d = end.pos + end.n
+                last = max((o for o in sout if o.pos < d), key=lambda o: o.pos)
         if got.exit < sends[0].enter or end.exit < last.enter:
             unmatched[k] = "send and receive out of order (the records are not one call)"
             continue
+        if not control[i]:
+            prev_end = end.exit
         recvs = [end]
         a, b = sends[0].pos, sends[-1].pos + sends[-1].n
         missing, dev = [], ("client", "server")
@@ -446,11 +488,11 @@ def match_pair(client_ops, server_ops, udp, timeline, label, unmatched):
         tids = [thread[key] for key in PATH_THREADS]
         calls.append(Call(index=k, socket=label, t=t, steps=steps, missing=missing,
                           slept={"server": srv_slept, "client": cli_slept}, request=b - a, reply=d - c,
-                          overlap=overlap, events=timeline.charged(t, tids)))
+                          overlap=overlap, events=timeline.charged(t, tids), control=control[i]))
     for a, b in zip(calls, calls[1:]):
         if b.index == a.index + 1:
             a.gap_after = b.t[0] - a.t[-1]
-    return calls, k + 1
+    return calls, n
 
 
 def analyze_case(case_dir):
@@ -493,12 +535,9 @@ def analyze_case(case_dir):
         raise UserError(f"{case_dir}: no client socket pairs with a server socket; nothing to match")
     results.sort(key=lambda r: -r[2])
     label, calls, n_main, why_not, _ = results[0]
-    # The protocol's own exchanges (an HTTP/2 PING and its answer): request and reply both under half the
-    # connection's median ones. The program's measured calls are the connection's last other exchanges;
-    # those before them are set-up and warm-up.
-    med_req = statistics.median([c.request for c in calls]) if calls else 0
-    med_rep = statistics.median([c.reply for c in calls]) if calls else 0
-    control = {c.index for c in calls if 2 * c.request < med_req and 2 * c.reply < med_rep}
+    # The program's measured calls are the connection's last exchanges but the protocol's own (match_pair:
+    # Call.control); those before them are set-up and warm-up.
+    control = {c.index for c in calls if c.control}
     idx = sorted([c.index for c in calls if c.index not in control] + list(why_not))
     mine = set(idx[len(idx) - tc.program_calls:]) if tc.program_calls else set()
     measured = [c for c in calls if c.index in mine]

@@ -204,6 +204,8 @@ def _probe_line(p):
             f"before and after: {p['probe_effect_us']:+.1f} us for {p['events_per_call']:g} recorded events a call")
     if p["ns_per_event"] is None:
         return line + f"; no correction ({p['cost_source']})"
+    if p["corrected_rtt_p50_us"] is None:
+        return line + f"; {p['ns_per_event']:.0f} ns an event ({p['cost_source']}), no matched call to correct"
     return (line + f"; corrected at {p['ns_per_event']:.0f} ns an event ({p['cost_source']}): kernel-only RTT p50 "
             f"{p['corrected_rtt_p50_us']:.1f} us against the untraced program's {p['untraced_program_p50_us']:.1f} us"
             + ("" if p["calibrates"] else f"; this case does not calibrate: {p['why_not']}"))
@@ -213,6 +215,8 @@ def _rtt_line(s):
     """The first screen's RTT line: the call's RTT where a probe encloses the calls, and the kernel's."""
     if s["rtt_vs_program_%"] is None:
         return ""
+    if not s["calls"]:
+        return f"  RTT p50         none: no call matched; {s['program_p50_us']:.1f} us as the program measured it"
     if s.get("call_rtt_p50_us") is None:
         return (f"  RTT p50         {s['rtt_p50_us']:.1f} us kernel-only; {s['program_p50_us']:.1f} us as the program "
                 f"measured it ({s['rtt_vs_program_%']:+.1f} %; the client's user space before its first send and "
@@ -244,7 +248,7 @@ def first_screen(s):
              f"  between calls   {s['between_calls_p50_us']:.1f} us p50 in the client's user space from a reply's "
              f"receive to the next send (the program's RTT holds part of it: kernel-only RTT + this is "
              f"{s['rtt_with_between_calls_vs_program_%']:+.1f} % off its median)"
-             if s["rtt_with_between_calls_vs_program_%"] is not None else None,
+             if s["rtt_with_between_calls_vs_program_%"] is not None and s["calls"] else None,
              "  largest steps   " + ("; ".join(
                  f"{i} {by[i]['name']} {by[i]['mean_us']:.1f} us ({by[i]['share_%']:.0f} %)" for i in s["largest"])
                                      or "none: no call of the program matched (the reasons above)"),

@@ -74,7 +74,8 @@ def costs(points):
     for p in points:
         others = [q for q in points if q.case_id != p.case_id and not q.why_not]
         if others:
-            out[p.case_id] = _cost(others, f"in situ, the other cases ({', '.join(q.case_id for q in others)})")
+            names = ", ".join(q.case_id for q in others) if len(others) <= 4 else f"{len(others)} of them"
+            out[p.case_id] = _cost(others, f"in situ, the run's other cases ({names})")
         elif not p.why_not:
             out[p.case_id] = _cost([p], "in situ, its own untraced runs (the only case that calibrates)")
         else:

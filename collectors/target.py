@@ -272,7 +272,6 @@ class SocketPoller:
 
     def poll_once(self):
         for pid in list(self.pids):
-            now = time.monotonic_ns()
             try:
                 fds = os.listdir(f"/proc/{pid}/fd")
                 for t in os.listdir(f"/proc/{pid}/task"):
@@ -285,21 +284,25 @@ class SocketPoller:
                     link = os.readlink(f"/proc/{pid}/fd/{fd}")
                 except OSError:
                     continue
+                # The time of a sighting is taken when its readlink has returned: the fd held that socket
+                # then, even where the poller was preempted since it listed the fds and the fd was closed
+                # and opened again meanwhile (the analysis gives a sighting to the fd's span at its time).
+                seen = time.monotonic_ns()
                 m = re.fullmatch(r"socket:\[(\d+)\]", link)
                 if m and (pid, int(fd), int(m.group(1))) not in self.seen:
-                    new.append((int(fd), int(m.group(1))))
+                    new.append((int(fd), int(m.group(1)), seen))
             # A TCP socket seen between its socket() and connect() is looked at again until it has a peer.
             early = [k for k, v in self.seen.items() if k[0] == pid and v["proto"] == "tcp"
                      and v["remote"].endswith(":0")] if pid in self.clients else []
             if not new and not early:
                 continue
             table = socket_table(pid)
-            for fd, ino in new:
+            for fd, ino, seen in new:
                 if ino in table:
                     proto, local, remote = table[ino]
                     self._last_new = time.monotonic()
                     self.seen[(pid, fd, ino)] = {"pid": pid, "fd": fd, "inode": ino, "proto": proto,
-                                                 "local": local, "remote": remote, "seen_ns": now}
+                                                 "local": local, "remote": remote, "seen_ns": seen}
             for key in early:
                 if key[2] in table:
                     _proto, self.seen[key]["local"], self.seen[key]["remote"] = table[key[2]]

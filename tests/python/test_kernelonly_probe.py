@@ -26,7 +26,7 @@ def test_each_case_is_corrected_with_the_other_cases_cost():
     got = costs(pts)
     # a: from b and c alone, least squares through the origin: (20*10 + 30*24) / (20^2 + 30^2) us an event
     assert got["a"].ns_per_event == pytest.approx((20 * 10 + 30 * 24) / (400 + 900) * 1e3)
-    assert got["c"].ns_per_event == pytest.approx(500.0) and "the other cases (a, b)" in got["c"].source
+    assert got["c"].ns_per_event == pytest.approx(500.0) and "the run's other cases (a, b)" in got["c"].source
 
 
 def test_a_case_that_does_not_calibrate_sets_no_cost_but_gets_one():

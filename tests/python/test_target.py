@@ -122,12 +122,17 @@ def test_first_screen_of_a_case_with_no_matched_call():
     """A case whose program calls all went unmatched (its data socket unseen, say) still gets its first
     screen, saying so, not an error."""
     from rpcscope.analysis.kernelonly_out import first_screen, summarize
-    from rpcscope.analysis.kernelonly_probe import costs, point
-    res = dataclasses.replace(analyze_case(CASE), calls=[])
+    from rpcscope.analysis.kernelonly_probe import CaseCost, costs, point
+    res = dataclasses.replace(analyze_case(CASE), case_id="empty", calls=[])
     pt = point(res)
     s = summarize(res, pt, costs([pt])[res.case_id])
-    assert s["largest"] == [] and s["calls"] == 0
-    assert "largest steps   none: no call of the program matched" in first_screen(s)
+    assert s["largest"] == [] and s["calls"] == 0 and s["model_input"] is None
+    text = first_screen(s)
+    assert "largest steps   none: no call of the program matched" in text
+    assert "RTT p50         none: no call matched" in text
+    # with a cost per event (the run's other cases'), and nothing to correct
+    pt = dataclasses.replace(pt, untraced_p50s_us=[60.0, 62.0], delta_us=14.0)
+    assert "no matched call to correct" in first_screen(summarize(res, pt, CaseCost(500.0, "the other cases")))
 
 
 def test_bad_target_fails_before_anything_starts(tmp_path):

@@ -206,6 +206,16 @@ def operations(events, tgid_of, sightings):
 def pair_sockets(per, ident, client_tgid):
     """[(client key, server key or None, why)] for every client socket that moved data."""
     servers = {k: ident.get(k) for k in per if k[0] != client_tgid}
+
+    def by_time(ops, among):
+        """The server socket of among that received, while the client's was in use, most of the sizes the
+        client sent: [key] or []."""
+        lo, hi = ops[0].enter, ops[-1].exit
+        sent = {o.n for o in ops if o.kind == "send"}
+        score = {k: sum(1 for o in per[k] if o.kind == "recv" and lo <= o.exit <= hi and o.n in sent)
+                 for k in among}
+        return [k for k in sorted(score, key=lambda k: -score[k]) if score[k]][:1]
+
     out = []
     for key, ops in per.items():
         if key[0] != client_tgid:
@@ -213,11 +223,7 @@ def pair_sockets(per, ident, client_tgid):
         s = ident.get(key)
         cands = []
         if s is None:
-            lo, hi = ops[0].enter, ops[-1].exit
-            sent = {o.n for o in ops if o.kind == "send"}
-            score = {k: sum(1 for o in per[k] if o.kind == "recv" and lo <= o.exit <= hi and o.n in sent)
-                     for k in servers}
-            cands = [k for k in sorted(score, key=lambda k: -score[k]) if score[k]][:1]
+            cands = by_time(ops, servers)
             out.append((key, cands[0] if cands else None,
                         "" if cands else "the client's socket was not seen in /proc and no server socket "
                                          "received while it was in use"))
@@ -235,6 +241,9 @@ def pair_sockets(per, ident, client_tgid):
             cands = [k for k, v in same.items() if v["local"] == s["remote"] and v["remote"] == s["local"]]
         else:
             cands = [k for k, v in same.items() if v["local"].rsplit(":", 1)[1] == port]
+        if not cands:
+            # The server's socket went unseen (accepted and closed between two polls): by time, among those.
+            cands = by_time(ops, [k for k, v in servers.items() if v is None])
         if not cands:
             out.append((key, None, f"no server socket pairs with the client's {s['proto']} {s['local']} -> "
                                    f"{s['remote']}"))

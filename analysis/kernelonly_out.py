@@ -2,7 +2,8 @@
 tables and matching figures (analysis/kernelonly.json), every call's path (analysis/kernelonly-calls.csv)
 and the first screen, as text (report/first-screen.txt).
 
-    summaries, results = analyze_run(rundir)         # every case of a target run; writes the outputs
+    summaries, results = analyze_run(rundir)         # every case of a target run; writes the outputs (a case
+                                                     # that cannot be analyzed is named, the others go on)
     summary = summarize(res, point(res), cost)       # dict: one case's tables (kernelonly_probe: point, cost)
     write(rundir, [summary, ...], [CaseResult, ...])
     print(first_screen(summary))
@@ -150,11 +151,18 @@ def analyze_run(rundir, quiet=False):
         if (rd.path / "cases").is_dir() else []
     if not cases:
         raise UserError(f"{rundir}: no captured target case; run `rpcscope run --target ...` first")
-    results = [analyze_case(c) for c in cases]
+    results, failed = [], []
+    for c in cases:                              # a case that cannot be analyzed leaves the others be
+        try:
+            results.append(analyze_case(c))
+        except UserError as e:
+            failed.append({"case": c.name, "why": str(e)})
+    if not results:
+        raise UserError("no case could be analyzed: " + "; ".join(f"{f['case']}: {f['why']}" for f in failed))
     points = [point(r) for r in results]
     cost = costs(points)
     summaries = [summarize(r, p, cost[r.case_id]) for r, p in zip(results, points)]
-    paths = write(rundir, summaries, results)
+    paths = write(rundir, summaries, results, failed)
     models, notes = run_models(rundir, summaries)
     paths += tuple(rd.analysis / f"targetmodel-{m.transport}.json" for m in models)
     if not quiet:
@@ -166,20 +174,24 @@ def analyze_run(rundir, quiet=False):
             print_model(m)
         for n in notes:
             print(f"model: {n}")
+        for f in failed:
+            print(f"\nrpcscope: {f['case']} - not analyzed: {f['why']}")
         print(f"\nwritten: {', '.join(map(str, paths))}")
     return summaries, results
 
 
-def write(rundir, summaries, results):
+def write(rundir, summaries, results, failed=()):
     """kernelonly.json and kernelonly-calls.csv in the run directory's analysis/, the first screens in its
-    report/first-screen.txt; their paths."""
+    report/first-screen.txt; their paths. failed: [{"case", "why"}] of the cases not analyzed."""
     rd = RunDir(rundir)
     rd.analysis.mkdir(parents=True, exist_ok=True)
     jpath, cpath = rd.kernelonly_json, rd.kernelonly_csv
-    jpath.write_text(json.dumps({"format": KERNELONLY_FORMAT, "cases": summaries}, indent=1))
+    jpath.write_text(json.dumps({"format": KERNELONLY_FORMAT, "cases": summaries, "not_analyzed": list(failed)},
+                                indent=1))
     rd.report.mkdir(exist_ok=True)
     spath = rd.first_screen_txt
-    spath.write_text("\n\n".join(first_screen(s) for s in summaries) + "\n")
+    spath.write_text("\n\n".join([first_screen(s) for s in summaries]
+                                  + [f"rpcscope: {f['case']} - not analyzed: {f['why']}" for f in failed]) + "\n")
     with open(cpath, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["case", "call", "socket", "t0_ns", "rtt_ns", *PATH_IDS, "KO1", "KO2", *EDGE_IDS,

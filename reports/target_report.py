@@ -181,6 +181,9 @@ def build_target(run) -> Report:
     first.items.append(INTRO)
     if target.get("left_out"):
         first.items.append("Left out: " + "; ".join(target["left_out"]) + ".")
+    if doc.get("not_analyzed"):
+        first.items.append("Captured, not analyzed: " + "; ".join(f"{f['case']}: {f['why']}"
+                                                                   for f in doc["not_analyzed"]) + ".")
     for t in sorted({c["transport"] for c in cases}, key=lambda t: (t != "udp", t)):
         tc = sorted((c for c in cases if c["transport"] == t), key=lambda c: (c["size"], c.get("round", 1)))
         first.items.append(Table(

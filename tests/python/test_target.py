@@ -99,10 +99,11 @@ def test_bad_uprobe_specs_are_refused(spec):
         parse_spec(spec)
 
 
-@pytest.mark.parametrize("sighting", ["connected", "before connect()", "never seen"])
+@pytest.mark.parametrize("sighting", ["connected", "before connect()", "never seen", "server's never seen"])
 def test_client_socket_pairs_however_the_poller_saw_it(tmp_path, sighting):
     """The poller may see the client's TCP socket connected, between its socket() and connect() (no peer
-    yet), or not at all (the program ran between two polls): its calls pair with the server's all the same."""
+    yet), or not at all (the program ran between two polls), and may miss the server's accepted socket
+    (accepted and closed between two polls): its calls pair with the server's all the same."""
     case = tmp_path / "case"
     shutil.copytree(CASE, case)
     rec = json.loads((case / "sockets.json").read_text())
@@ -112,6 +113,10 @@ def test_client_socket_pairs_however_the_poller_saw_it(tmp_path, sighting):
         mine[0].update(local="0.0.0.0:0", remote="0.0.0.0:0")
     elif sighting == "never seen":
         rec["sockets"].remove(mine[0])
+    elif sighting == "server's never seen":
+        peer = [s for s in rec["sockets"] if s["local"] == mine[0]["remote"] and s["remote"] == mine[0]["local"]]
+        assert len(peer) == 1
+        rec["sockets"].remove(peer[0])
     (case / "sockets.json").write_text(json.dumps(rec))
     r = analyze_case(case)
     assert r.matched == r.exchanges == 331 and not r.unmatched
@@ -170,6 +175,22 @@ def test_analyze_reads_a_target_run_again(tmp_path):
     assert [c["calls"] for c in doc["cases"]] == [300]
     p = rpcscope("analyze", str(out), "--json")
     assert json.loads(p.stdout)["cases"][0]["program_calls"] == 300
+
+
+def test_a_case_that_cannot_be_analyzed_leaves_the_others_be(tmp_path):
+    """Of two cases, one with a damaged sockets.json: the other is analyzed, the damaged one is named with
+    what to do, in the output, kernelonly.json and the report."""
+    out = tmp_path / "run"
+    _target_run(out, [CASE])
+    bad = out / "cases" / "tcp-maxarg-0-r2"
+    shutil.copytree(CASE, bad)
+    (bad / "sockets.json").write_text("{ damaged")
+    p = rpcscope("analyze", str(out))
+    assert "rpcscope: tcp-maxarg-0-r2 - not analyzed:" in p.stdout and "capture the case again" in p.stdout, p.stdout
+    doc = json.loads((out / "analysis" / "kernelonly.json").read_text())
+    assert [c["case"] for c in doc["cases"]] == [CASE.name] and doc["not_analyzed"][0]["case"] == bad.name
+    rpcscope("report", str(out))
+    assert "Captured, not analyzed: tcp-maxarg-0-r2" in (out / "report" / "report.md").read_text()
 
 
 def test_a_complete_capture_stays_when_its_analysis_fails(tmp_path, monkeypatch, capsys):

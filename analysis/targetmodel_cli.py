@@ -108,8 +108,11 @@ def cmd_target_model(run, fit=None, predict=(), transport=None, as_json=False):
     rd = RunDir(run)
     try:
         doc = json.loads(rd.kernelonly_json.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{run} has no analysis yet ({rd.kernelonly_json} is not there): `rpcscope analyze {run}` "
+                        f"makes it") from None
     except (OSError, ValueError) as e:
-        raise UserError(f"{rd.kernelonly_json}: {e}; `rpcscope analyze {run}` makes it") from None
+        raise UserError(f"{rd.kernelonly_json}: unreadable ({e}): `rpcscope analyze {run}` makes it again") from None
     transports = [transport] if transport else None
     cases = doc.get("cases", [])
     if not any(c.get("model_input") for c in cases):

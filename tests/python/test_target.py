@@ -151,6 +151,10 @@ def test_bad_target_fails_before_anything_starts(tmp_path):
                  check=False)
     assert p.returncode == 2 and "no function 'no_such_function'" in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "z").exists()
+    for bad in ("0", "51"):
+        p = rpcscope("run", "--target", "libtirpc", "--repeats", bad, "--out", str(tmp_path / "r"), check=False)
+        assert p.returncode == 2 and "the rounds of every case, 1 to 50" in p.stderr, p.stderr
+        assert not (tmp_path / "r").exists()
 
 
 def _target_run(out, case_dirs):
@@ -175,6 +179,19 @@ def test_analyze_reads_a_target_run_again(tmp_path):
     assert [c["calls"] for c in doc["cases"]] == [300]
     p = rpcscope("analyze", str(out), "--json")
     assert json.loads(p.stdout)["cases"][0]["program_calls"] == 300
+
+
+def test_model_of_a_run_with_too_few_sizes_says_why(tmp_path):
+    """`rpcscope model` of a target run: refused with the reason where it cannot fit, never a traceback."""
+    out = tmp_path / "run"
+    _target_run(out, [CASE])
+    p = rpcscope("model", str(out), check=False)
+    assert p.returncode == 2 and "has no analysis yet" in p.stderr and f"rpcscope analyze {out}" in p.stderr
+    rpcscope("analyze", str(out))
+    p = rpcscope("model", str(out), check=False)
+    assert p.returncode == 2 and "the model fits at 3 sizes or more; tcp has 1 (0)" in p.stderr, p.stderr
+    p = rpcscope("model", str(out), "--transport", "udp", check=False)
+    assert p.returncode == 2 and "this run has no udp case" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_a_case_that_cannot_be_analyzed_leaves_the_others_be(tmp_path):

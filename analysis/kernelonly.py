@@ -439,9 +439,9 @@ def match_pair(client_ops, server_ops, udp, timeline, label, unmatched):
 
     The client has one call outstanding on a connection, so a call ends before the next one's request
     is sent and begins after the one before it ended. Where the reply's last position is read only after
-    the next call's last request send, the server sent more behind the reply (a PING) and the call ends at
-    the client's last receive before that send; sends of the request made before the call before it
-    ended (a PING's answer) are not the request's."""
+    the next call's request proper (its largest send), the server sent more behind the reply (a PING) and
+    the call ends at the client's last receive before that send; sends of the request made before the
+    call before it ended (a PING's answer) are not the request's."""
     cs = sorted([o for o in client_ops if o.kind == "send"], key=lambda o: o.enter)
     cr = sorted([o for o in client_ops if o.kind == "recv"], key=lambda o: o.enter)
     ss = sorted([o for o in server_ops if o.kind == "send"], key=lambda o: o.enter)
@@ -465,8 +465,10 @@ def match_pair(client_ops, server_ops, udp, timeline, label, unmatched):
             if prev_end is not None:
                 sends = [o for o in sends if o.enter >= prev_end] or sends
             nxt = next((exchanges[j][3] for j in range(i + 1, len(exchanges)) if not control[j]), None)
-            if nxt and end.exit > nxt[-1].enter:
-                before = [o for o in cr if o.exit <= nxt[-1].enter and o.pos + o.n > c]
+            # the next call's request proper: its largest send (a PING's answer may go before or after it)
+            main = max(nxt, key=lambda o: o.n) if nxt else None
+            if main and end.exit > main.enter:
+                before = [o for o in cr if o.exit <= main.enter and o.pos + o.n > c]
                 if not before:
                     unmatched[k] = "the reply was read only after the next call's request"
                     continue

@@ -20,7 +20,7 @@ import sys
 import pytest
 from helpers import shared_testbed
 
-from rpcscope.analysis.kernelonly import PATH_IDS, Call, analyze_case
+from rpcscope.analysis.kernelonly import PATH_IDS, Call, Op, analyze_case, match_pair
 from rpcscope.analysis.uprobesteps import attach_edges
 from rpcscope.collectors.uprobes import parse_spec
 from rpcscope.output import UserError
@@ -342,3 +342,43 @@ def test_a_target_model_predicts_a_size_it_did_not_fit(testbed, tmp_path):
                                                                rows[4016]["line_error_pct"]), rows[4016]
     assert rows[8000]["kind"] == "calculated" and rows[8000]["model_us"] > rows[6000]["model_us"] > 0
     assert rows[4016]["request_bytes"] == 40 + 4 + 4016
+
+
+class _Straight:
+    """A timeline whose every direction runs straight from the send to the receive's return."""
+
+    def half(self, start, end, end_tid, sender, receiver, missing, side):
+        step = (end - start) / 5
+        return [start + round(k * step) for k in range(5)] + [end], True
+
+    def charged(self, t, tids):
+        return {}
+
+
+def _ops(seq):
+    """Ops of (time, side, kind, bytes): client tid 1, server tid 2, each 2 ns long."""
+    return [Op(tid=1 if side == "C" else 2, tgid=1 if side == "C" else 2, fd=3, kind=kind, enter=t, exit=t + 2,
+               n=n) for t, side, kind, n in seq]
+
+
+@pytest.mark.parametrize("answer", ["after the next request", "before the next request"])
+def test_a_ping_behind_a_reply_stretches_no_call(answer):
+    """The server sends a PING behind reply 1; the client reads the reply, then (in its next call) the PING,
+    and answers it after or before its next request. Each call ends at its own reply and the next begins
+    at its own request: no two calls overlap, and reply 1 is its 49 bytes."""
+    seq = [(0, "C", "send", 58), (10, "S", "recv", 58), (20, "S", "send", 49), (25, "S", "send", 17),
+           (30, "C", "recv", 49)]
+    if answer == "after the next request":
+        seq += [(40, "C", "send", 58), (45, "C", "recv", 17), (50, "C", "send", 17), (60, "S", "recv", 58),
+                (62, "S", "recv", 17), (70, "S", "send", 49), (80, "C", "recv", 49)]
+    else:
+        seq += [(40, "C", "send", 58), (45, "S", "recv", 58), (48, "C", "recv", 17), (50, "C", "send", 17),
+                (55, "S", "send", 49), (60, "C", "recv", 49), (65, "S", "recv", 17)]
+    seq += [(90, "C", "send", 58), (100, "S", "recv", 58), (110, "S", "send", 49), (120, "C", "recv", 49)]
+    ops = _ops(seq)
+    calls, n = match_pair([o for o in ops if o.tid == 1], [o for o in ops if o.tid == 2], False, _Straight(),
+                          "s", {})
+    assert n == 3 and len(calls) == 3 and not any(c.control for c in calls)
+    assert [c.reply for c in calls] == [49, 49, 49] and calls[0].t[-1] == 32
+    assert calls[1].t[0] == 40 and calls[2].t[0] == 90
+    assert all(b.t[0] >= a.t[-1] for a, b in zip(calls, calls[1:])), [(c.t[0], c.t[-1]) for c in calls]

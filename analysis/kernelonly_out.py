@@ -165,6 +165,9 @@ def analyze_run(rundir, quiet=False):
     paths = write(rundir, summaries, results, failed)
     models, notes = run_models(rundir, summaries)
     paths += tuple(rd.analysis / f"targetmodel-{m.transport}.json" for m in models)
+    for old in rd.analysis.glob("targetmodel-*.json"):     # a transport that has no model any more
+        if old not in paths:
+            old.unlink()
     if not quiet:
         for s in summaries:
             print()

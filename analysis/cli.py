@@ -7,7 +7,7 @@ from rpcscope.output import UserError, emit_json, table
 from rpcscope.rundir import RPCS_TABLE, RTT_CSV, STEPS_JSON, RunDir
 
 from .clocksync import summary_line
-from .kernelonly_out import analyze_run
+from .kernelonly_out import analyze_run, run_json
 from .rpcs import CALL_BEGIN_MARK, CALL_END_MARK
 from .run import RunError
 from .steps import analyze
@@ -62,7 +62,7 @@ def cmd_analyze(args):
     if RunDir(path).is_target:                       # a capture of `rpcscope run --target`: kernel events only
         summaries, _ = analyze_run(path, quiet=args.json)
         if args.json:
-            emit_json({"run": str(path), "cases": summaries})
+            emit_json(run_json(path, summaries))
         return 0
     prog = None if args.quiet else _Progress()
     try:

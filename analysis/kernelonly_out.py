@@ -7,6 +7,7 @@ and the first screen, as text (report/first-screen.txt).
     summary = summarize(res, point(res), cost)       # dict: one case's tables (kernelonly_probe: point, cost)
     write(rundir, [summary, ...], [CaseResult, ...])
     print(first_screen(summary))
+    doc = run_json(rundir, summaries)                # the --json of run --target and analyze
 """
 import csv
 import json
@@ -181,6 +182,14 @@ def analyze_run(rundir, quiet=False):
             print(f"\nrpcscope: {f['case']} - not analyzed: {f['why']}")
         print(f"\nwritten: {', '.join(map(str, paths))}")
     return summaries, results
+
+
+def run_json(rundir, summaries):
+    """`--json` of a target run's analysis: its cases, those not analyzed and its models, as written."""
+    rd = RunDir(rundir)
+    doc = json.loads(rd.kernelonly_json.read_text())
+    return {"run": str(rundir), "cases": summaries, "not_analyzed": doc.get("not_analyzed", []),
+            "models": [json.loads(p.read_text()) for p in sorted(rd.analysis.glob("targetmodel-*.json"))]}
 
 
 def write(rundir, summaries, results, failed=()):

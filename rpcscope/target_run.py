@@ -15,7 +15,7 @@ import pathlib
 import shutil
 from contextlib import redirect_stdout
 
-from .analysis.kernelonly_out import analyze_run
+from .analysis.kernelonly_out import analyze_run, run_json
 from .collectors.target import PROGRAMS, TARGETS, capture
 from .collectors.uprobes import resolve
 from .experiments import systems
@@ -88,7 +88,7 @@ def cmd_run_target(args, sizes, transports, testbed, main):
         raise UserError(f"the capture is complete and kept in {out}, but its analysis failed: {why}; "
                         f"`rpcscope analyze {out}` analyzes it again") from None
     if args.json:
-        emit_json({"run": str(out), "cases": summaries})
+        emit_json(run_json(out, summaries))
     else:
         print(f"\nrpcscope run --target {target}: {out}")
         if target == "reference":

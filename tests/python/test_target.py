@@ -178,7 +178,8 @@ def test_analyze_reads_a_target_run_again(tmp_path):
     doc = json.loads((out / "analysis" / "kernelonly.json").read_text())
     assert [c["calls"] for c in doc["cases"]] == [300]
     p = rpcscope("analyze", str(out), "--json")
-    assert json.loads(p.stdout)["cases"][0]["program_calls"] == 300
+    doc = json.loads(p.stdout)
+    assert doc["cases"][0]["program_calls"] == 300 and doc["not_analyzed"] == [] and doc["models"] == []
 
 
 def test_model_of_a_run_with_too_few_sizes_says_why(tmp_path):
@@ -330,6 +331,8 @@ def test_a_target_model_predicts_a_size_it_did_not_fit(testbed, tmp_path):
     p = rpcscope("run", "--target", "libtirpc", "--transport", "udp", "--proc", "echo", "--sizes", "0,1392,4016,6000",
                  "--calls", str(CALLS), "--warmup", str(WARMUP), "--repeats", "2", "--out", str(out))
     assert "model: libtirpc UDP echo" in p.stdout, p.stdout[-2000:]
+    doc = json.loads(rpcscope("analyze", str(out), "--json").stdout)
+    assert [m["transport"] for m in doc["models"]] == ["udp"] and len(doc["cases"]) == 8
     cases = sorted(d.name for d in (out / "cases").iterdir())
     assert cases == sorted(f"udp-echo-{z}-r{r}" for z in (0, 1392, 4016, 6000) for r in (1, 2)), cases
     doc = json.loads((out / "analysis" / "targetmodel-udp.json").read_text())

@@ -52,6 +52,9 @@ TARGETS = {"libtirpc": "tirpc", "grpc": "grpc", "reference": "rpcscope"}
 PROGRAMS = {"tirpc": (systems.PEERS_BIN / "tirpc-client", systems.PEERS_BIN / "tirpc-server"),
             "grpc": (systems.PEERS_BIN / "grpc-client", systems.PEERS_BIN / "grpc-server"),
             "rpcscope": (systems.NOTRACE_BIN / "rpc-client", systems.NOTRACE_BIN / "rpc-server")}
+# The peers' own call function, which encloses each call (peers/tirpc/tirpc_client.c, peers/grpc/grpc_client.cc):
+# a --uprobe there measures the call's edges KC1, KC2 (analysis/TARGET.md).
+CALL_FUNCTIONS = {"libtirpc": "peer_call", "grpc": "(anonymous namespace)::peer_call"}
 SEND_SYSCALLS = tuple(e.split("sys_enter_", 1)[1] for e in by_id("K1").kernel_begin)
 RECV_SYSCALLS = tuple(e.split("sys_exit_", 1)[1] for e in by_id("K5").kernel_end)
 # What tells one socket on an fd number from the next: its creation and its closing.

@@ -16,7 +16,7 @@ import shutil
 from contextlib import redirect_stdout
 
 from .analysis.kernelonly_out import analyze_run, run_json
-from .collectors.target import PROGRAMS, TARGETS, capture
+from .collectors.target import CALL_FUNCTIONS, PROGRAMS, TARGETS, capture
 from .collectors.uprobes import resolve
 from .experiments import systems
 from .output import UserError, emit_json
@@ -91,6 +91,9 @@ def cmd_run_target(args, sizes, transports, testbed, main):
         emit_json(run_json(out, summaries))
     else:
         print(f"\nrpcscope run --target {target}: {out}")
+        if target in CALL_FUNCTIONS and not args.uprobe:
+            print(f"the client's user space before its first send and after its last receive, which the kernel "
+                  f"does not see: add --uprobe '{CALL_FUNCTIONS[target]}:call' (its call function; analysis/TARGET.md)")
         if target == "reference":
             traced = f"{out}-traced"
             print(f"the same cases traced, and their steps beside these (analysis/TARGET.md):\n"

@@ -331,6 +331,7 @@ def test_a_target_model_predicts_a_size_it_did_not_fit(testbed, tmp_path):
     p = rpcscope("run", "--target", "libtirpc", "--transport", "udp", "--proc", "echo", "--sizes", "0,1392,4016,6000",
                  "--calls", str(CALLS), "--warmup", str(WARMUP), "--repeats", "2", "--out", str(out))
     assert "model: libtirpc UDP echo" in p.stdout, p.stdout[-2000:]
+    assert "add --uprobe 'peer_call:call'" in p.stdout, p.stdout[-1000:]
     doc = json.loads(rpcscope("analyze", str(out), "--json").stdout)
     assert [m["transport"] for m in doc["models"]] == ["udp"] and len(doc["cases"]) == 8
     cases = sorted(d.name for d in (out / "cases").iterdir())

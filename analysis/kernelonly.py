@@ -556,14 +556,15 @@ def analyze_case(case_dir):
         probes = json.loads((case_dir / "uprobes.json").read_text())
     except (OSError, ValueError):
         probes = []
+    got = uprobesteps.intervals(prog, probes) if probes else {}      # read once, for the probes' rows and edges
     return CaseResult(case_id=case_dir.name, target=tc.target, transport=tc.transport, size=tc.size,
                       exchanges=sum(r[2] for r in results), calls=measured,
-                      uprobes=uprobesteps.summarize(prog, probes, measured, tc.program_p50_us),
+                      uprobes=uprobesteps.summarize(got, probes, measured, tc.program_p50_us),
                       matched=sum(len(r[1]) for r in results), unmatched=dict(unmatched),
                       program_unmatched=dict(collections.Counter(w for k, w in why_not.items() if k in mine)),
                       others={r[0]: r[2] for r in results[1:]}, setup=len(idx) - len(mine), control=len(control),
                       per_call=round((n_main - len(control)) / max(1, tc.program_calls + tc.warmup), 2),
                       program_p50_us=tc.program_p50_us, program_calls=tc.program_calls,
                       untraced_p50s_us=list(getattr(tc, "untraced_p50s_us", None) or []),
-                      call_probe=uprobesteps.attach_edges(prog, probes, measured) or "",
+                      call_probe=uprobesteps.attach_edges(got, probes, measured) or "",
                       round=int(getattr(tc, "round", 1)))

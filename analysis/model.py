@@ -132,17 +132,19 @@ def wire_features(wl, size):
     return qb + rb, P.request_packets(qb, wl.max_pdu, wl.mtu) + P.request_packets(rb, wl.max_pdu, wl.mtu)
 
 
-def line_baseline(points, wl):
+def line_baseline(points, wl, features=None):
     """A + B x bytes + C x packets, least squares through {size: us} with A, B, C >= 0 (bytes and
     packets are nearly collinear: unconstrained, the line trades a negative cost per byte for a
-    large one per packet and falls between the fitted sizes); a function of size, or None."""
+    large one per packet and falls between the fitted sizes); a function of size, or None.
+    features(size) -> (bytes, packets): the workload's (wire_features) unless given."""
+    feats = features or (lambda z: wire_features(wl, z))
     xs = sorted(points)
     if len(xs) < 3:
         return None
-    X = np.array([[1.0, *wire_features(wl, z)] for z in xs])
+    X = np.array([[1.0, *feats(z)] for z in xs])
     y = np.array([points[z] for z in xs])
     coef = nnls(X, y, np.ones(len(xs)), range(X.shape[1]))   # no term makes a call shorter
-    return lambda z: float(np.dot(coef, [1.0, *wire_features(wl, z)]))
+    return lambda z: float(np.dot(coef, [1.0, *feats(z)]))
 
 
 # ------------------------------------------------------------------ the fit

@@ -12,6 +12,7 @@ from rpcscope.rundir import RunDir
 from . import model as M, network as N, paper
 from .model_input import measured_us, observations
 from .targetmodel_cli import cmd_target_model
+from .unitcosts import params_table
 
 MODEL_EPILOG = """examples:
   rpcscope model runs/NAME --transport udp
@@ -70,13 +71,6 @@ def _held_out(run_dir):
         return [int(x) for x in ((man.get("params") or {}).get("holdout") or [])]
     except (OSError, ValueError, TypeError, AttributeError):
         return []
-
-
-def params_table(params, out=None):
-    table([{"unit cost": p["name"], "value": (f"{p['value'] * 1000:.3f} ns/byte" if p["unit"] == "us/byte"
-                                              else f"{p['value']:.3f}") if p["fitted"] else "not fitted",
-            "unit": p["unit"], "one count is": p["what"] if p["fitted"] else p["why_not"]} for p in params],
-          ["unit cost", "value", "unit", "one count is"], out=out)
 
 
 def rows_table(rows, out=None):

@@ -35,7 +35,7 @@ import numpy as np
 from rpcscope.tracepoints.targetsteps import edges, on_path
 
 from . import targetwire as W
-from .model import MIN_SIZES, interpolate, nnls, percent_error
+from .model import MIN_SIZES, interpolate, line_baseline, nnls, percent_error
 
 FORMAT = "rpcscope-targetmodel/1"
 TYPICAL = 0.2            # the share of calls nearest the median path that make the typical call
@@ -100,7 +100,8 @@ def class_counts(ex, with_edges):
 
 
 def _features(ex):
-    return [1.0, float(ex.bytes), float(len(ex.request_packets) + len(ex.reply_packets))]
+    """(bytes, packets) of one call, for the line baseline."""
+    return ex.bytes, len(ex.request_packets) + len(ex.reply_packets)
 
 
 @dataclass
@@ -161,16 +162,6 @@ class Fit:
     def path_us(self, ex):
         return sum(self.theta[u] * n for counts in class_counts(ex, self.with_edges).values()
                    for u, n in counts.items())
-
-
-def _line(points, feats):
-    """A + B x bytes + C x packets (non-negative) through {size: us}; a function of the size, or None."""
-    xs = sorted(points)
-    if len(xs) < 3:
-        return None
-    X = np.array([feats[z] for z in xs])
-    coef = nnls(X, np.array([points[z] for z in xs]), np.ones(len(xs)), range(X.shape[1]))
-    return lambda z: float(np.dot(coef, feats[z]))
 
 
 @dataclass
@@ -274,7 +265,7 @@ def build(target, transport, proc, cases, fit_sizes=None, predict=(), mtu=W.P.DE
         others = [x for x in fit_sizes if x != z]
         pts = {x: si[x].path_us for x in others}
         cv = Fit(si, others, edges_on).path_us(s.exchange) if z in fit_sizes and len(others) >= MIN_SIZES else None
-        line = _line(pts, feats)
+        line = line_baseline(pts, None, feats.get)
         model = fit.path_us(s.exchange)
         kind = "fitted" if z in fit_sizes else "predicted" if s.path_us is not None else "calculated"
         rows.append(Row(

@@ -12,6 +12,7 @@ from rpcscope.output import UserError, emit_json, table
 from rpcscope.rundir import RunDir
 
 from . import targetmodel as T
+from .unitcosts import params_table
 
 MULTI_EXCHANGE = 1.05     # exchanges a call above which a case's path is one exchange of several
 
@@ -73,10 +74,7 @@ def print_model(m):
           f", {'probe-corrected' if m.corrected else 'as traced'}; fitted at {', '.join(map(str, m.fitted))}"
           + (f"; gRPC header frames {m.header_bytes[0]} + {m.header_bytes[1]} bytes (from the trace)"
              if any(m.header_bytes) else ""))
-    table([{"unit cost": p["name"], "value": (f"{p['value'] * 1000:.3f} ns/byte" if p["unit"] == "us/byte"
-                                              else f"{p['value']:.3f}") if p["fitted"] else "not fitted",
-            "unit": p["unit"], "one count is": p["what"] if p["fitted"] else p["why_not"]} for p in m.params],
-          ["unit cost", "value", "unit", "one count is"])
+    params_table(m.params)
     print()
     table([{"size": r.size, "kind": r.kind, "path_us": _f(r.measured_us), "spread_%": _f(r.spread_pct, 1),
             "model_us": _f(r.model_us),

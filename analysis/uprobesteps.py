@@ -3,8 +3,9 @@ thread (collectors/uprobes.py), given to the calls of the kernel-only analysis (
 and placed on their path: enclosing the call (a client's call function: its time before the first send
 and after the last receive, which the kernel cannot see), or inside one of the steps K1..K11.
 
-    rows = summarize(prog_events, probes, calls, program_p50_us)     # [dict], one per probe
-    symbol = attach_edges(prog_events, probes, calls)                # each call's KC1, KC2 (Call.edges)
+    got = intervals(prog_events, probes)                             # each probe's entry-to-return intervals
+    rows = summarize(got, probes, calls, program_p50_us)             # [dict], one per probe
+    symbol = attach_edges(got, probes, calls)                        # each call's KC1, KC2 (Call.edges)
 """
 import bisect
 import collections
@@ -58,11 +59,11 @@ def _p50(v):
     return round(statistics.median(v) / 1e3, 3) if v else None
 
 
-def summarize(prog_events, probes, calls, program_p50_us):
-    """One row per probe: its hits, the calls it was seen in, where on the path it falls, its time per call."""
+def summarize(got, probes, calls, program_p50_us):
+    """One row per probe: its hits, the calls it was seen in, where on the path it falls, its time per call.
+    got: intervals(...)."""
     if not probes or not calls:
         return []
-    got = intervals(prog_events, probes)
     rows = []
     for p in probes:
         per = _per_call(got.get(p["event"], []), calls)
@@ -89,12 +90,12 @@ def summarize(prog_events, probes, calls, program_p50_us):
     return rows
 
 
-def attach_edges(prog_events, probes, calls):
+def attach_edges(got, probes, calls):
     """Give each call its edges (Call.edges: KC1 from the entry of the function that encloses it to its
     first send, KC2 from its last receive's return to the function's return) and return that function's
     name, or None. Of several probed functions that enclose calls, the outermost (the longest median
-    entry-to-return) is the call's: the program's own call function encloses its library's."""
-    got = intervals(prog_events, probes)
+    entry-to-return) is the call's: the program's own call function encloses its library's. got:
+    intervals(...)."""
     best, best_len = None, 0
     for p in probes:
         spans = {}

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rpcscope.rundir import KERNELONLY_FORMAT, TARGET_FORMAT, RunDir
 
+from .model_section import param_rows
 from .objects import Report, Section, Table
 from .render import to_html, to_markdown
 
@@ -137,13 +138,6 @@ def _match_rows(c):
     return [{"item": k, "value": v} for k, v in rows]
 
 
-def _param_row(p):
-    byte = p["unit"] == "us/byte"
-    value = (round(p["value"] * 1e3, 4) if byte else p["value"]) if p["fitted"] else "not fitted"
-    return {"unit cost": p["name"], "value": value, "unit": "ns/byte" if byte else p["unit"],
-            "one count is": p["what"] if p["fitted"] else p["why_not"]}
-
-
 def _model_row(r):
     return {"size": r["size"], "kind": r["kind"], "path µs": _blank(r["measured_us"]),
             "rounds' spread %": _blank(r.get("spread_pct")), "model µs": r["model_us"],
@@ -165,7 +159,7 @@ def _model_section(run, name):
         sec.items.append(f"{t.upper()} {m['proc']}: path {m['path']}; measured: {m['measured']}; program: "
                          f"{m['program']}. Fitted at {', '.join(map(str, m['fitted']))}.")
         sec.items.append(Table(f"{name} {t.upper()}: unit costs", MODEL_PARAM_COLUMNS,
-                               [_param_row(p) for p in m["params"]], f"{src} params[]"))
+                               param_rows(m), f"{src} params[]"))
         sec.items.append(Table(f"{name} {t.upper()}: path, model and baselines per size (% error: path less "
                                f"calculated, over path)", MODEL_ROW_COLUMNS, [_model_row(r) for r in m["rows"]],
                                f"{src} rows[]"))

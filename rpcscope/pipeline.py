@@ -22,8 +22,9 @@ from contextlib import redirect_stdout
 from . import ROOT, testbed
 from .analysis import tracepack
 from .analysis.model import MIN_SIZES, Model
-from .analysis.model_cli import params_table, rows_table
+from .analysis.model_cli import rows_table
 from .analysis.run import load_run, path_shape, traced_noise_pct
+from .analysis.unitcosts import params_table
 from .cli import main
 from .collectors.capture import (
     DEFAULT_REPEATS,

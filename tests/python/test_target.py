@@ -21,7 +21,7 @@ import pytest
 from helpers import shared_testbed
 
 from rpcscope.analysis.kernelonly import PATH_IDS, Call, Op, analyze_case, match_pair
-from rpcscope.analysis.uprobesteps import attach_edges
+from rpcscope.analysis.uprobesteps import attach_edges, intervals
 from rpcscope.collectors.uprobes import parse_spec
 from rpcscope.output import UserError
 from rpcscope.tracepoints.targetsteps import edges, on_path, target_steps
@@ -76,11 +76,11 @@ def test_the_outermost_enclosing_probe_gives_the_calls_edges():
                (b + 200, "g:outer__return", 7, None), (c.t[5] + 1, "g:inside", 8, None),
                (c.t[5] + 2, "g:inside__return", 8, None)]
     ev.sort()
-    assert attach_edges(ev, probes, calls) == "peer_call"
+    assert attach_edges(intervals(ev, probes), probes, calls) == "peer_call"
     assert calls[0].edges == {"KC1": 300, "KC2": 200} and calls[1].edges == {"KC1": 300, "KC2": 200}
     assert not calls[2].edges and calls[2].call_rtt is None
     assert calls[0].call_rtt == 1000 + 500
-    assert attach_edges(ev, probes[2:], calls[2:]) is None
+    assert attach_edges(intervals(ev, probes[2:]), probes[2:], calls[2:]) is None
 
 
 @pytest.mark.parametrize("spec, want", [

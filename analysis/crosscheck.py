@@ -1,8 +1,15 @@
-"""`rpcscope crosscheck KERNEL_ONLY_RUN TRACED_RUN`: the reference RPC's kernel-only step costs (`rpcscope run
---target reference`, its untraced build) beside its tracepoint-based ones (`rpcscope capture` and
-`rpcscope analyze`, its traced build), per transport and size, step by step.
+"""`rpcscope crosscheck RUN` or `rpcscope crosscheck KERNEL_ONLY_RUN TRACED_RUN`: the reference RPC's
+kernel-only step costs (its untraced build) beside its tracepoint-based ones (its traced build,
+`rpcscope analyze`), per transport and size, step by step.
 
-    from rpcscope.analysis.crosscheck import crosscheck, counterparts
+RUN is a capture made with `--turns --kernel-only-runs`: its untraced build's kernel-only runs took
+turns with its traced runs, and are a target run of their own in RUN/kernelonly/; each case's
+kernel-only run of the round the traced analysis kept is compared, both from the same moments of the
+host. KERNEL_ONLY_RUN is a run of `rpcscope run --target reference`, TRACED_RUN one of `rpcscope
+capture` (or several of each, pooled).
+
+    from rpcscope.analysis.crosscheck import crosscheck, counterparts, kept_rounds
+    doc = crosscheck(["runs/both/kernelonly"], ["runs/both"], kept_rounds("runs/both"))
     doc = crosscheck(["runs/ko"], ["runs/traced"])   # dict: cases[].rows[] (the --json output)
     [c.step for c in counterparts()]                  # K1..K11, KO1, KO2
 
@@ -35,6 +42,7 @@ from rpcscope.rundir import KERNELONLY_FORMAT, RunDir
 from rpcscope.tracepoints import SEGMENT_UNITS, SPLIT, STEPS
 from rpcscope.tracepoints.targetsteps import kernel_steps
 
+from .kernelonly_out import analyze_run
 from .rpctable import RpcTableError, read_rpc_table
 
 TOLERANCE_PCT = 10.0
@@ -104,9 +112,9 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
-def _kernel_only(run):
+def _kernel_only(run, rounds=None):
     """({(transport, proc, size): [(summary, {step: [ns per call]}), one per round]}, target.json) of a
-    kernel-only run."""
+    kernel-only run; rounds: {(transport, proc, size): the one round to take}, else every round."""
     rd = RunDir(run)
     again = f"make it with `rpcscope run --target reference ... --out {rd.path}`"
     target = _read(rd.target_json, "target.json", again)
@@ -127,7 +135,9 @@ def _kernel_only(run):
         raise UserError(f"{rd.kernelonly_csv} is not there: {again}") from None
     out = {}
     for s in doc["cases"]:
-        out.setdefault((s["transport"], target.get("proc"), int(s["size"])), []).append((s, per.get(s["case"], {})))
+        key = (s["transport"], target.get("proc"), int(s["size"]))
+        if rounds is None or int(s.get("round", 1)) == rounds.get(key):
+            out.setdefault(key, []).append((s, per.get(s["case"], {})))
     return out, target
 
 
@@ -261,18 +271,24 @@ def _row(cp, ko_vals, parts, multi, summaries=()):
         if row["corrected_diff_%"] is not None:
             row["verdict_on"], diff = "corrected", row["corrected_diff_%"]
         row["verdict"] = AGREES if diff is not None and abs(diff) <= TOLERANCE_PCT else DIFFERS
+        if row["verdict"] == DIFFERS and row["verdict_on"] == "corrected":
+            row["why"] = (f"raw {row['diff_%']:+.1f} %; the corrections take off "
+                          f"{row['kernel_only_p50_us'] - ko_c:.2f} us kernel-only (its events in the step at its "
+                          f"in-situ cost) and {row['traced_p50_us'] - tr_c:.2f} us traced (its events in place and "
+                          f"the step's share of the rest of the call's probe cost, analysis/steps.py)")
     return row
 
 
-def _pool_kernel_only(runs):
-    """{key: (summaries, {step: pooled ns per call})}, the first run's target.json, over kernel-only runs."""
+def _pool_kernel_only(runs, rounds=None):
+    """{key: (summaries, {step: pooled ns per call})}, the first run's target.json, over kernel-only runs
+    (rounds: _kernel_only's)."""
     pooled, first = {}, None
     for run in runs:
-        ko, target = _kernel_only(run)
+        ko, target = _kernel_only(run, rounds)
         first = first or target
-        for key, rounds in ko.items():
+        for key, per_round in ko.items():
             sums, steps = pooled.setdefault(key, ([], {}))
-            for summary, per in rounds:
+            for summary, per in per_round:
                 sums.append(summary)
                 for step, vals in per.items():
                     steps.setdefault(step, []).extend(vals)
@@ -297,11 +313,24 @@ def _mid(rows, field):
     return _median(vals)
 
 
-def crosscheck(ko_runs, traced_runs):
+def kept_rounds(run):
+    """{(transport, proc, size): the round (1, 2, ...) the traced analysis took its case from} of a capture
+    whose runs took turns: the round its kernel-only runs are compared in (the same moments of the host)."""
+    m = _read(RunDir(run).manifest_path, "manifest.json", "capture it again")
+    kept = {}
+    for c in m.get("cases", []):
+        k = ((m.get("sweeps") or {}).get(c["transport"]) or {}).get("kept_by_case", {}).get(c["id"])
+        if k is not None:
+            kept[(c["transport"], c["proc"], int(c["size"]))] = int(k) + 1
+    return kept
+
+
+def crosscheck(ko_runs, traced_runs, rounds=None):
     """The cross-check of runs of the reference RPC (a dict, the --json output). Each side is a list of
     runs of the same cases (made taking turns with the other side's, so that a change of the host's
-    speed touches both alike): each side's calls pooled over its runs."""
-    ko, target = _pool_kernel_only(ko_runs)
+    speed touches both alike): each side's calls pooled over its runs. rounds: the one round of each
+    case the kernel-only side takes (kept_rounds, where both sides are one capture's), else all."""
+    ko, target = _pool_kernel_only(ko_runs, rounds)
     tr = _pool_traced(traced_runs)
     cps = counterparts()
     cases, unpaired = [], []
@@ -330,6 +359,8 @@ def crosscheck(ko_runs, traced_runs):
         return sum(1 for r in both if r[key] is not None and abs(r[key]) <= TOLERANCE_PCT)
 
     return {"format": "rpcscope-crosscheck/1", "kernel_only_run": ",".join(map(str, ko_runs)),
+            "kernel_only_rounds": ("the traced analysis's kept round of each case" if rounds is not None
+                                   else "every round"),
             "traced_run": ",".join(map(str, traced_runs)), "kernel_only_runs": [str(r) for r in ko_runs],
             "traced_runs": [str(r) for r in traced_runs],
             "quantity": "median over calls of the step's per-call time, raw and probe-corrected (the verdict on "
@@ -368,13 +399,18 @@ def render(doc):
                          f"{_f(r['marks'], 0):>5} {_f(r['kernel_only_corrected_p50_us']):>11} "
                          f"{_f(r['traced_corrected_p50_us']):>11} {cdiff:>7}  {r['verdict']}"
                          + (f" ({r['verdict_on']})" if r["verdict"] in (AGREES, DIFFERS) else "")
-                         + (f": {r['why']}" if r["verdict"] in (OTHER, NONE) and r["why"] else ""))
+                         + (f": {r['why']}" if r["verdict"] in (OTHER, NONE, DIFFERS) and r["why"] else ""))
     lines += [f"not compared: {u}" for u in doc["unpaired"]]
     return "\n".join(lines)
 
 
 EPILOG = """examples (the reference RPC: its untraced build recorded from kernel events alone, its traced build
 from its tracepoints and kernel events, the same sizes and transports):
+  rpcscope capture --transport udp,tcp --sizes 0,1392 --calls 1000 --turns --kernel-only-runs --out runs/both \
+      && rpcscope analyze runs/both && rpcscope rtp runs/both
+  rpcscope crosscheck runs/both      both builds from one capture, their runs taking turns of a few calls
+                                     (the host's moments shared): the traced analysis's kept round beside
+                                     the kernel-only runs of that round (analysed on first use)
   rpcscope run --target reference --transport udp,tcp --sizes 0,1392,4016 --calls 2000 --out runs/ko
   rpcscope capture --transport udp,tcp --sizes 0,1392,4016 --calls 2000 --out runs/traced \\
       && rpcscope analyze runs/traced && rpcscope rtp runs/traced
@@ -398,8 +434,25 @@ def _runs(arg):
     return [r for r in arg.split(",") if r] or [arg]
 
 
+def _embedded(run):
+    """(the kernel-only run, kept_rounds) of a capture made with --turns --kernel-only-runs; its kernel-only
+    run analyzed first where it has not been."""
+    rd = RunDir(run)
+    ko = RunDir(rd.kernel_only_run)
+    if not rd.manifest_path.exists() or not ko.target_json.exists():
+        raise UserError(f"{run} holds no kernel-only runs ({ko.target_json} is not there): give a capture made "
+                        f"with `rpcscope capture --turns --kernel-only-runs`, or two runs: KERNEL_ONLY_RUN TRACED_RUN")
+    if not ko.kernelonly_json.exists():
+        analyze_run(ko.path, quiet=True)
+    return ko.path, kept_rounds(run)
+
+
 def cmd_crosscheck(args):
-    doc = crosscheck(_runs(args.kernel_only), _runs(args.traced))
+    if args.traced is None:
+        ko_run, rounds = _embedded(args.kernel_only)
+        doc = crosscheck([ko_run], [args.kernel_only], rounds)
+    else:
+        doc = crosscheck(_runs(args.kernel_only), _runs(args.traced))
     if not doc["cases"]:
         raise UserError(f"no transport and size in both runs ({'; '.join(doc['unpaired'])}): run them with the "
                         f"same --transport, --proc and --sizes")
@@ -417,10 +470,13 @@ def register(subparsers):
                     "tracepoint-based run of the same sizes and transports (rpcscope capture + analyze + rtp): "
                     "per size and K step, both medians, the % difference and a verdict against 10 %.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("kernel_only", metavar="KERNEL_ONLY_RUN",
-                    help="a run of rpcscope run --target reference, or several separated by commas (pooled)")
-    ap.add_argument("traced", metavar="TRACED_RUN",
-                    help="a run of rpcscope capture, analysed, or several separated by commas (pooled)")
+    ap.add_argument("kernel_only", metavar="RUN | KERNEL_ONLY_RUN",
+                    help="a capture made with --turns --kernel-only-runs, analysed (both sides are its own: "
+                         "RUN/kernelonly/, in the traced analysis's kept round); or a run of rpcscope run --target "
+                         "reference, or several separated by commas (pooled)")
+    ap.add_argument("traced", metavar="TRACED_RUN", nargs="?",
+                    help="with a kernel-only run: a run of rpcscope capture, analysed, or several separated by "
+                         "commas (pooled)")
     ap.add_argument("--json", action="store_true", help="print the table as JSON")
     ap.set_defaults(func=cmd_crosscheck)
     return ap

@@ -34,8 +34,10 @@ import uuid
 from rpcscope.interrupts import interruptible, uninterrupted
 from rpcscope.output import UserError
 from rpcscope.rundir import (
+    KERNEL_ONLY_RUN,
     MANIFEST_FORMAT,
     SWEEP_SETTLE_ROUNDS,
+    TARGET_JSON,
     RunDir,
     case_factors,
     sweeps_settled,
@@ -43,7 +45,7 @@ from rpcscope.rundir import (
     unsettled_transports,
 )
 
-from . import ftrace, idle, leftovers, lttng, perf
+from . import ftrace, idle, leftovers, lttng, perf, target
 from .manifest import (
     base_manifest,
     case_record,
@@ -189,6 +191,10 @@ class Capture(RpcRuns, Tracing, Sweeps):
             raise UserError(f"--turns: the kernel collector here is {self.kernel}, which cannot be switched off for "
                             f"the turns of the runs that are not traced; mount tracefs (make bootstrap) for ftrace, "
                             f"or use --kernel none")
+        if params.get("kernel_only_runs") and not (params.get("turns") and self.kernel == "ftrace"):
+            raise UserError("--kernel-only-runs: the kernel-only runs take turns with the traced ones and record "
+                            "through tracefs; add --turns, with --kernel ftrace (or auto)")
+        self.kernel_only_cases = []    # the kernel-only runs' target cases (--kernel-only-runs; Sweeps)
         self.tag = uuid.uuid4().hex[:8]
         self.manifest = None
         self.port = BASE_PORT
@@ -518,6 +524,8 @@ class Capture(RpcRuns, Tracing, Sweeps):
                 self.write_manifest()
             for transport in self.p["transports"]:
                 self.run_transport(transport)
+            if self.p.get("kernel_only_runs"):
+                self.write_kernel_only_run()
             self.manifest["complete"] = True
         except KeyboardInterrupt:
             self.manifest["interrupted"] = True
@@ -530,6 +538,17 @@ class Capture(RpcRuns, Tracing, Sweeps):
                 self.write_manifest()
                 self.state.close()
         return self.manifest
+
+    def write_kernel_only_run(self):
+        """The kernel-only runs' target.json, which makes kernelonly/ a target run of its own
+        (`rpcscope analyze RUN/kernelonly`, `rpcscope crosscheck RUN`)."""
+        rounds = max((c.rounds for c in self.kernel_only_cases), default=1)
+        doc = target.target_record("reference", self.p["proc"], self.p["calls"], self.p["warmup"], rounds,
+                                   self.kernel_only_cases,
+                                   made_by="rpcscope capture --turns --kernel-only-runs: the untraced build's "
+                                           "runs taking turns with the traced ones")
+        self.rundir.kernel_only_run.joinpath(TARGET_JSON).write_text(json.dumps(doc, indent=1))
+        self.manifest["kernel_only_run"] = KERNEL_ONLY_RUN
 
     def cleanup(self):
         if self.perf:
@@ -555,6 +574,8 @@ class Capture(RpcRuns, Tracing, Sweeps):
         self.sessiond.restore()
         for f in self.out.rglob("perf-*.fifo"):
             f.unlink(missing_ok=True)
+        if not (self.manifest or {}).get("complete"):  # kernel-only runs are kept only with every one of them
+            shutil.rmtree(self.rundir.kernel_only_run, ignore_errors=True)
         for case in (self.manifest or {}).get("cases", []):
             if not case.get("complete"):           # interrupted before its round was kept: nothing to keep
                 self.discard(self.out / case["dir"])

@@ -99,6 +99,10 @@ def add_common(ap, default_calls, default_sizes):
                          "instances "
                          "record only in theirs), so that Measured, the traced runs and every size share the host's "
                          "moments; one round is kept for every size, and no extra sweeps are made")
+    ap.add_argument("--kernel-only-runs", action="store_true",
+                    help="with --turns: in every round, one more run of each case, the untraced build recorded from "
+                         "kernel events alone in its turns (as `run --target reference` records it), kept in "
+                         "RUN/kernelonly/, for `rpcscope crosscheck RUN`: both builds' steps from the same moments")
     ap.add_argument("--turn-calls", type=int, default=cap.TURN_CALLS, metavar="N",
                     help=f"with --turns: the calls of a turn (default {cap.TURN_CALLS})")
     ap.add_argument("--calibration-calls", type=int, default=3000,
@@ -120,6 +124,7 @@ def params_from(args):
         "deadline_seconds": args.deadline_seconds,
         "user_only_runs": args.user_only_runs, "keep_perf_data": args.keep_perf_data,
         "clock_reads": args.clock_reads, "turns": args.turns, "turn_calls": args.turn_calls,
+        "kernel_only_runs": args.kernel_only_runs,
         "replace": args.replace,
         "holdout": cap.parse_sizes(args.holdout, "--holdout") if getattr(args, "holdout", None) else [],
     }
@@ -133,6 +138,8 @@ def params_from(args):
                         "calibration and a kernel collector; drop --calibration none, --kernel none or --inventory")
     if p["clock_reads"] and getattr(args, "inventory", None):
         raise UserError("--clock-reads: the local testbed only (it runs this checkout's build/clock); drop --inventory")
+    if p["kernel_only_runs"] and not p["turns"]:
+        raise UserError("--kernel-only-runs: the kernel-only runs take turns with the traced ones; add --turns")
     if p["turns"] and getattr(args, "inventory", None):
         raise UserError("--turns: the local testbed only (one kernel switches every tracer); drop --inventory")
     if not 1 <= args.repeats <= 15:

@@ -257,11 +257,12 @@ class RpcRuns:
     (Processes), cpus, manifest, and ns(role), addr(role), next_port(), server_wait(transport)."""
 
     def start_server(self, ns, bind, port, transport, cpu, traced, log_dir, tag, wait, clock_out=None,
-                     clock_ring=False):
+                     clock_ring=False, prefix=()):
+        """prefix: argv before the server's own (a kernel-only run's holder, collectors/target.py)."""
         bindir = rpc_bindir(traced, clock_out)
         ready = log_dir / f"server-{tag}.ready"
         ready.unlink(missing_ok=True)
-        argv = ["ip", "netns", "exec", ns, *aslr_prefix(self.p.get("aslr", "off")), "taskset", "-c", str(cpu),
+        argv = [*prefix, "ip", "netns", "exec", ns, *aslr_prefix(self.p.get("aslr", "off")), "taskset", "-c", str(cpu),
                 *clock_env(clock_out, clock_ring), str(bindir / "rpc-server"),
                 "--bind", bind, "--port", str(port), "--transport", transport,
                 "--executors", str(self.p["executors"]), "--cpu", str(cpu), "--wait", wait,

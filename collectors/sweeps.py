@@ -4,6 +4,8 @@ at once, taking turns of a few calls. The figures that choose the kept round are
 """
 import contextlib
 import dataclasses
+import json
+import os
 import pathlib
 import shutil
 import statistics
@@ -11,9 +13,9 @@ import subprocess
 import time
 
 from rpcscope.output import UserError
-from rpcscope.rundir import sweeps_settled
+from rpcscope.rundir import TARGET_CASE_JSON, sweeps_settled
 
-from . import ftrace, interleave
+from . import ftrace, interleave, target
 from .options import MIN_TURNS_ROUNDS, TRACED_TURN_EVERY, TURN_CALLS, fragments
 from .processes import ipi_counts, ipi_delta, read_text
 from .rounds import (
@@ -40,7 +42,7 @@ class TurnRun:
     """One run of a round whose runs take turns (Sweeps.turns_round): what it is, what it started, what
     it measured."""
     case: dict                        # the manifest's case record
-    kind: str                         # "untraced", "clock", "ust" or "traced"
+    kind: str                         # "untraced", "clock", "ust", "traced" or "kernelonly"
     dir: pathlib.Path                 # cases/ID/repeat-R
     tag: str                          # KIND-R: its files' names
     srv: object = None                # rpc-server's Popen
@@ -51,6 +53,7 @@ class TurnRun:
     ust: pathlib.Path | None = None   # its UST trace's directory
     session: str | None = None        # its UST session while it records
     rec: object = None                # its paused ftrace.FtraceRecorder (traced kind)
+    ko: object = None                 # its paused target.KernelOnlyRecording (kernelonly kind)
     got: dict = dataclasses.field(default_factory=dict)    # losses and kernel data, as trace_hook's
     ipis: dict = dataclasses.field(default_factory=dict)   # {role: IPIs over its turns}
     res: dict | None = None           # rpc-client's JSON
@@ -186,6 +189,9 @@ class Sweeps:
         calls, warmup = self.p["calls"], self.p["warmup"]
         total = calls + warmup
         members = [TurnRun(c, k, self.out / c["dir"] / f"repeat-{r}", f"{k}-{r}") for c in cases for k in kinds]
+        if self.p.get("kernel_only_runs"):
+            members += [TurnRun(c, "kernelonly", self.kernel_only_dir(c, r, rounds), f"kernelonly-{r}")
+                        for c in cases]
         self.step(f"{transport}: round {r + 1}/{rounds}, {len(members)} runs taking turns")
         evs = self.kernel_event_set() if self.kernel == "ftrace" and "traced" in kinds else []
         try:
@@ -201,13 +207,16 @@ class Sweeps:
                                     f"{log}") from None
 
             def on_start(taker):
-                if by_taker[taker].rec:
-                    by_taker[taker].rec.resume()
+                m = by_taker[taker]
+                for rec in (m.rec, m.ko):
+                    if rec:
+                        rec.resume()
 
             def on_end(taker):
                 m = by_taker[taker]
-                if m.rec:
-                    m.rec.pause()
+                for rec in (m.rec, m.ko):
+                    if rec:
+                        rec.pause()
                 counts = ipi_counts()          # this turn's end, and the next one's start
                 for role, n_ipi in (ipi_delta(last[0], counts, self.cpus) or {}).items():
                     m.ipis[role] = m.ipis.get(role, 0) + n_ipi
@@ -236,6 +245,10 @@ class Sweeps:
                     m.got["kernel"] = {"ftrace": m.rec.dump(m.dir / "kernel.ftrace")}
                     rec, m.rec = m.rec, None
                     rec.stop()
+                if m.ko:
+                    m.got["lost"] = m.ko.finish(m.dir, m.cl.pid, [m.srv.pid])
+                    rec, m.ko = m.ko, None
+                    rec.stop()
         finally:
             for m in members:
                 if m.cl:
@@ -246,11 +259,17 @@ class Sweeps:
                     m.taker.close()
                 if m.rec:
                     m.rec.stop()
+                if m.ko:
+                    m.ko.stop()
                 if m.session:
                     with contextlib.suppress(Exception):
                         self.ust_stop(m.session)
         for m in members:
             cid, kind, res = m.case["id"], m.kind, m.res
+            if kind == "kernelonly":
+                untraced = next(x.res for x in members if x.case is m.case and x.kind == "untraced")
+                self.kernel_only_case(m, untraced, r, rounds)
+                continue
             if kind == "ust":
                 shutil.rmtree(m.ust, ignore_errors=True)   # only its p50 is used: no disk held for it
             turns = res.get("turns") or {}
@@ -273,12 +292,18 @@ class Sweeps:
         clock_out = ({**{role: rdir / f"clock-{role}.txt" for role in ("client", "server")}, "ring": True}
                      if kind == "clock" else {})
         traced = kind in ("ust", "traced") or (kind == "untraced" and self.p["untraced"] == "stopped")
+        prefix = []
+        if kind == "kernelonly":
+            m.ko = target.KernelOnlyRecording([self.hosts[role]["ifname"] for role in ("client", "server")],
+                                              tag=f"rpcscope-ko-{os.getpid()}-{index}")
+            m.ko.start()
+            prefix = m.ko.holder()
         port = self.next_port()
         m.srv = self.start_server(self.ns("server"), self.addr("server"), port, transport, self.cpus["server"],
                                   traced, rdir, tag, self.server_wait(transport),
-                                  clock_out=clock_out.get("server"), clock_ring=True)
-        # A traced run whose instance switches its events per turn takes fewer, longer turns (TRACED_TURN_EVERY).
-        every = TRACED_TURN_EVERY if kind == "traced" and evs else 1
+                                  clock_out=clock_out.get("server"), clock_ring=True, prefix=prefix)
+        # A run whose instances switch their events per turn takes fewer, longer turns (TRACED_TURN_EVERY).
+        every = TRACED_TURN_EVERY if (kind == "traced" and evs) or kind == "kernelonly" else 1
         m.taker = interleave.TurnTaker(f"{case['id']} {kind}", every=every, phase=index)
         argv, m.timeout = self.client_argv(self.ns("client"), self.addr("server"), port, transport,
                                            case["size"], calls, warmup, self.cpus["client"], traced,
@@ -286,9 +311,12 @@ class Sweeps:
                                            turns=(m.taker, n_members))
         m.out = rdir / f"client-{tag}.json"
         with open(m.out, "wb") as out:      # a file, not a pipe: an exiting client never blocks
-            m.cl = self.procs.spawn(argv, rdir / f"client-{tag}.log", stdin=subprocess.PIPE,
+            m.cl = self.procs.spawn(prefix + argv, rdir / f"client-{tag}.log", stdin=subprocess.PIPE,
                                     stdout=out, pass_fds=m.taker.child_fds())
         m.taker.after_spawn()
+        if m.ko:
+            m.ko.watch([m.srv.pid])
+            m.ko.watch([m.cl.pid], client=True)
         m.ust = rdir / f"ust-{kind}"
         if kind in ("ust", "traced"):
             shutil.rmtree(m.ust, ignore_errors=True)
@@ -299,6 +327,30 @@ class Sweeps:
                                           events_off_while_paused=True)
             m.rec.start()
             m.got["kernel_events"] = evs
+
+    def kernel_only_dir(self, case, r, rounds):
+        """Where round r's kernel-only run of a case goes (capture --kernel-only-runs): a case of the
+        capture's kernel-only target run, named as `rpcscope run --target reference` names its rounds."""
+        cid = target.case_id(case["transport"], self.p["proc"], case["size"], r + 1, rounds)
+        return self.rundir.kernel_only_run / "cases" / cid
+
+    def kernel_only_case(self, m, untraced, r, rounds):
+        """Round r's kernel-only run m of a case, its traces already in m.dir: the client's report, the
+        case's record (untraced: the same round's untraced run, its p50 the probe calibration's
+        neighbour), appended to self.kernel_only_cases."""
+        res, case = m.res, m.case
+        tc = target.TargetCase(target="reference", transport=case["transport"], proc=self.p["proc"],
+                               size=case["size"], calls=self.p["calls"], warmup=self.p["warmup"], dir=str(m.dir),
+                               client_pid=m.cl.pid, server_pids=[m.srv.pid],
+                               program_p50_us=res["rtt_ns"]["p50"] / 1e3, program_calls=int(res["calls"]),
+                               program_ok=True, program_error="",
+                               untraced_p50s_us=[untraced["rtt_ns"]["p50"] / 1e3], round=r + 1, rounds=rounds)
+        (m.dir / "program.json").write_text(json.dumps(res, indent=1))
+        (m.dir / TARGET_CASE_JSON).write_text(json.dumps(dataclasses.asdict(tc), indent=1))
+        self.kernel_only_cases.append(tc)
+        if m.got.get("lost"):
+            self.log(f"  WARNING: the kernel-only run's trace lost {m.got['lost']} events ({m.dir}); calls "
+                     f"around the gaps may not match")
 
     def turns_record(self, transport, cases, runs, n, seconds, ended="turns"):
         """({case id: (the kept round, every round)}, the sweeps' record) of a capture whose runs took

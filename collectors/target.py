@@ -25,6 +25,10 @@ the program's RTT (the kernel-only analysis's probe calibration).
     case/sockets.json               the poller's sightings and the programs' pids
     case/program.json               the traced client's own report
     case/program-untraced-N.json    the untraced runs' reports (1: before the traced run, 2: after)
+
+KernelOnlyRecording (the two instances and the poller of one client and its server) is also what
+`rpcscope capture --turns --kernel-only-runs` records its kernel-only runs with (collectors/sweeps.py),
+into a target run inside the capture's run (RUN/kernelonly/).
 """
 import dataclasses
 import gzip
@@ -39,7 +43,7 @@ import time
 
 from rpcscope.experiments import systems
 from rpcscope.output import UserError
-from rpcscope.rundir import TARGET_CASE_JSON, TARGET_EVENTS
+from rpcscope.rundir import TARGET_CASE_JSON, TARGET_EVENTS, TARGET_FORMAT
 from rpcscope.tracepoints.targetsteps import by_id
 
 from . import ftrace, perf
@@ -161,6 +165,75 @@ class NetRecorder(ftrace.FtraceRecorder):
         except BaseException:
             self.stop()
             raise
+
+
+class KernelOnlyRecording:
+    """What a kernel-only capture records of one client and its servers: the programs instance (their
+    system calls and scheduling, by pid), the net instance (the two hosts' device events and the idle
+    task's switches), both with their events off until resume(), and the socket poller.
+
+    `run --target` records each case with one (_one_case). `capture --turns --kernel-only-runs` records
+    each of its kernel-only runs with one, resumed only in that run's turns (collectors/sweeps.py), so
+    that the untraced build's kernel-only steps and the traced build's tracepoint-based ones come from
+    the same moments of the host (analysis/crosscheck.py)."""
+
+    def __init__(self, devices, extra_events=(), tag=None):
+        tag = tag or f"rpcscope-target-{os.getpid()}"
+        self.devices = list(devices)             # [the client host's interface, the server host's]
+        self.progs = ProgramRecorder(program_events() + list(extra_events), name=f"{tag}-p")
+        self.net = NetRecorder(list(NET) + [IDLE_SWITCH], self.devices, buffer_kb=BUFFER_KB, name=f"{tag}-n",
+                               record_tgid=False, events_off_while_paused=True)
+        self.poller = SocketPoller()
+        self._polling = False
+
+    def start(self):
+        """Make both instances, their events off."""
+        try:
+            self.progs.start()
+            self.net.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def holder(self):
+        """argv prefix that puts a program (and every thread and child it makes) in the programs instance."""
+        return self.progs.holder()
+
+    def watch(self, pids, client=False):
+        """Poll these pids' sockets (the poller starts with the first watch)."""
+        if not self._polling:
+            self.poller.start()
+            self._polling = True
+        self.poller.watch(pids, client=client)
+
+    def resume(self):
+        self.progs.resume()
+        self.net.resume()
+
+    def pause(self):
+        self.progs.pause()
+        self.net.pause()
+
+    def finish(self, case_dir, client_pid, server_pids):
+        """Stop polling; the rings into case_dir/programs and case_dir/net (raw, and decoded as the analysis
+        reads them), the sightings and pids into case_dir/sockets.json. Returns the events the rings lost."""
+        case_dir = pathlib.Path(case_dir)
+        self.poller.stop()
+        self.progs.dump(case_dir / "programs")
+        self.net.dump(case_dir / "net")
+        lost = write_events(case_dir / "programs") + write_events(case_dir / "net")
+        rec = self.poller.record()
+        rec.update({"client_pid": client_pid, "server_pids": list(server_pids),
+                    "devices": {"client": self.devices[0], "server": self.devices[1]}})
+        (case_dir / "sockets.json").write_text(json.dumps(rec, indent=1))
+        return lost
+
+    def stop(self):
+        """Stop polling and remove both instances; idempotent."""
+        if self._polling:
+            self.poller.stop()
+        self.progs.stop()
+        self.net.stop()
 
 
 class TracedServers(systems.Servers):
@@ -370,62 +443,46 @@ def capture(target, pairs, proc, calls, warmup, out_dir, max_seconds=30.0, place
 
 def _one_case(target, system, pl, devices, transport, proc, size, calls, warmup, case_dir, max_seconds, extra=(),
               rnd=(1, 1)):
-    tag = f"rpcscope-target-{os.getpid()}"
-    progs = ProgramRecorder(program_events() + list(extra), name=f"{tag}-p")
-    net = NetRecorder(list(NET) + [IDLE_SWITCH], devices, buffer_kb=BUFFER_KB, name=f"{tag}-n", record_tgid=False,
-                      events_off_while_paused=True)
-    poller = SocketPoller()
+    rec = KernelOnlyRecording(devices, extra)
     client = None
     untraced = []
     argv = client_argv(system, pl, transport, proc, size, calls, warmup, max_seconds)
     timeout = max_seconds + warmup * 0.01 + 60
     try:
-        progs.start()                            # the events stay off until the traced run (resume)
-        net.start()
-        with TracedServers(pl, system, case_dir, max_seconds + 30, progs.holder()) as servers:
+        rec.start()                              # the events stay off until the traced run (resume)
+        with TracedServers(pl, system, case_dir, max_seconds + 30, rec.holder()) as servers:
             server_pids = []
             for p in servers.procs.values():
                 server_pids += descendants(p.pid)
             # The same client with nothing recorded, before and after the traced run: what the
             # recorded events cost the program's RTT (analysis/kernelonly.py calibrates on it).
             untraced.append(_untraced_run(argv, timeout, target, case_dir, 1))
-            poller.start()
-            poller.watch(server_pids)
-            progs.resume()
-            net.resume()
-            client = subprocess.Popen(progs.holder() + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            rec.watch(server_pids)
+            rec.resume()
+            client = subprocess.Popen(rec.holder() + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True, stdin=subprocess.DEVNULL)
-            poller.watch([client.pid], client=True)
+            rec.watch([client.pid], client=True)
             try:
                 out, err = client.communicate(timeout=timeout)
             except subprocess.TimeoutExpired:
                 client.kill()
                 client.communicate()
                 raise UserError(f"the {target} client did not finish in {max_seconds:g} s") from None
-            progs.pause()
-            net.pause()
-            poller.stop()
+            rec.pause()
+            rec.poller.stop()
             untraced.append(_untraced_run(argv, timeout, target, case_dir, 2))
             servers.check_alive(system, transport)
-        progs.dump(case_dir / "programs")
-        net.dump(case_dir / "net")
-        lost = write_events(case_dir / "programs") + write_events(case_dir / "net")
+        lost = rec.finish(case_dir, client.pid, server_pids)
     finally:
         if client is not None and client.poll() is None:
             client.kill()
             client.wait()
-        poller.stop()
-        progs.stop()
-        net.stop()
+        rec.stop()
     try:
         d = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise UserError(f"the {target} client failed (exit {client.returncode}): {(err or out).strip()[-300:]}") \
             from None
-    rec = poller.record()
-    rec.update({"client_pid": client.pid, "server_pids": server_pids, "devices": {"client": devices[0],
-                                                                                 "server": devices[1]}})
-    (case_dir / "sockets.json").write_text(json.dumps(rec, indent=1))
     (case_dir / "program.json").write_text(json.dumps(d, indent=1))
     want = calls
     ok = client.returncode == 0 and not d.get("errors") and not d.get("mismatches") and d.get("calls") == want
@@ -509,6 +566,16 @@ def write_events(raw_dir):
         for e in events:
             f.write(json.dumps(e, separators=(",", ":")) + "\n")
     return lost
+
+
+def target_record(target, proc, calls, warmup, rounds, cases, uprobes=(), left_out=(), made_by=None):
+    """A target run's target.json (TARGET_FORMAT): what was run, and every case captured."""
+    doc = {"format": TARGET_FORMAT, "target": target, "proc": proc, "calls": calls, "warmup": warmup,
+           "rounds": rounds, "uprobes": list(uprobes), "left_out": list(left_out),
+           "cases": [dataclasses.asdict(c) for c in cases]}
+    if made_by:
+        doc["made_by"] = made_by
+    return doc
 
 
 def load_case(case_dir):

@@ -24,6 +24,10 @@ Layout (format 1):
     analysis/rtp.json               the round-trip path (`rpcscope rtp`)
     analysis/model-TRANSPORT.json   the RTT model of one transport (`rpcscope model`)
     analysis/cache/                 decoded trace columns
+    kernelonly/                     with capture --turns --kernel-only-runs: the untraced build's runs
+                                    recorded from kernel events alone, a target run of its own (below),
+                                    one case a round (TRANSPORT-PROC-SIZE-rN) of the rounds the traced
+                                    runs took turns in (`rpcscope crosscheck RUN`)
     report/index.html, report.md    `rpcscope report`
 
 A run of an RPC rpcscope did not write (`rpcscope run --target`, rpcscope/target_run.py) has no manifest:
@@ -77,6 +81,7 @@ KERNELONLY_JSON = "kernelonly.json"          # in analysis/
 KERNELONLY_CSV = "kernelonly-calls.csv"      # in analysis/
 KERNELONLY_FORMAT = "rpcscope-kernelonly/1"
 FIRST_SCREEN_TXT = "first-screen.txt"        # in report/
+KERNEL_ONLY_RUN = "kernelonly"               # a capture's kernel-only runs (capture --kernel-only-runs)
 
 
 def model_name(transport):
@@ -168,6 +173,11 @@ class RunDir:
     def is_target(self):
         """Whether this is a run of an RPC rpcscope did not write (`rpcscope run --target`)."""
         return self.target_json.exists()
+
+    @property
+    def kernel_only_run(self):
+        """The target run of a capture's kernel-only runs (capture --turns --kernel-only-runs)."""
+        return self.path / KERNEL_ONLY_RUN
 
     @property
     def kernelonly_json(self):

@@ -7,7 +7,6 @@ testbed, from kernel events alone.
 The run directory holds target.json (what was run), cases/ID/ (the traces, the sockets seen, the
 client's own report) and analysis/kernelonly.json, analysis/kernelonly-calls.csv.
 """
-import dataclasses
 import datetime
 import io
 import json
@@ -16,11 +15,11 @@ import shutil
 from contextlib import redirect_stdout
 
 from .analysis.kernelonly_out import analyze_run, run_json
-from .collectors.target import CALL_FUNCTIONS, PROGRAMS, TARGETS, capture
+from .collectors.target import CALL_FUNCTIONS, PROGRAMS, TARGETS, capture, target_record
 from .collectors.uprobes import resolve
 from .experiments import systems
 from .output import UserError, emit_json
-from .rundir import TARGET_FORMAT, RunDir
+from .rundir import RunDir
 
 MAX_ROUNDS = 50
 
@@ -69,10 +68,8 @@ def cmd_run_target(args, sizes, transports, testbed, main):
         cases = capture(target, todo, args.proc, args.calls, args.warmup, out,
                         placement="split" if args.placement == "split" else "one", uprobes=args.uprobe,
                         rounds=rounds)
-        RunDir(out).target_json.write_text(json.dumps({
-            "format": TARGET_FORMAT, "target": target, "proc": args.proc, "calls": args.calls,
-            "warmup": args.warmup, "rounds": rounds, "uprobes": args.uprobe, "left_out": notes,
-            "cases": [dataclasses.asdict(c) for c in cases]}, indent=1))
+        RunDir(out).target_json.write_text(json.dumps(target_record(
+            target, args.proc, args.calls, args.warmup, rounds, cases, args.uprobe, notes), indent=1))
     except BaseException:
         if made:                                 # no half-made run directory
             shutil.rmtree(out, ignore_errors=True)
@@ -95,10 +92,12 @@ def cmd_run_target(args, sizes, transports, testbed, main):
             print(f"the client's user space before its first send and after its last receive, which the kernel "
                   f"does not see: add --uprobe '{CALL_FUNCTIONS[target]}:call' (its call function; analysis/TARGET.md)")
         if target == "reference":
-            traced = f"{out}-traced"
-            print(f"the same cases traced, and their steps beside these (analysis/TARGET.md):\n"
-                  f"  rpcscope capture --transport {','.join(transports)} --proc {args.proc} "
-                  f"--sizes {','.join(map(str, sizes))} --calls {args.calls} --warmup {args.warmup} "
-                  f"--placement {args.placement} --out {traced} && rpcscope analyze {traced} && rpcscope rtp {traced}\n"
-                  f"  rpcscope crosscheck {out} {traced}")
+            both = f"{out}-both"
+            print(f"the same cases traced, and their steps beside these, both builds taking turns in one capture "
+                  f"(analysis/TARGET.md):\n"
+                  f"  rpcscope capture --turns --kernel-only-runs --transport {','.join(transports)} "
+                  f"--proc {args.proc} --sizes {','.join(map(str, sizes))} --calls {args.calls} "
+                  f"--warmup {args.warmup} --placement {args.placement} --out {both} "
+                  f"&& rpcscope analyze {both} && rpcscope rtp {both}\n"
+                  f"  rpcscope crosscheck {both}")
     return 0

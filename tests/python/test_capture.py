@@ -408,7 +408,7 @@ def test_second_capture_into_the_run_refuses(run):
     assert (run / "manifest.json").read_text() == before
 
 
-@pytest.mark.parametrize("kernel", ["perf", "ftrace", "ftrace --turns"])
+@pytest.mark.parametrize("kernel", ["perf", "ftrace", "ftrace --turns", "ftrace --turns --kernel-only-runs"])
 def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path, kernel, signal_when_ready):
     out = tmp_path / "interrupted"
     # The capture is started with SIGINT ignored, as a background job of a script gets it: it must
@@ -423,7 +423,8 @@ def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path, kernel, s
     def recording():
         # In the middle of a traced run: the capture's perf (or tracefs instance) and the run's UST session record.
         kernel_on = (out / ".perf" / "kernel.perf.data").exists() if kernel == "perf" else bool(ftrace_instances())
-        return kernel_on and any(n.startswith("rpcs-capture-") for n in clttng.session_names())
+        kernel_only = "kernel-only" not in kernel or any("-ko-" in n for n in ftrace_instances())
+        return kernel_on and kernel_only and any(n.startswith("rpcs-capture-") for n in clttng.session_names())
 
     try:
         stdout, stderr = signal_when_ready(proc, recording, signal.SIGINT)
@@ -442,3 +443,4 @@ def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path, kernel, s
     assert capture_leftovers(out) == []
     assert not list(out.rglob("*.perf.data*")) and not (out / ".perf").exists()   # no perf data kept
     assert not list(out.rglob("repeat-*"))     # nor an incomplete case's rounds
+    assert not (out / "kernelonly").exists()   # nor kernel-only runs, kept only with every one of them

@@ -66,6 +66,13 @@ def test_bad_input_fails_with_one_line(tmp_path):
     shutil.copy(FIXTURE / "analysis" / "kernelonly.json", part / "analysis" / "kernelonly.json")
     p = rpcscope("crosscheck", str(part), str(RECORDED / "traced"), check=False)
     assert p.returncode == 2 and "kernelonly-calls.csv is not there" in p.stderr, p.stderr
+    # one run: a capture that holds kernel-only runs; a traced run without them, or a target run, is refused
+    for run in (RECORDED / "traced", FIXTURE, tmp_path / "none"):
+        p = rpcscope("crosscheck", str(run), check=False)
+        assert p.returncode == 2 and "holds no kernel-only runs" in p.stderr and "Traceback" not in p.stderr, \
+            p.stderr
+    p = rpcscope("capture", "--kernel-only-runs", "--out", str(tmp_path / "c"), check=False)
+    assert p.returncode == 2 and "add --turns" in p.stderr and not (tmp_path / "c").exists(), p.stderr
 
 
 def check_target_report(run, out):
@@ -119,16 +126,29 @@ def testbed():
 
 @pytest.mark.testbed
 def test_crosscheck_on_a_reduced_pair(testbed, tmp_path):
+    """A kernel-only run beside a capture whose runs took turns with kernel-only runs of their own: the
+    two-run table, and the one-capture table (crosscheck RUN), each case's kernel-only run from the round
+    the traced analysis kept."""
     ko, tr = tmp_path / "ko", tmp_path / "traced"
     sizes, transports = "0", "udp,tcp"
     rpcscope("run", "--target", "reference", "--transport", transports, "--sizes", sizes, "--calls", str(CALLS),
              "--warmup", str(WARMUP), "--out", str(ko), timeout=600)
     rpcscope("capture", "--out", str(tr), "--transport", transports, "--sizes", sizes, "--calls", str(CALLS),
-             "--warmup", str(WARMUP), "--repeats", "1", "--extra-sweep-seconds", "0", "--calibration", "quick",
+             "--warmup", str(WARMUP), "--repeats", "2", "--turns", "--kernel-only-runs", "--calibration", "quick",
              timeout=900)
     rpcscope("analyze", str(tr), timeout=600)
     rpcscope("rtp", str(tr), timeout=600)
     check_table(ko, tr, CALLS)
+    inside = tr / "kernelonly"
+    assert json.loads((inside / "target.json").read_text())["rounds"] == 2
+    assert sorted(p.name for p in (inside / "cases").iterdir()) == \
+        [f"{t}-maxarg-0-r{r}" for t in ("tcp", "udp") for r in (1, 2)]
+    check_table(inside, tr, CALLS, one=True)            # analyzes kernelonly/ on first use
+    doc = json.loads(rpcscope("crosscheck", str(tr), "--json").stdout)
+    kept = json.loads((tr / "manifest.json").read_text())["sweeps"]
+    for c in doc["cases"]:
+        r = kept[c["transport"]]["kept_by_case"][c["traced_case"]] + 1
+        assert c["kernel_only_case"] == f"{c['traced_case']}-r{r}" and c["runs"]["kernel_only"] == 1, c
     check_target_report(ko, tmp_path / "report")
     # the kernel-only run measured its probe (untraced runs beside the traced one) and corrects its steps
     doc = json.loads(rpcscope("crosscheck", str(ko), str(tr), "--json").stdout)
@@ -159,9 +179,11 @@ def test_runs_of_each_side_are_pooled(tmp_path):
     assert p.returncode == 2 and "Traceback" not in p.stderr and str(tmp_path / "none") in p.stderr, p.stderr
 
 
-def check_table(ko, tr, calls):
-    """The table of a pair of runs of the same cases: complete and well-formed."""
-    p = rpcscope("crosscheck", str(ko), str(tr), "--json")
+def check_table(ko, tr, calls, one=False):
+    """The table of a pair of runs of the same cases (one: of one capture, tr, whose kernel-only run is
+    ko): complete and well-formed."""
+    argv = [str(tr)] if one else [str(ko), str(tr)]
+    p = rpcscope("crosscheck", *argv, "--json")
     doc = json.loads(p.stdout)
     steps = [s.id for s in kernel_steps()]
     want = {(c["transport"], c["size"]) for c in json.loads((ko / "analysis" / "kernelonly.json").read_text())["cases"]}
@@ -192,6 +214,6 @@ def check_table(ko, tr, calls):
             assert set(verdicts.values()) <= {OTHER, NONE}, verdicts
         else:
             assert verdicts["K4"] in (AGREES, DIFFERS) and verdicts["K1"] == OTHER, verdicts
-    text = rpcscope("crosscheck", str(ko), str(tr)).stdout
+    text = rpcscope("crosscheck", *argv).stdout
     assert text.count("UDP maxarg 0 B") == 1 and text.count("TCP maxarg 0 B") == 1, text
     assert "other interval: K1 begins at" in text, text

@@ -37,6 +37,8 @@ from rpcscope.rundir import (
 )
 from rpcscope.tracepoints import span_of
 
+from . import crosscheck_section
+
 # "(analysis/clocksync.py)" or "(analysis/run.py path_shape; ...)" in a value an analysis module words
 CODE_PATH = re.compile(r"\s*\((?:[\w-]+/)+[\w-]+\.(?:py|c)\b[^()]*\)")
 RPCS_SOURCE = f"{ANALYSIS}/{RPCS_TABLE}"
@@ -68,6 +70,7 @@ class RunData:
     models: dict = field(default_factory=dict)       # transport -> (analysis/ file name, model dict)
     per_rpc: dict = field(default_factory=dict)      # case id -> [traced RTT us] (the per-RPC table)
     per_rpc_source: str = ""
+    crosscheck: dict | None = None                    # its kernel-only runs beside its steps (crosscheck_section)
 
     @property
     def probe(self):
@@ -287,7 +290,10 @@ def load(run, per_rpc=False):
     if rtp is None:
         missing.append("analysis/rtp.json: the measured round trip path is not there; the RTP diagrams use the "
                        "catalog's rtp flags")
-    d = RunData(path, manifest, sj, None, rtp, missing, models=models)
+    xc, why = crosscheck_section.load(path)
+    if why:
+        missing.append(why)
+    d = RunData(path, manifest, sj, None, rtp, missing, models=models, crosscheck=xc)
     if per_rpc:
         d.per_rpc, d.per_rpc_source = per_rpc_rtts(path)
     return d

@@ -17,7 +17,7 @@ from rpcscope.analysis.run import modes_label, path_shape, traced_noise_pct, unt
 from rpcscope.packets import request_body_bytes
 from rpcscope.tracepoints import SPLIT, STEPS, side_of, side_step, span_of, split_of
 
-from . import first_screen as FS, svg
+from . import crosscheck_section, first_screen as FS, svg
 from .data import PCTS, RunData
 from .model_section import items as model_section_items, percent_errors
 from .objects import Figure, Report, Section, Table
@@ -597,8 +597,13 @@ def build(d: RunData, calls=None, call_errors=None) -> Report:
     it (analysis/export.py export_examples), linked under the round-trip-path diagrams."""
     sections = [first_screen_section(d), summary_section(d), model_section(d), steps_section(d),
                 rtp_section(d, calls, call_errors), rtt_section(d), latency_section(d)]
+    if d.crosscheck:
+        sections.append(crosscheck_section.section(d.crosscheck))
     head = {"run": str(d.path), "cases": len(d.cases), "analysis": d.steps_json is not None,
             "model": bool(d.models), "rtp_measured": d.rtp is not None, "missing": d.missing, "rtt": []}
+    if d.crosscheck:
+        head["crosscheck"] = {k: d.crosscheck[k] for k in ("bound_by_both", "agree", "agree_raw", "agree_corrected",
+                                                           "corrected_by_both")}
     for r in d.rtt:
         head["rtt"].append({"case": r["case"], "traced_p50_us": r["traced_rtt_median_us"],
                             "untraced_p50_us": r["untraced_p50_us"]})

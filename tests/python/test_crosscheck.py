@@ -136,19 +136,29 @@ def test_crosscheck_on_a_reduced_pair(testbed, tmp_path):
     rpcscope("capture", "--out", str(tr), "--transport", transports, "--sizes", sizes, "--calls", str(CALLS),
              "--warmup", str(WARMUP), "--repeats", "2", "--turns", "--kernel-only-runs", "--calibration", "quick",
              timeout=900)
-    rpcscope("analyze", str(tr), timeout=600)
+    p = rpcscope("analyze", str(tr), timeout=600)
+    inside = tr / "kernelonly"
+    assert f"kernel-only runs: 4 case(s) analysed in {inside}" in p.stdout, p.stdout
     rpcscope("rtp", str(tr), timeout=600)
     check_table(ko, tr, CALLS)
-    inside = tr / "kernelonly"
     assert json.loads((inside / "target.json").read_text())["rounds"] == 2
     assert sorted(p.name for p in (inside / "cases").iterdir()) == \
         [f"{t}-maxarg-0-r{r}" for t in ("tcp", "udp") for r in (1, 2)]
+    shutil.rmtree(inside / "analysis")
     check_table(inside, tr, CALLS, one=True)            # analyzes kernelonly/ on first use
     doc = json.loads(rpcscope("crosscheck", str(tr), "--json").stdout)
     kept = json.loads((tr / "manifest.json").read_text())["sweeps"]
     for c in doc["cases"]:
         r = kept[c["transport"]]["kept_by_case"][c["traced_case"]] + 1
         assert c["kernel_only_case"] == f"{c['traced_case']}-r{r}" and c["runs"]["kernel_only"] == 1, c
+    # the capture's report has the same table
+    p = rpcscope("report", str(tr), "--out", str(tmp_path / "tr-report"), "--json")
+    head = json.loads(p.stdout)["summary"]
+    assert head["crosscheck"]["bound_by_both"] == doc["bound_by_both"] and head["crosscheck"]["agree"] == doc["agree"]
+    md = (tmp_path / "tr-report" / "report.md").read_text()
+    rows = [ln for ln in md.split("### Cross-check: kernel-only and tracepoint-based step medians", 1)[1].splitlines()
+            if ln.startswith("| ") and ("UDP 0 B" in ln or "TCP 0 B" in ln)]
+    assert len(rows) == 2 * len(kernel_steps()), rows
     check_target_report(ko, tmp_path / "report")
     # the kernel-only run measured its probe (untraced runs beside the traced one) and corrects its steps
     doc = json.loads(rpcscope("crosscheck", str(ko), str(tr), "--json").stdout)

@@ -1,0 +1,66 @@
+"""The report's cross-check section, for a capture whose untraced build's kernel-only runs took turns
+with its traced runs (`capture --turns --kernel-only-runs`): the table `rpcscope crosscheck RUN` prints,
+each K step of each case beside its counterpart in the traced analysis (analysis/crosscheck.py)."""
+from __future__ import annotations
+
+from rpcscope.analysis.crosscheck import AGREES, DIFFERS, crosscheck, kept_rounds
+from rpcscope.output import UserError
+from rpcscope.rundir import RunDir
+
+from .objects import Section, Table
+
+COLUMNS = ["case", "step", "traced counterpart", "kernel-only p50 µs", "traced p50 µs", "diff %",
+           "kernel-only corrected µs", "traced corrected µs", "corrected diff %", "verdict", "why"]
+
+
+def load(path):
+    """(the cross-check of a capture's kernel-only runs, or None; what is missing for it, or "")."""
+    rd = RunDir(path)
+    ko = RunDir(rd.kernel_only_run)
+    if not ko.target_json.exists():
+        return None, ""
+    if not ko.kernelonly_json.exists() or not rd.rtp_json.exists():
+        return None, (f"the cross-check of the kernel-only runs in {ko.path}: run `rpcscope analyze {path}` and "
+                      f"`rpcscope rtp {path}`")
+    try:
+        return crosscheck([ko.path], [path], kept_rounds(path)), ""
+    except UserError as e:
+        return None, f"the cross-check of the kernel-only runs: {e}"
+
+
+def _pct(v):
+    return "-" if v is None else f"{v:+.1f}"
+
+
+def _us(v):
+    return "-" if v is None else f"{v:.2f}"
+
+
+def section(doc):
+    """The section of a cross-check (analysis/crosscheck.py crosscheck's dict)."""
+    s = Section("Kernel-only beside tracepoint-based steps (cross-check)")
+    s.items.append(
+        f"The untraced build's runs, recorded from kernel events alone, took turns with the traced build's in this "
+        f"capture; each case's kernel-only run of the round the traced analysis kept is set beside it, step by "
+        f"step. {doc['quantity'][:1].upper()}{doc['quantity'][1:]}. Of the {doc['bound_by_both']} steps both "
+        f"bound the same way, "
+        f"{doc['agree']} agree within {doc['tolerance_%']:g} %; on the raw figures {doc['agree_raw']} do, on the "
+        f"corrected ones {doc['agree_corrected']} of the {doc['corrected_by_both']} both correct. The other rows "
+        f"bound another interval or have no counterpart, which their why column names.")
+    rows = []
+    for c in doc["cases"]:
+        for r in c["rows"]:
+            rows.append({"case": f"{c['transport'].upper()} {c['size']} B", "step": r["step"],
+                         "traced counterpart": r["traced"], "kernel-only p50 µs": _us(r["kernel_only_p50_us"]),
+                         "traced p50 µs": _us(r["traced_p50_us"]), "diff %": _pct(r["diff_%"]),
+                         "kernel-only corrected µs": _us(r["kernel_only_corrected_p50_us"]),
+                         "traced corrected µs": _us(r["traced_corrected_p50_us"]),
+                         "corrected diff %": _pct(r["corrected_diff_%"]),
+                         "verdict": r["verdict"] + (f" ({r['verdict_on']})" if r["verdict"] in (AGREES, DIFFERS)
+                                                    else ""),
+                         "why": r["why"] or ""})
+    s.items.append(Table("Cross-check: kernel-only and tracepoint-based step medians", COLUMNS, rows,
+                         f"rpcscope crosscheck {doc['traced_run']} (kernel-only: {doc['kernel_only_run']}, "
+                         f"analysis/kernelonly.json and kernelonly-calls.csv; traced: analysis/rpcs.jsonl.gz, "
+                         f"steps.json, rtp.json)"))
+    return s

@@ -331,6 +331,7 @@ def crosscheck(ko_runs, traced_runs, rounds=None):
     speed touches both alike): each side's calls pooled over its runs. rounds: the one round of each
     case the kernel-only side takes (kept_rounds, where both sides are one capture's), else all."""
     ko, target = _pool_kernel_only(ko_runs, rounds)
+    every = _kernel_only(ko_runs[0])[0] if rounds is not None else {}   # one capture's: each round apart
     tr = _pool_traced(traced_runs)
     cps = counterparts()
     cases, unpaired = [], []
@@ -345,9 +346,17 @@ def crosscheck(ko_runs, traced_runs, rounds=None):
         per_call = _median([s["exchanges_per_call"] for s in summaries])
         multi = per_call if per_call > 1.05 else 0
         rows = [_row(cp, per.get(cp.step, []), parts, multi, summaries) for cp in cps]
+        if every:
+            # How far each kernel-only step's median moves between the capture's rounds: what runs apart
+            # would differ by, which the turns take out.
+            by_round = sorted(every.get(key, []), key=lambda x: int(x[0].get("round", 1)))
+            for r in rows:
+                r["kernel_only_rounds_p50_us"] = [None if not p.get(r["step"]) else
+                                                  round(_median(p[r["step"]]) / 1e3, 3) for _, p in by_round]
         rtts = [rtt for _, _, _, rtt, _ in tr[key]]
         cases.append({"transport": t, "proc": proc, "size": size, "kernel_only_case": summaries[0]["case"],
                       "traced_case": parts[0][2], "runs": {"kernel_only": len(summaries), "traced": len(parts)},
+                      "rounds": len(every.get(key, [])) or None,
                       "exchanges_per_call": per_call,
                       "kernel_only_program_p50_us": _mid(summaries, "program_p50_us"),
                       "kernel_only_rtt_p50_us": _mid(summaries, "rtt_p50_us"),
@@ -391,6 +400,11 @@ def render(doc):
                       f"build alone; traced RTT p50 {_f(c['traced_rtt_p50_us'], 1)} us",
                   f"  {'step':<4} {'traced counterpart':<22} {'kernel us':>9} {'traced us':>9} {'calls':>5} "
                   f"{'diff':>7} {'marks':>5} {'kernel corr':>11} {'traced corr':>11} {'diff':>7}  verdict"]
+        moves = [f"{r['step']} {min(v):.2f}-{max(v):.2f}" for r in c["rows"] if r["verdict"] in (AGREES, DIFFERS)
+                 for v in [[x for x in r.get("kernel_only_rounds_p50_us") or [] if x is not None]] if len(v) > 1]
+        if moves:
+            lines.insert(-1, f"  the kernel-only medians over the capture's {c['rounds']} rounds, us (how far runs "
+                             f"apart would differ; the turns take it out): {', '.join(moves)}")
         for r in c["rows"]:
             diff = "-" if r["diff_%"] is None else f"{r['diff_%']:+.1f}%"
             cdiff = "-" if r["corrected_diff_%"] is None else f"{r['corrected_diff_%']:+.1f}%"

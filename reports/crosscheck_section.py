@@ -10,6 +10,7 @@ from rpcscope.rundir import RunDir
 from .objects import Section, Table
 
 COLUMNS = ["case", "step", "traced counterpart", "kernel-only p50 µs", "traced p50 µs", "diff %",
+           "kernel-only p50 over the rounds µs",
            "kernel-only corrected µs", "traced corrected µs", "corrected diff %", "verdict", "why"]
 
 
@@ -36,6 +37,11 @@ def _us(v):
     return "-" if v is None else f"{v:.2f}"
 
 
+def _range(vals):
+    vals = [v for v in vals or [] if v is not None]
+    return f"{min(vals):.2f}-{max(vals):.2f}" if len(vals) > 1 else "-"
+
+
 def section(doc):
     """The section of a cross-check (analysis/crosscheck.py crosscheck's dict)."""
     s = Section("Kernel-only beside tracepoint-based steps (cross-check)")
@@ -46,13 +52,15 @@ def section(doc):
         f"bound the same way, "
         f"{doc['agree']} agree within {doc['tolerance_%']:g} %; on the raw figures {doc['agree_raw']} do, on the "
         f"corrected ones {doc['agree_corrected']} of the {doc['corrected_by_both']} both correct. The other rows "
-        f"bound another interval or have no counterpart, which their why column names.")
+        f"bound another interval or have no counterpart, which their why column names. Beside each, the kernel-only "
+        f"step's median in every round of the capture: how far runs apart would differ, which the turns take out.")
     rows = []
     for c in doc["cases"]:
         for r in c["rows"]:
             rows.append({"case": f"{c['transport'].upper()} {c['size']} B", "step": r["step"],
                          "traced counterpart": r["traced"], "kernel-only p50 µs": _us(r["kernel_only_p50_us"]),
                          "traced p50 µs": _us(r["traced_p50_us"]), "diff %": _pct(r["diff_%"]),
+                         "kernel-only p50 over the rounds µs": _range(r.get("kernel_only_rounds_p50_us")),
                          "kernel-only corrected µs": _us(r["kernel_only_corrected_p50_us"]),
                          "traced corrected µs": _us(r["traced_corrected_p50_us"]),
                          "corrected diff %": _pct(r["corrected_diff_%"]),

@@ -151,6 +151,14 @@ def test_crosscheck_on_a_reduced_pair(testbed, tmp_path):
     for c in doc["cases"]:
         r = kept[c["transport"]]["kept_by_case"][c["traced_case"]] + 1
         assert c["kernel_only_case"] == f"{c['traced_case']}-r{r}" and c["runs"]["kernel_only"] == 1, c
+        # beside each step, its kernel-only median in every round; the kept round's is the step's own
+        assert c["rounds"] == 2, c
+        for row in c["rows"]:
+            assert len(row["kernel_only_rounds_p50_us"]) == 2 and \
+                row["kernel_only_rounds_p50_us"][r - 1] == row["kernel_only_p50_us"], row
+    assert "the kernel-only medians over the capture's 2 rounds" in rpcscope("crosscheck", str(tr)).stdout
+    two = json.loads(rpcscope("crosscheck", str(ko), str(tr), "--json").stdout)
+    assert all(c["rounds"] is None and "kernel_only_rounds_p50_us" not in c["rows"][0] for c in two["cases"])
     # the capture's report has the same table
     p = rpcscope("report", str(tr), "--out", str(tmp_path / "tr-report"), "--json")
     head = json.loads(p.stdout)["summary"]

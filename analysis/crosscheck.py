@@ -313,6 +313,22 @@ def _mid(rows, field):
     return _median(vals)
 
 
+def _not_analyzed(ko_runs, key, rnd=None):
+    """Why the kernel-only analysis left out the case of key (its kernelonly.json not_analyzed), or ""."""
+    t, proc, size = key
+    want = f"{t}-{proc}-{size}"
+    for run in ko_runs:
+        try:
+            doc = json.loads(RunDir(run).kernelonly_json.read_text())
+        except (OSError, ValueError):
+            continue
+        for x in doc.get("not_analyzed") or []:
+            case = str(x.get("case", ""))
+            if case == want or (case.startswith(want + "-r") and (rnd is None or case == f"{want}-r{rnd}")):
+                return f"{case} not analyzed: {x.get('why')}"
+    return ""
+
+
 def kept_rounds(run):
     """{(transport, proc, size): the round (1, 2, ...) the traced analysis took its case from} of a capture
     whose runs took turns: the round its kernel-only runs are compared in (the same moments of the host)."""
@@ -339,7 +355,8 @@ def crosscheck(ko_runs, traced_runs, rounds=None):
         t, proc, size = key
         if key not in ko or key not in tr:
             side = "the traced run" if key in ko else "the kernel-only run"
-            unpaired.append(f"{t} {proc} {size}: not in {side}")
+            why = "" if key in ko else _not_analyzed(ko_runs, key, (rounds or {}).get(key))
+            unpaired.append(f"{t} {proc} {size}: not in {side}" + (f" ({why})" if why else ""))
             continue
         summaries, per = ko[key]
         parts = [(table, rtp, case, steps) for table, rtp, case, _, steps in tr[key]]

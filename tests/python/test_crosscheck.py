@@ -75,6 +75,21 @@ def test_bad_input_fails_with_one_line(tmp_path):
     assert p.returncode == 2 and "add --turns" in p.stderr and not (tmp_path / "c").exists(), p.stderr
 
 
+def test_a_case_the_kernel_only_analysis_left_out_is_named_with_its_reason(tmp_path):
+    """A case the kernel-only analysis could not analyze (kernelonly.json not_analyzed) is not compared, and
+    the table says why."""
+    ko = tmp_path / "ko"
+    shutil.copytree(FIXTURE, ko)
+    doc = json.loads((ko / "analysis" / "kernelonly.json").read_text())
+    doc["cases"] = [c for c in doc["cases"] if c["case"] != "udp-maxarg-0"]
+    doc["not_analyzed"] = [{"case": "udp-maxarg-0", "why": "its decoded events are damaged; capture it again"}]
+    (ko / "analysis" / "kernelonly.json").write_text(json.dumps(doc))
+    out = json.loads(rpcscope("crosscheck", str(ko), str(RECORDED / "traced"), "--json").stdout)
+    assert ("udp", 0) not in {(c["transport"], c["size"]) for c in out["cases"]}
+    assert out["unpaired"] == ["udp maxarg 0: not in the kernel-only run (udp-maxarg-0 not analyzed: its decoded "
+                               "events are damaged; capture it again)"], out["unpaired"]
+
+
 def check_target_report(run, out):
     p = rpcscope("report", str(run), "--out", str(out))
     assert "calls matched" in p.stdout and "kernel-only" in p.stdout, p.stdout

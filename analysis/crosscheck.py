@@ -437,7 +437,7 @@ def render(doc):
 
 EPILOG = """examples (the reference RPC: its untraced build recorded from kernel events alone, its traced build
 from its tracepoints and kernel events, the same sizes and transports):
-  rpcscope capture --transport udp,tcp --sizes 0,1392 --calls 1000 --turns --kernel-only-runs --out runs/both \
+  rpcscope capture --transport udp,tcp --sizes 0,1392 --calls 1000 --turns --kernel-only-runs --out runs/both \\
       && rpcscope analyze runs/both && rpcscope rtp runs/both
   rpcscope crosscheck runs/both      both builds from one capture, their runs taking turns of a few calls
                                      (the host's moments shared): the traced analysis's kept round beside
@@ -497,9 +497,11 @@ def cmd_crosscheck(args):
 def register(subparsers):
     ap = subparsers.add_parser(
         "crosscheck", help="the reference RPC's kernel-only step costs beside its tracepoint-based ones",
-        description="Compare a kernel-only run of the reference RPC (rpcscope run --target reference) with a "
-                    "tracepoint-based run of the same sizes and transports (rpcscope capture + analyze + rtp): "
-                    "per size and K step, both medians, the % difference and a verdict against 10 %.",
+        description="Compare the reference RPC's kernel-only step costs (its untraced build) with its "
+                    "tracepoint-based ones (its traced build): those of one capture whose builds took turns "
+                    "(rpcscope capture --turns --kernel-only-runs + analyze + rtp), or a kernel-only run (rpcscope "
+                    "run --target reference) and a traced run of the same sizes and transports (rpcscope capture + "
+                    "analyze + rtp): per size and K step, both medians, the % difference and a verdict against 10 %.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("kernel_only", metavar="RUN | KERNEL_ONLY_RUN",
                     help="a capture made with --turns --kernel-only-runs, analysed (both sides are its own: "

@@ -112,9 +112,9 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
-def _kernel_only(run, rounds=None):
+def _kernel_only(run):
     """({(transport, proc, size): [(summary, {step: [ns per call]}), one per round]}, target.json) of a
-    kernel-only run; rounds: {(transport, proc, size): the one round to take}, else every round."""
+    kernel-only run."""
     rd = RunDir(run)
     again = f"make it with `rpcscope run --target reference ... --out {rd.path}`"
     target = _read(rd.target_json, "target.json", again)
@@ -135,9 +135,7 @@ def _kernel_only(run, rounds=None):
         raise UserError(f"{rd.kernelonly_csv} is not there: {again}") from None
     out = {}
     for s in doc["cases"]:
-        key = (s["transport"], target.get("proc"), int(s["size"]))
-        if rounds is None or int(s.get("round", 1)) == rounds.get(key):
-            out.setdefault(key, []).append((s, per.get(s["case"], {})))
+        out.setdefault((s["transport"], target.get("proc"), int(s["size"])), []).append((s, per.get(s["case"], {})))
     return out, target
 
 
@@ -279,16 +277,18 @@ def _row(cp, ko_vals, parts, multi, summaries=()):
     return row
 
 
-def _pool_kernel_only(runs, rounds=None):
-    """{key: (summaries, {step: pooled ns per call})}, the first run's target.json, over kernel-only runs
-    (rounds: _kernel_only's)."""
+def _pool_kernel_only(loaded, rounds=None):
+    """{key: (summaries, {step: pooled ns per call})}, the first run's target.json, over kernel-only runs as
+    _kernel_only read them; rounds: {key: the one round to take}, else every round."""
     pooled, first = {}, None
-    for run in runs:
-        ko, target = _kernel_only(run, rounds)
+    for ko, target in loaded:
         first = first or target
         for key, per_round in ko.items():
+            taken = [x for x in per_round if rounds is None or int(x[0].get("round", 1)) == rounds.get(key)]
+            if not taken:
+                continue
             sums, steps = pooled.setdefault(key, ([], {}))
-            for summary, per in per_round:
+            for summary, per in taken:
                 sums.append(summary)
                 for step, vals in per.items():
                     steps.setdefault(step, []).extend(vals)
@@ -346,8 +346,9 @@ def crosscheck(ko_runs, traced_runs, rounds=None):
     runs of the same cases (made taking turns with the other side's, so that a change of the host's
     speed touches both alike): each side's calls pooled over its runs. rounds: the one round of each
     case the kernel-only side takes (kept_rounds, where both sides are one capture's), else all."""
-    ko, target = _pool_kernel_only(ko_runs, rounds)
-    every = _kernel_only(ko_runs[0])[0] if rounds is not None else {}   # one capture's: each round apart
+    loaded = [_kernel_only(run) for run in ko_runs]
+    ko, target = _pool_kernel_only(loaded, rounds)
+    every = loaded[0][0] if rounds is not None else {}      # one capture's: each round apart
     tr = _pool_traced(traced_runs)
     cps = counterparts()
     cases, unpaired = [], []

@@ -73,10 +73,11 @@ def cmd_analyze(args):
         if prog:
             prog.done()
     res.pop("_rpcs", None)
-    ko = RunDir(RunDir(path).kernel_only_run)
-    if ko.target_json.exists():                      # capture --kernel-only-runs: the kernel-only runs too
-        summaries, _ = analyze_run(ko.path, quiet=True)
-        res["kernel_only_run"] = {"dir": str(ko.path), "cases": len(summaries)}
+    kos = [RunDir(d) for d in (RunDir(path).kernel_only_run, RunDir(path).kernel_only_traced_run)]
+    for ko in kos:
+        if ko.target_json.exists():                  # capture --kernel-only-runs: the kernel-only runs too
+            summaries, _ = analyze_run(ko.path, quiet=True)
+            res.setdefault("kernel_only_runs", []).append({"dir": str(ko.path), "cases": len(summaries)})
     notes = [TraceNote(**n) for n in res.get("trace_problems") or []]
     if args.json:
         emit_json(res)
@@ -118,10 +119,11 @@ def cmd_analyze(args):
     if not res["calibrated"]:
         print("no calibration in the manifest: corrected = raw (capture with --calibration quick|full)")
     print("clock sync: " + summary_line(res.get("clock_sync")))
-    if res.get("kernel_only_run"):
-        print(f"kernel-only runs: {res['kernel_only_run']['cases']} case(s) analysed in {ko.path} "
-              f"(`rpcscope analyze {ko.path}` prints them); `rpcscope crosscheck {path}` sets their steps "
-              f"beside these (after `rpcscope rtp {path}`)")
+    for ko in res.get("kernel_only_runs") or []:
+        print(f"kernel-only runs: {ko['cases']} case(s) analysed in {ko['dir']} "
+              f"(`rpcscope analyze {ko['dir']}` prints them)")
+    if res.get("kernel_only_runs"):
+        print(f"`rpcscope crosscheck {path}` sets the kernel-only steps beside these (after `rpcscope rtp {path}`)")
     for f in (res.get("clock_sync") or {}).get("flagged") or []:
         print(f"  FLAGGED {f['case']}: {f['flag']}")
     missing = {}

@@ -5,11 +5,15 @@ kernel-only step costs (its untraced build) beside its tracepoint-based ones (it
 RUN is a capture made with `--turns --kernel-only-runs`: its untraced build's kernel-only runs took
 turns with its traced runs, and are a target run of their own in RUN/kernelonly/; each case's
 kernel-only run of the round the traced analysis kept is compared, both from the same moments of the
-host. KERNEL_ONLY_RUN is a run of `rpcscope run --target reference`, TRACED_RUN one of `rpcscope
-capture` (or several of each, pooled).
+host. Its traced build's kernel-only runs (RUN/kernelonly-traced/) saw the same kernel events with the
+user tracepoints recording: each step's difference between the two builds' kernel-only medians
+(`user +`, user_stretch_us) is what the user tracepoints add to that interval. KERNEL_ONLY_RUN is a
+run of `rpcscope run --target reference`, TRACED_RUN one of `rpcscope capture` (or several of each,
+pooled).
 
     from rpcscope.analysis.crosscheck import crosscheck, counterparts, kept_rounds
-    doc = crosscheck(["runs/both/kernelonly"], ["runs/both"], kept_rounds("runs/both"))
+    doc = crosscheck(["runs/both/kernelonly"], ["runs/both"], kept_rounds("runs/both"),
+                     "runs/both/kernelonly-traced")
     doc = crosscheck(["runs/ko"], ["runs/traced"])   # dict: cases[].rows[] (the --json output)
     [c.step for c in counterparts()]                  # K1..K11, KO1, KO2
 
@@ -48,6 +52,7 @@ from .rpctable import RpcTableError, read_rpc_table
 TOLERANCE_PCT = 10.0
 AGREES, DIFFERS, OTHER, NONE = "agrees", "differs", "other interval", "no counterpart"
 _STEP = {s["id"]: s for s in STEPS}
+_PATH = {k.id for k in kernel_steps() if k.rtp}      # K1..K11: one exchange's round trip, end to end
 
 
 @dataclasses.dataclass(frozen=True)
@@ -341,14 +346,36 @@ def kept_rounds(run):
     return kept
 
 
-def crosscheck(ko_runs, traced_runs, rounds=None):
+def _stretch(rows, traced_build, by_round_tb, by_round):
+    """Add to each row the traced build's kernel-only median (kept round) and the stretch: how much longer
+    the step is with the traced build's user tracepoints recording than without, the kernel events being
+    the same (traced_build: {step: ns per call} of the kept round; by_round*: [(summary, {step: ns})] of
+    each round, each build)."""
+    tb_rounds = {int(s.get("round", 1)): p for s, p in by_round_tb}
+    ko_rounds = {int(s.get("round", 1)): p for s, p in by_round}
+    for r in rows:
+        tb = _median(traced_build.get(r["step"], []))
+        r["kernel_only_traced_build_p50_us"] = None if tb is None else round(tb / 1e3, 3)
+        ko = r["kernel_only_p50_us"]
+        r["user_stretch_us"] = None if tb is None or ko is None else round(tb / 1e3 - ko, 3)
+        per = []
+        for k in sorted(set(tb_rounds) & set(ko_rounds)):
+            a, b = _median(tb_rounds[k].get(r["step"], [])), _median(ko_rounds[k].get(r["step"], []))
+            per.append(None if a is None or b is None else round((a - b) / 1e3, 3))
+        r["user_stretch_rounds_us"] = per
+
+
+def crosscheck(ko_runs, traced_runs, rounds=None, traced_build_run=None):
     """The cross-check of runs of the reference RPC (a dict, the --json output). Each side is a list of
     runs of the same cases (made taking turns with the other side's, so that a change of the host's
     speed touches both alike): each side's calls pooled over its runs. rounds: the one round of each
-    case the kernel-only side takes (kept_rounds, where both sides are one capture's), else all."""
+    case the kernel-only side takes (kept_rounds, where both sides are one capture's), else all.
+    traced_build_run: with rounds, the capture's kernel-only runs of the traced build (kernelonly-traced/):
+    each step's stretch, what the traced build's user tracepoints add to it."""
     loaded = [_kernel_only(run) for run in ko_runs]
     ko, target = _pool_kernel_only(loaded, rounds)
     every = loaded[0][0] if rounds is not None else {}      # one capture's: each round apart
+    tb_every = _kernel_only(traced_build_run)[0] if traced_build_run and rounds is not None else {}
     tr = _pool_traced(traced_runs)
     cps = counterparts()
     cases, unpaired = [], []
@@ -371,6 +398,9 @@ def crosscheck(ko_runs, traced_runs, rounds=None):
             for r in rows:
                 r["kernel_only_rounds_p50_us"] = [None if not p.get(r["step"]) else
                                                   round(_median(p[r["step"]]) / 1e3, 3) for _, p in by_round]
+        tb_kept = [x for x in tb_every.get(key, []) if int(x[0].get("round", 1)) == rounds.get(key)]
+        if tb_every:
+            _stretch(rows, tb_kept[0][1] if tb_kept else {}, tb_every.get(key, []), every.get(key, []))
         rtts = [rtt for _, _, _, rtt, _ in tr[key]]
         cases.append({"transport": t, "proc": proc, "size": size, "kernel_only_case": summaries[0]["case"],
                       "traced_case": parts[0][2], "runs": {"kernel_only": len(summaries), "traced": len(parts)},
@@ -380,6 +410,15 @@ def crosscheck(ko_runs, traced_runs, rounds=None):
                       "kernel_only_rtt_p50_us": _mid(summaries, "rtt_p50_us"),
                       "traced_untraced_p50_us": _mid(rtts, "untraced_p50_us"),
                       "traced_rtt_p50_us": _mid(rtts, "traced_rtt_median_us"), "rows": rows})
+        if tb_every:
+            c = cases[-1]
+            tb_p50 = tb_kept[0][0].get("program_p50_us") if tb_kept else None
+            c["traced_build_case"] = tb_kept[0][0]["case"] if tb_kept else None
+            c["traced_build_program_p50_us"] = tb_p50
+            c["user_stretch_program_us"] = (None if tb_p50 is None or c["kernel_only_program_p50_us"] is None
+                                            else round(tb_p50 - c["kernel_only_program_p50_us"], 3))
+            path = [r["user_stretch_us"] for r in rows if r["step"] in _PATH]
+            c["user_stretch_path_us"] = None if None in path or not path else round(sum(path), 3)
     both = [r for c in cases for r in c["rows"] if r["verdict"] in (AGREES, DIFFERS)]
 
     def within(key):
@@ -412,24 +451,32 @@ def render(doc):
              f"within {doc['tolerance_%']:g} %; corrected: {doc['agree_corrected']} of the "
              f"{doc['corrected_by_both']} both correct)"]
     for c in doc["cases"]:
+        stretch = "user_stretch_path_us" in c
         lines += ["", f"{c['transport'].upper()} {c['proc']} {c['size']} B (kernel-only {c['kernel_only_case']}, "
                       f"traced {c['traced_case']}): program p50 {_f(c['kernel_only_program_p50_us'], 1)} us "
                       f"untraced build under kernel tracing, {_f(c['traced_untraced_p50_us'], 1)} us untraced "
                       f"build alone; traced RTT p50 {_f(c['traced_rtt_p50_us'], 1)} us",
                   f"  {'step':<4} {'traced counterpart':<22} {'kernel us':>9} {'traced us':>9} {'calls':>5} "
-                  f"{'diff':>7} {'marks':>5} {'kernel corr':>11} {'traced corr':>11} {'diff':>7}  verdict"]
+                  f"{'diff':>7} {'marks':>5} {'kernel corr':>11} {'traced corr':>11} {'diff':>7}"
+                  + (f" {'user +':>7}" if stretch else "") + "  verdict"]
         moves = [f"{r['step']} {min(v):.2f}-{max(v):.2f}" for r in c["rows"] if r["verdict"] in (AGREES, DIFFERS)
                  for v in [[x for x in r.get("kernel_only_rounds_p50_us") or [] if x is not None]] if len(v) > 1]
         if moves:
             lines.insert(-1, f"  the kernel-only medians over the capture's {c['rounds']} rounds, us (how far runs "
                              f"apart would differ; the turns take it out): {', '.join(moves)}")
+        if stretch:
+            lines.insert(-1, f"  user +: the traced build's kernel-only run {c['traced_build_case']} less this one, us "
+                             f"(the same kernel events; what the user tracepoints add): "
+                             f"{_f(c['user_stretch_path_us'])} over K1..K11, {_f(c['user_stretch_program_us'])} on "
+                             f"the program's RTT p50")
         for r in c["rows"]:
             diff = "-" if r["diff_%"] is None else f"{r['diff_%']:+.1f}%"
             cdiff = "-" if r["corrected_diff_%"] is None else f"{r['corrected_diff_%']:+.1f}%"
             lines.append(f"  {r['step']:<4} {r['traced'][:22]:<22} {_f(r['kernel_only_p50_us']):>9} "
                          f"{_f(r['traced_p50_us']):>9} {_f(r['traced_calls'] or None):>5} {diff:>7} "
                          f"{_f(r['marks'], 0):>5} {_f(r['kernel_only_corrected_p50_us']):>11} "
-                         f"{_f(r['traced_corrected_p50_us']):>11} {cdiff:>7}  {r['verdict']}"
+                         f"{_f(r['traced_corrected_p50_us']):>11} {cdiff:>7}"
+                         + (f" {_f(r.get('user_stretch_us')):>7}" if stretch else "") + f"  {r['verdict']}"
                          + (f" ({r['verdict_on']})" if r["verdict"] in (AGREES, DIFFERS) else "")
                          + (f": {r['why']}" if r["verdict"] in (OTHER, NONE, DIFFERS) and r["why"] else ""))
     lines += [f"not compared: {u}" for u in doc["unpaired"]]
@@ -442,7 +489,9 @@ from its tracepoints and kernel events, the same sizes and transports):
       && rpcscope analyze runs/both && rpcscope rtp runs/both
   rpcscope crosscheck runs/both      both builds from one capture, their runs taking turns of a few calls
                                      (the host's moments shared): the traced analysis's kept round beside
-                                     the kernel-only runs of that round (analysed on first use)
+                                     the kernel-only runs of that round (analysed on first use), and what
+                                     the user tracepoints add to each step (user +: the traced build's
+                                     kernel-only run less the untraced build's)
   rpcscope run --target reference --transport udp,tcp --sizes 0,1392,4016 --calls 2000 --out runs/ko
   rpcscope capture --transport udp,tcp --sizes 0,1392,4016 --calls 2000 --out runs/traced \\
       && rpcscope analyze runs/traced && rpcscope rtp runs/traced
@@ -467,22 +516,23 @@ def _runs(arg):
 
 
 def _embedded(run):
-    """(the kernel-only run, kept_rounds) of a capture made with --turns --kernel-only-runs; its kernel-only
-    run analyzed first where it has not been."""
+    """(the kernel-only run, kept_rounds, the traced build's kernel-only run or None) of a capture made with
+    --turns --kernel-only-runs; each kernel-only run analyzed first where it has not been."""
     rd = RunDir(run)
-    ko = RunDir(rd.kernel_only_run)
+    ko, tb = RunDir(rd.kernel_only_run), RunDir(rd.kernel_only_traced_run)
     if not rd.manifest_path.exists() or not ko.target_json.exists():
         raise UserError(f"{run} holds no kernel-only runs ({ko.target_json} is not there): give a capture made "
                         f"with `rpcscope capture --turns --kernel-only-runs`, or two runs: KERNEL_ONLY_RUN TRACED_RUN")
-    if not ko.kernelonly_json.exists():
-        analyze_run(ko.path, quiet=True)
-    return ko.path, kept_rounds(run)
+    for x in (ko, tb):
+        if x.target_json.exists() and not x.kernelonly_json.exists():
+            analyze_run(x.path, quiet=True)
+    return ko.path, kept_rounds(run), tb.path if tb.target_json.exists() else None
 
 
 def cmd_crosscheck(args):
     if args.traced is None:
-        ko_run, rounds = _embedded(args.kernel_only)
-        doc = crosscheck([ko_run], [args.kernel_only], rounds)
+        ko_run, rounds, tb_run = _embedded(args.kernel_only)
+        doc = crosscheck([ko_run], [args.kernel_only], rounds, tb_run)
     else:
         doc = crosscheck(_runs(args.kernel_only), _runs(args.traced))
     if not doc["cases"]:

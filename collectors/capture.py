@@ -35,6 +35,7 @@ from rpcscope.interrupts import interruptible, uninterrupted
 from rpcscope.output import UserError
 from rpcscope.rundir import (
     KERNEL_ONLY_RUN,
+    KERNEL_ONLY_TRACED_RUN,
     MANIFEST_FORMAT,
     SWEEP_SETTLE_ROUNDS,
     TARGET_JSON,
@@ -63,6 +64,7 @@ from .options import (
     CLOCK_BIN,
     CPUSPEED_SECONDS,
     DEFAULT_REPEATS,
+    KERNEL_ONLY_KINDS,
     MAX_MSG,
     MIN_TURNS_ROUNDS,
     NOTRACE_BIN,
@@ -194,7 +196,7 @@ class Capture(RpcRuns, Tracing, Sweeps):
         if params.get("kernel_only_runs") and not (params.get("turns") and self.kernel == "ftrace"):
             raise UserError("--kernel-only-runs: the kernel-only runs take turns with the traced ones and record "
                             "through tracefs; add --turns, with --kernel ftrace (or auto)")
-        self.kernel_only_cases = []    # the kernel-only runs' target cases (--kernel-only-runs; Sweeps)
+        self.kernel_only_cases = {}    # {kind: the kernel-only runs' target cases} (--kernel-only-runs; Sweeps)
         self.tag = uuid.uuid4().hex[:8]
         self.manifest = None
         self.port = BASE_PORT
@@ -525,7 +527,7 @@ class Capture(RpcRuns, Tracing, Sweeps):
             for transport in self.p["transports"]:
                 self.run_transport(transport)
             if self.p.get("kernel_only_runs"):
-                self.write_kernel_only_run()
+                self.write_kernel_only_runs()
             self.manifest["complete"] = True
         except KeyboardInterrupt:
             self.manifest["interrupted"] = True
@@ -539,16 +541,21 @@ class Capture(RpcRuns, Tracing, Sweeps):
                 self.state.close()
         return self.manifest
 
-    def write_kernel_only_run(self):
-        """The kernel-only runs' target.json, which makes kernelonly/ a target run of its own
-        (`rpcscope analyze RUN/kernelonly`, `rpcscope crosscheck RUN`)."""
-        rounds = max((c.rounds for c in self.kernel_only_cases), default=1)
-        doc = target.target_record("reference", self.p["proc"], self.p["calls"], self.p["warmup"], rounds,
-                                   self.kernel_only_cases,
-                                   made_by="rpcscope capture --turns --kernel-only-runs: the untraced build's "
-                                           "runs taking turns with the traced ones")
-        self.rundir.kernel_only_run.joinpath(TARGET_JSON).write_text(json.dumps(doc, indent=1))
+    def write_kernel_only_runs(self):
+        """Each build's kernel-only runs' target.json, which makes kernelonly/ and kernelonly-traced/
+        target runs of their own (`rpcscope analyze RUN/kernelonly`, `rpcscope crosscheck RUN`)."""
+        made_by = {"kernelonly": "the untraced build's runs taking turns with the traced ones",
+                   "kernelonly-traced": "the traced build's runs, its user tracepoints recording, taking turns "
+                                        "with the traced ones (its probe calibration's neighbour: the same "
+                                        "round's user-only run, --user-only-runs)"}
+        for kind in KERNEL_ONLY_KINDS:
+            cases = self.kernel_only_cases.get(kind, [])
+            rounds = max((c.rounds for c in cases), default=1)
+            doc = target.target_record("reference", self.p["proc"], self.p["calls"], self.p["warmup"], rounds,
+                                       cases, made_by=f"rpcscope capture --turns --kernel-only-runs: {made_by[kind]}")
+            self.kernel_only_run_dir(kind).joinpath(TARGET_JSON).write_text(json.dumps(doc, indent=1))
         self.manifest["kernel_only_run"] = KERNEL_ONLY_RUN
+        self.manifest["kernel_only_traced_run"] = KERNEL_ONLY_TRACED_RUN
 
     def cleanup(self):
         if self.perf:
@@ -575,7 +582,8 @@ class Capture(RpcRuns, Tracing, Sweeps):
         for f in self.out.rglob("perf-*.fifo"):
             f.unlink(missing_ok=True)
         if not (self.manifest or {}).get("complete"):  # kernel-only runs are kept only with every one of them
-            shutil.rmtree(self.rundir.kernel_only_run, ignore_errors=True)
+            for d in (self.rundir.kernel_only_run, self.rundir.kernel_only_traced_run):
+                shutil.rmtree(d, ignore_errors=True)
         for case in (self.manifest or {}).get("cases", []):
             if not case.get("complete"):           # interrupted before its round was kept: nothing to keep
                 self.discard(self.out / case["dir"])

@@ -100,9 +100,11 @@ def add_common(ap, default_calls, default_sizes):
                          "record only in theirs), so that Measured, the traced runs and every size share the host's "
                          "moments; one round is kept for every size, and no extra sweeps are made")
     ap.add_argument("--kernel-only-runs", action="store_true",
-                    help="with --turns: in every round, one more run of each case, the untraced build recorded from "
-                         "kernel events alone in its turns (as `run --target reference` records it), kept in "
-                         "RUN/kernelonly/, for `rpcscope crosscheck RUN`: both builds' steps from the same moments")
+                    help="with --turns: in every round, two more runs of each case recorded from kernel events "
+                         "alone in their turns (as `run --target reference` records it): the untraced build "
+                         "(RUN/kernelonly/) and the traced build, its user tracepoints recording "
+                         "(RUN/kernelonly-traced/), for `rpcscope crosscheck RUN`: both analyses' steps from the "
+                         "same moments, and what the user tracepoints add to each step")
     ap.add_argument("--turn-calls", type=int, default=cap.TURN_CALLS, metavar="N",
                     help=f"with --turns: the calls of a turn (default {cap.TURN_CALLS})")
     ap.add_argument("--calibration-calls", type=int, default=3000,

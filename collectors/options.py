@@ -47,6 +47,10 @@ TURN_CALLS = 20
 # traced run takes a turn in one pass in this many, of this many times --turn-calls: a fifth of the
 # switching, at the others' pace.
 TRACED_TURN_EVERY = 5
+# The kernel-only runs of a round (capture --turns --kernel-only-runs), recorded as `rpcscope run --target
+# reference` records a case: the untraced build, and the traced build with its user tracepoints recording.
+# The two see the same kernel events; what differs between their steps is the user tracepoints' doing.
+KERNEL_ONLY_KINDS = ("kernelonly", "kernelonly-traced")
 TURN_CALLS_RANGE = (1, 10000)
 # `rpcscope run`'s rounds taking turns. Seven, not nine: every round counts (a median of the rounds'
 # figures, each over its case's factor), and their noise is 0.4-0.8 % a size with nine; on a slow

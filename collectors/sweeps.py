@@ -16,7 +16,7 @@ from rpcscope.output import UserError
 from rpcscope.rundir import TARGET_CASE_JSON, sweeps_settled
 
 from . import ftrace, interleave, target
-from .options import MIN_TURNS_ROUNDS, TRACED_TURN_EVERY, TURN_CALLS, fragments
+from .options import KERNEL_ONLY_KINDS, MIN_TURNS_ROUNDS, TRACED_TURN_EVERY, TURN_CALLS, fragments
 from .processes import ipi_counts, ipi_delta, read_text
 from .rounds import (
     EXTRA_SWEEP_SECONDS,
@@ -42,7 +42,7 @@ class TurnRun:
     """One run of a round whose runs take turns (Sweeps.turns_round): what it is, what it started, what
     it measured."""
     case: dict                        # the manifest's case record
-    kind: str                         # "untraced", "clock", "ust", "traced" or "kernelonly"
+    kind: str                         # "untraced", "clock", "ust", "traced", or one of KERNEL_ONLY_KINDS
     dir: pathlib.Path                 # cases/ID/repeat-R
     tag: str                          # KIND-R: its files' names
     srv: object = None                # rpc-server's Popen
@@ -53,7 +53,7 @@ class TurnRun:
     ust: pathlib.Path | None = None   # its UST trace's directory
     session: str | None = None        # its UST session while it records
     rec: object = None                # its paused ftrace.FtraceRecorder (traced kind)
-    ko: object = None                 # its paused target.KernelOnlyRecording (kernelonly kind)
+    ko: object = None                 # its paused target.KernelOnlyRecording (KERNEL_ONLY_KINDS)
     got: dict = dataclasses.field(default_factory=dict)    # losses and kernel data, as trace_hook's
     ipis: dict = dataclasses.field(default_factory=dict)   # {role: IPIs over its turns}
     res: dict | None = None           # rpc-client's JSON
@@ -190,8 +190,8 @@ class Sweeps:
         total = calls + warmup
         members = [TurnRun(c, k, self.out / c["dir"] / f"repeat-{r}", f"{k}-{r}") for c in cases for k in kinds]
         if self.p.get("kernel_only_runs"):
-            members += [TurnRun(c, "kernelonly", self.kernel_only_dir(c, r, rounds), f"kernelonly-{r}")
-                        for c in cases]
+            members += [TurnRun(c, k, self.kernel_only_dir(c, r, rounds, k), f"{k}-{r}")
+                        for c in cases for k in KERNEL_ONLY_KINDS]
         self.step(f"{transport}: round {r + 1}/{rounds}, {len(members)} runs taking turns")
         evs = self.kernel_event_set() if self.kernel == "ftrace" and "traced" in kinds else []
         try:
@@ -266,9 +266,13 @@ class Sweeps:
                         self.ust_stop(m.session)
         for m in members:
             cid, kind, res = m.case["id"], m.kind, m.res
-            if kind == "kernelonly":
-                untraced = next(x.res for x in members if x.case is m.case and x.kind == "untraced")
-                self.kernel_only_case(m, untraced, r, rounds)
+            if kind in KERNEL_ONLY_KINDS:
+                # The probe calibration's neighbour: the same build without kernel events, in this round.
+                like = "untraced" if kind == "kernelonly" else "ust"
+                plain = next((x.res for x in members if x.case is m.case and x.kind == like), None)
+                if kind != "kernelonly":
+                    shutil.rmtree(m.ust, ignore_errors=True)    # its user events are only its probe
+                self.kernel_only_case(m, plain, r, rounds)
                 continue
             if kind == "ust":
                 shutil.rmtree(m.ust, ignore_errors=True)   # only its p50 is used: no disk held for it
@@ -291,9 +295,10 @@ class Sweeps:
         rdir.mkdir(parents=True, exist_ok=True)
         clock_out = ({**{role: rdir / f"clock-{role}.txt" for role in ("client", "server")}, "ring": True}
                      if kind == "clock" else {})
-        traced = kind in ("ust", "traced") or (kind == "untraced" and self.p["untraced"] == "stopped")
+        traced = (kind in ("ust", "traced", "kernelonly-traced")
+                  or (kind == "untraced" and self.p["untraced"] == "stopped"))
         prefix = []
-        if kind == "kernelonly":
+        if kind in KERNEL_ONLY_KINDS:
             m.ko = target.KernelOnlyRecording([self.hosts[role]["ifname"] for role in ("client", "server")],
                                               tag=f"rpcscope-ko-{os.getpid()}-{index}")
             m.ko.start()
@@ -303,7 +308,7 @@ class Sweeps:
                                   traced, rdir, tag, self.server_wait(transport),
                                   clock_out=clock_out.get("server"), clock_ring=True, prefix=prefix)
         # A run whose instances switch their events per turn takes fewer, longer turns (TRACED_TURN_EVERY).
-        every = TRACED_TURN_EVERY if (kind == "traced" and evs) or kind == "kernelonly" else 1
+        every = TRACED_TURN_EVERY if (kind == "traced" and evs) or kind in KERNEL_ONLY_KINDS else 1
         m.taker = interleave.TurnTaker(f"{case['id']} {kind}", every=every, phase=index)
         argv, m.timeout = self.client_argv(self.ns("client"), self.addr("server"), port, transport,
                                            case["size"], calls, warmup, self.cpus["client"], traced,
@@ -318,7 +323,7 @@ class Sweeps:
             m.ko.watch([m.srv.pid])
             m.ko.watch([m.cl.pid], client=True)
         m.ust = rdir / f"ust-{kind}"
-        if kind in ("ust", "traced"):
+        if kind in ("ust", "traced", "kernelonly-traced"):
             shutil.rmtree(m.ust, ignore_errors=True)
             m.session = self.ust_start(m.ust, total, fragments(case["size"], transport), [m.srv.pid, m.cl.pid])
         if kind == "traced" and evs:
@@ -328,26 +333,34 @@ class Sweeps:
             m.rec.start()
             m.got["kernel_events"] = evs
 
-    def kernel_only_dir(self, case, r, rounds):
+    def kernel_only_dir(self, case, r, rounds, kind):
         """Where round r's kernel-only run of a case goes (capture --kernel-only-runs): a case of the
-        capture's kernel-only target run, named as `rpcscope run --target reference` names its rounds."""
+        capture's kernel-only target run of that kind's build, named as `rpcscope run --target reference`
+        names its rounds."""
         cid = target.case_id(case["transport"], self.p["proc"], case["size"], r + 1, rounds)
-        return self.rundir.kernel_only_run / "cases" / cid
+        return self.kernel_only_run_dir(kind) / "cases" / cid
 
-    def kernel_only_case(self, m, untraced, r, rounds):
+    def kernel_only_run_dir(self, kind):
+        """The target run of a kind of kernel-only runs: RUN/kernelonly/ (the untraced build),
+        RUN/kernelonly-traced/ (the traced build)."""
+        return self.rundir.kernel_only_run if kind == "kernelonly" else self.rundir.kernel_only_traced_run
+
+    def kernel_only_case(self, m, plain, r, rounds):
         """Round r's kernel-only run m of a case, its traces already in m.dir: the client's report, the
-        case's record (untraced: the same round's untraced run, its p50 the probe calibration's
-        neighbour), appended to self.kernel_only_cases."""
+        case's record (plain: the same round's run of the same build without kernel events, its p50 the
+        probe calibration's neighbour: the untraced run, or for the traced build the user-only run
+        (--user-only-runs), else none), appended to self.kernel_only_cases[m.kind]."""
         res, case = m.res, m.case
         tc = target.TargetCase(target="reference", transport=case["transport"], proc=self.p["proc"],
                                size=case["size"], calls=self.p["calls"], warmup=self.p["warmup"], dir=str(m.dir),
                                client_pid=m.cl.pid, server_pids=[m.srv.pid],
                                program_p50_us=res["rtt_ns"]["p50"] / 1e3, program_calls=int(res["calls"]),
                                program_ok=True, program_error="",
-                               untraced_p50s_us=[untraced["rtt_ns"]["p50"] / 1e3], round=r + 1, rounds=rounds)
+                               untraced_p50s_us=[plain["rtt_ns"]["p50"] / 1e3] if plain else [],
+                               round=r + 1, rounds=rounds)
         (m.dir / "program.json").write_text(json.dumps(res, indent=1))
         (m.dir / TARGET_CASE_JSON).write_text(json.dumps(dataclasses.asdict(tc), indent=1))
-        self.kernel_only_cases.append(tc)
+        self.kernel_only_cases.setdefault(m.kind, []).append(tc)
         if m.got.get("lost"):
             self.log(f"  WARNING: the kernel-only run's trace lost {m.got['lost']} events ({m.dir}); calls "
                      f"around the gaps may not match")

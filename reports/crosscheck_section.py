@@ -11,20 +11,21 @@ from .objects import Section, Table
 
 COLUMNS = ["case", "step", "traced counterpart", "kernel-only p50 µs", "traced p50 µs", "diff %",
            "kernel-only p50 over the rounds µs",
-           "kernel-only corrected µs", "traced corrected µs", "corrected diff %", "verdict", "why"]
+           "kernel-only corrected µs", "traced corrected µs", "corrected diff %",
+           "user tracepoints add µs", "verdict", "why"]
 
 
 def load(path):
     """(the cross-check of a capture's kernel-only runs, or None; what is missing for it, or "")."""
     rd = RunDir(path)
-    ko = RunDir(rd.kernel_only_run)
+    ko, tb = RunDir(rd.kernel_only_run), RunDir(rd.kernel_only_traced_run)
     if not ko.target_json.exists():
         return None, ""
-    if not ko.kernelonly_json.exists() or not rd.rtp_json.exists():
+    if not rd.rtp_json.exists() or any(x.target_json.exists() and not x.kernelonly_json.exists() for x in (ko, tb)):
         return None, (f"the cross-check of the kernel-only runs in {ko.path}: run `rpcscope analyze {path}` and "
                       f"`rpcscope rtp {path}`")
     try:
-        return crosscheck([ko.path], [path], kept_rounds(path)), ""
+        return crosscheck([ko.path], [path], kept_rounds(path), tb.path if tb.target_json.exists() else None), ""
     except UserError as e:
         return None, f"the cross-check of the kernel-only runs: {e}"
 
@@ -53,7 +54,9 @@ def section(doc):
         f"{doc['agree']} agree within {doc['tolerance_%']:g} %; on the raw figures {doc['agree_raw']} do, on the "
         f"corrected ones {doc['agree_corrected']} of the {doc['corrected_by_both']} both correct. The other rows "
         f"bound another interval or have no counterpart, which their why column names. Beside each, the kernel-only "
-        f"step's median in every round of the capture: how far runs apart would differ, which the turns take out.")
+        f"step's median in every round of the capture: how far runs apart would differ, which the turns take out; "
+        f"and, where the capture recorded the traced build from kernel events alone too, how much longer the step "
+        f"is in that build, whose kernel events are the same: what its user tracepoints add to the step.")
     rows = []
     for c in doc["cases"]:
         for r in c["rows"]:
@@ -64,6 +67,7 @@ def section(doc):
                          "kernel-only corrected µs": _us(r["kernel_only_corrected_p50_us"]),
                          "traced corrected µs": _us(r["traced_corrected_p50_us"]),
                          "corrected diff %": _pct(r["corrected_diff_%"]),
+                         "user tracepoints add µs": _us(r.get("user_stretch_us")),
                          "verdict": r["verdict"] + (f" ({r['verdict_on']})" if r["verdict"] in (AGREES, DIFFERS)
                                                     else ""),
                          "why": r["why"] or ""})

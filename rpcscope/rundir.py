@@ -28,6 +28,9 @@ Layout (format 1):
                                     recorded from kernel events alone, a target run of its own (below),
                                     one case a round (TRANSPORT-PROC-SIZE-rN) of the rounds the traced
                                     runs took turns in (`rpcscope crosscheck RUN`)
+    kernelonly-traced/              the same for the traced build, its user tracepoints recording: the
+                                    same kernel events with and without them (`rpcscope crosscheck RUN`
+                                    sets the two builds' kernel-only steps side by side)
     report/index.html, report.md    `rpcscope report`
 
 A run of an RPC rpcscope did not write (`rpcscope run --target`, rpcscope/target_run.py) has no manifest:
@@ -82,6 +85,7 @@ KERNELONLY_CSV = "kernelonly-calls.csv"      # in analysis/
 KERNELONLY_FORMAT = "rpcscope-kernelonly/1"
 FIRST_SCREEN_TXT = "first-screen.txt"        # in report/
 KERNEL_ONLY_RUN = "kernelonly"               # a capture's kernel-only runs (capture --kernel-only-runs)
+KERNEL_ONLY_TRACED_RUN = "kernelonly-traced"  # ... of its traced build, its user tracepoints recording
 
 
 def model_name(transport):
@@ -178,6 +182,12 @@ class RunDir:
     def kernel_only_run(self):
         """The target run of a capture's kernel-only runs (capture --turns --kernel-only-runs)."""
         return self.path / KERNEL_ONLY_RUN
+
+    @property
+    def kernel_only_traced_run(self):
+        """The target run of a capture's kernel-only runs of the traced build, its user tracepoints
+        recording (capture --turns --kernel-only-runs)."""
+        return self.path / KERNEL_ONLY_TRACED_RUN
 
     @property
     def kernelonly_json(self):

@@ -443,4 +443,5 @@ def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path, kernel, s
     assert capture_leftovers(out) == []
     assert not list(out.rglob("*.perf.data*")) and not (out / ".perf").exists()   # no perf data kept
     assert not list(out.rglob("repeat-*"))     # nor an incomplete case's rounds
-    assert not (out / "kernelonly").exists()   # nor kernel-only runs, kept only with every one of them
+    # nor kernel-only runs of either build, kept only with every one of them
+    assert not (out / "kernelonly").exists() and not (out / "kernelonly-traced").exists()

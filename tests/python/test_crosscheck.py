@@ -29,6 +29,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 RECORDED = HERE / "fixtures" / "crosscheck-small"           # ko/ (run --target reference), traced/
 FIXTURE = RECORDED / "ko"
 CALLS, WARMUP = 300, 30
+PATH = {k.id for k in kernel_steps() if k.rtp}
 
 
 def test_counterparts_come_from_the_catalog():
@@ -152,14 +153,19 @@ def test_crosscheck_on_a_reduced_pair(testbed, tmp_path):
              "--warmup", str(WARMUP), "--repeats", "2", "--turns", "--kernel-only-runs", "--calibration", "quick",
              timeout=900)
     p = rpcscope("analyze", str(tr), timeout=600)
-    inside = tr / "kernelonly"
-    assert f"kernel-only runs: 4 case(s) analysed in {inside}" in p.stdout, p.stdout
+    inside, traced_build = tr / "kernelonly", tr / "kernelonly-traced"
+    for d in (inside, traced_build):
+        assert f"kernel-only runs: 4 case(s) analysed in {d}" in p.stdout, p.stdout
     rpcscope("rtp", str(tr), timeout=600)
     check_table(ko, tr, CALLS)
     assert json.loads((inside / "target.json").read_text())["rounds"] == 2
-    assert sorted(p.name for p in (inside / "cases").iterdir()) == \
-        [f"{t}-maxarg-0-r{r}" for t in ("tcp", "udp") for r in (1, 2)]
+    for d in (inside, traced_build):
+        assert sorted(p.name for p in (d / "cases").iterdir()) == \
+            [f"{t}-maxarg-0-r{r}" for t in ("tcp", "udp") for r in (1, 2)]
+    # the traced build's runs leave no user trace behind: only their kernel events are analysed
+    assert not list(traced_build.glob("cases/*/ust-*"))
     shutil.rmtree(inside / "analysis")
+    shutil.rmtree(traced_build / "analysis")
     check_table(inside, tr, CALLS, one=True)            # analyzes kernelonly/ on first use
     doc = json.loads(rpcscope("crosscheck", str(tr), "--json").stdout)
     kept = json.loads((tr / "manifest.json").read_text())["sweeps"]
@@ -171,9 +177,23 @@ def test_crosscheck_on_a_reduced_pair(testbed, tmp_path):
         for row in c["rows"]:
             assert len(row["kernel_only_rounds_p50_us"]) == 2 and \
                 row["kernel_only_rounds_p50_us"][r - 1] == row["kernel_only_p50_us"], row
-    assert "the kernel-only medians over the capture's 2 rounds" in rpcscope("crosscheck", str(tr)).stdout
+        # what the traced build's user tracepoints add to each step: its kernel-only run less the untraced
+        # build's, in the kept round (and in each round)
+        assert c["traced_build_case"] == c["kernel_only_case"], c
+        path = [row for row in c["rows"] if row["step"] in PATH]
+        for row in path:
+            assert row["user_stretch_us"] == pytest.approx(
+                row["kernel_only_traced_build_p50_us"] - row["kernel_only_p50_us"], abs=0.002), row
+            assert len(row["user_stretch_rounds_us"]) == 2 and row["user_stretch_rounds_us"][r - 1] == \
+                pytest.approx(row["user_stretch_us"], abs=0.002), row
+        assert c["user_stretch_path_us"] == pytest.approx(sum(row["user_stretch_us"] for row in path), abs=0.01)
+        assert c["user_stretch_program_us"] == pytest.approx(
+            c["traced_build_program_p50_us"] - c["kernel_only_program_p50_us"], abs=0.002), c
+    out = rpcscope("crosscheck", str(tr)).stdout
+    assert "the kernel-only medians over the capture's 2 rounds" in out and "user +: the traced build's" in out, out
     two = json.loads(rpcscope("crosscheck", str(ko), str(tr), "--json").stdout)
-    assert all(c["rounds"] is None and "kernel_only_rounds_p50_us" not in c["rows"][0] for c in two["cases"])
+    assert all(c["rounds"] is None and "kernel_only_rounds_p50_us" not in c["rows"][0]
+               and "user_stretch_path_us" not in c for c in two["cases"])
     # the capture's report has the same table
     p = rpcscope("report", str(tr), "--out", str(tmp_path / "tr-report"), "--json")
     head = json.loads(p.stdout)["summary"]

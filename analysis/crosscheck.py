@@ -363,6 +363,16 @@ def _stretch(rows, traced_build, by_round_tb, by_round):
             a, b = _median(tb_rounds[k].get(r["step"], [])), _median(ko_rounds[k].get(r["step"], []))
             per.append(None if a is None or b is None else round((a - b) / 1e3, 3))
         r["user_stretch_rounds_us"] = per
+        # Where both correct the step: the traced correction would take off what the kernel-only one does
+        # (the same kernel events) plus what the user tracepoints add.
+        ko_c, tr_c = r["kernel_only_corrected_p50_us"], r["traced_corrected_p50_us"]
+        if r["verdict"] in (AGREES, DIFFERS) and None not in (ko_c, tr_c, r["user_stretch_us"], r["traced_p50_us"]):
+            r["traced_correction_us"] = round(r["traced_p50_us"] - tr_c, 3)
+            r["traced_correction_measured_us"] = round(ko - ko_c + r["user_stretch_us"], 3)
+            if r["verdict"] == DIFFERS and r["verdict_on"] == "corrected":
+                r["why"] += (f"; the user tracepoints add {r['user_stretch_us']:.2f} us to the step (the traced "
+                             f"build's kernel-only run), so the traced correction would take off "
+                             f"{r['traced_correction_measured_us']:.2f} us")
 
 
 def crosscheck(ko_runs, traced_runs, rounds=None, traced_build_run=None):

@@ -187,6 +187,13 @@ def test_crosscheck_on_a_reduced_pair(testbed, tmp_path):
             assert len(row["user_stretch_rounds_us"]) == 2 and row["user_stretch_rounds_us"][r - 1] == \
                 pytest.approx(row["user_stretch_us"], abs=0.002), row
         assert c["user_stretch_path_us"] == pytest.approx(sum(row["user_stretch_us"] for row in path), abs=0.01)
+        for row in c["rows"]:
+            if "traced_correction_measured_us" in row:     # both correct it: what each correction should take off
+                assert row["traced_correction_measured_us"] == pytest.approx(
+                    row["kernel_only_p50_us"] - row["kernel_only_corrected_p50_us"] + row["user_stretch_us"],
+                    abs=0.005), row
+                assert row["traced_correction_us"] == pytest.approx(
+                    row["traced_p50_us"] - row["traced_corrected_p50_us"], abs=0.005), row
         assert c["user_stretch_program_us"] == pytest.approx(
             c["traced_build_program_p50_us"] - c["kernel_only_program_p50_us"], abs=0.002), c
     out = rpcscope("crosscheck", str(tr)).stdout

@@ -34,6 +34,9 @@ in-situ cost per event (analysis/kernelonly_probe.py), the traced step's correct
 the corrected figures' where both are there, else the raw ones'. Raw, the two differ by their probes
 as well: each side's kernel events (other event sets, other costs per event) and the traced build's
 user tracepoints in the counterpart's steps, whose number the table gives (`marks`, the catalog's).
+Where both bound the same interval, each side's modes too (analysis/run.py histogram_modes: where its
+calls gather, and which mode holds the median): a median of calls split between modes falls in either,
+and a differing row names them.
 """
 import argparse
 import csv
@@ -48,8 +51,10 @@ from rpcscope.tracepoints.targetsteps import kernel_steps
 
 from .kernelonly_out import analyze_run
 from .rpctable import RpcTableError, read_rpc_table
+from .run import histogram_modes, modes_label
 
 TOLERANCE_PCT = 10.0
+MODE_BIN_NS = 50        # the histogram a step's modes are found in (analysis/run.py merges to its mode bin)
 AGREES, DIFFERS, OTHER, NONE = "agrees", "differs", "other interval", "no counterpart"
 _STEP = {s["id"]: s for s in STEPS}
 _PATH = {k.id for k in kernel_steps() if k.rtp}      # K1..K11: one exchange's round trip, end to end
@@ -279,7 +284,33 @@ def _row(cp, ko_vals, parts, multi, summaries=()):
                           f"{row['kernel_only_p50_us'] - ko_c:.2f} us kernel-only (its events in the step at its "
                           f"in-situ cost) and {row['traced_p50_us'] - tr_c:.2f} us traced (its events in place and "
                           f"the step's share of the rest of the call's probe cost, analysis/steps.py)")
+        if not cp.segments:
+            row["kernel_only_modes"], row["traced_modes"] = _modes(ko_vals, ko), _modes(sums, tr)
+            several = [f"{side} {modes_label(m)}" for side, m in (("kernel-only", row["kernel_only_modes"]),
+                                                                  ("traced", row["traced_modes"]))
+                       if m and len(m["modes"]) > 1]
+            if several and row["verdict"] == DIFFERS:
+                row["why"] = (row["why"] + "; " if row["why"] else "") + \
+                    f"the calls fall in several modes ({'; '.join(several)}), and a median in either"
     return row
+
+
+def _modes(vals_ns, p50_ns):
+    """histogram_modes (analysis/run.py) of a step's per-call times: where its calls gather, with the share
+    of each, and which holds the median."""
+    if not vals_ns:
+        return None
+    lo, bin_ns = int(min(vals_ns)) // MODE_BIN_NS * MODE_BIN_NS, MODE_BIN_NS
+    hi = int(sorted(vals_ns)[int(0.999 * (len(vals_ns) - 1))])
+    counts = [0] * ((hi - lo) // bin_ns + 1)
+    above = 0
+    for v in vals_ns:
+        k = (int(v) - lo) // bin_ns
+        if k < len(counts):
+            counts[k] += 1
+        else:
+            above += 1
+    return histogram_modes({"bin_ns": bin_ns, "from_ns": lo, "counts": counts, "above": above}, p50_ns)
 
 
 def _pool_kernel_only(loaded, rounds=None):
@@ -369,7 +400,8 @@ def _stretch(rows, traced_build, by_round_tb, by_round):
         if r["verdict"] in (AGREES, DIFFERS) and None not in (ko_c, tr_c, r["user_stretch_us"], r["traced_p50_us"]):
             r["traced_correction_us"] = round(r["traced_p50_us"] - tr_c, 3)
             r["traced_correction_measured_us"] = round(ko - ko_c + r["user_stretch_us"], 3)
-            if r["verdict"] == DIFFERS and r["verdict_on"] == "corrected":
+            one_mode = all(len((r.get(k) or {}).get("modes") or ()) <= 1 for k in ("kernel_only_modes", "traced_modes"))
+            if r["verdict"] == DIFFERS and r["verdict_on"] == "corrected" and one_mode:
                 r["why"] += (f"; the user tracepoints add {r['user_stretch_us']:.2f} us to the step (the traced "
                              f"build's kernel-only run), so the traced correction would take off "
                              f"{r['traced_correction_measured_us']:.2f} us")

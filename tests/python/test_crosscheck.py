@@ -21,7 +21,7 @@ import shutil
 import pytest
 from helpers import rpcscope, shared_testbed
 
-from rpcscope.analysis.crosscheck import AGREES, DIFFERS, NONE, OTHER, counterparts
+from rpcscope.analysis.crosscheck import AGREES, DIFFERS, NONE, OTHER, _modes, counterparts
 from rpcscope.tracepoints import SEGMENT_UNITS
 from rpcscope.tracepoints.targetsteps import kernel_steps
 
@@ -217,6 +217,20 @@ def test_crosscheck_on_a_reduced_pair(testbed, tmp_path):
         assert k4["kernel_only_corrected_p50_us"] is not None, (c["transport"], k4)
 
 
+def test_a_step_whose_calls_gather_in_two_places_names_both_modes():
+    """Wake-ups that take 4 us in some calls and 20 us in others: two modes, their shares, and the median
+    between them, which a table of medians alone would hide."""
+    fast, slow = [4000 + (i % 7) * 40 for i in range(900)], [20000 + (i % 9) * 60 for i in range(1100)]
+    got = _modes(fast + slow, 20000)
+    assert [round(m["share"], 2) for m in got["modes"]] == [0.45, 0.55], got
+    assert got["modes"][0]["from_us"] <= 4.0 < got["modes"][0]["to_us"] and \
+        got["modes"][1]["from_us"] <= 20.2 < got["modes"][1]["to_us"], got
+    assert got["p50_mode"] == 1
+    one = _modes(fast, 4100)
+    assert len(one["modes"]) == 1 and one["p50_mode"] == 0, one
+    assert _modes([], None) is None
+
+
 def test_crosscheck_on_recorded_runs():
     check_table(RECORDED / "ko", RECORDED / "traced", json.loads((FIXTURE / "target.json").read_text())["calls"])
 
@@ -261,6 +275,10 @@ def check_table(ko, tr, calls, one=False):
                     assert abs(r["diff_%"] - want) < 1.0, (label, r)
             both = r["kernel_only_corrected_p50_us"] is not None and r["traced_corrected_p50_us"] is not None
             if r["verdict"] in (AGREES, DIFFERS):
+                # where each side's calls gather, beside the medians
+                for side in ("kernel_only_modes", "traced_modes"):
+                    m = r[side]
+                    assert m is not None and sum(x["share"] for x in m["modes"]) <= 1.0001, (label, side, m)
                 # on the corrected figures where both sides correct the step, else on the raw ones
                 assert r["verdict_on"] == ("corrected" if both else "raw"), label
                 d = r["corrected_diff_%"] if both else r["diff_%"]

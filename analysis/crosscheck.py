@@ -531,9 +531,10 @@ from its tracepoints and kernel events, the same sizes and transports):
       && rpcscope analyze runs/both && rpcscope rtp runs/both
   rpcscope crosscheck runs/both      both builds from one capture, their runs taking turns of a few calls
                                      (the host's moments shared): the traced analysis's kept round beside
-                                     the kernel-only runs of that round (analysed on first use), and what
-                                     the user tracepoints add to each step (user +: the traced build's
-                                     kernel-only run less the untraced build's)
+                                     the kernel-only runs of that round (analysed on first use); with
+                                     capture --kernel-only-traced-runs, what the user tracepoints add to
+                                     each step (user +: the traced build's kernel-only run less the
+                                     untraced build's)
   rpcscope run --target reference --transport udp,tcp --sizes 0,1392,4016 --calls 2000 --out runs/ko
   rpcscope capture --transport udp,tcp --sizes 0,1392,4016 --calls 2000 --out runs/traced \\
       && rpcscope analyze runs/traced && rpcscope rtp runs/traced

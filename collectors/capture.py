@@ -64,7 +64,6 @@ from .options import (
     CLOCK_BIN,
     CPUSPEED_SECONDS,
     DEFAULT_REPEATS,
-    KERNEL_ONLY_KINDS,
     MAX_MSG,
     MIN_TURNS_ROUNDS,
     NOTRACE_BIN,
@@ -548,14 +547,15 @@ class Capture(RpcRuns, Tracing, Sweeps):
                    "kernelonly-traced": "the traced build's runs, its user tracepoints recording, taking turns "
                                         "with the traced ones (its probe calibration's neighbour: the same "
                                         "round's user-only run, --user-only-runs)"}
-        for kind in KERNEL_ONLY_KINDS:
+        for kind in self.kernel_only_kinds():
             cases = self.kernel_only_cases.get(kind, [])
             rounds = max((c.rounds for c in cases), default=1)
             doc = target.target_record("reference", self.p["proc"], self.p["calls"], self.p["warmup"], rounds,
                                        cases, made_by=f"rpcscope capture --turns --kernel-only-runs: {made_by[kind]}")
             self.kernel_only_run_dir(kind).joinpath(TARGET_JSON).write_text(json.dumps(doc, indent=1))
         self.manifest["kernel_only_run"] = KERNEL_ONLY_RUN
-        self.manifest["kernel_only_traced_run"] = KERNEL_ONLY_TRACED_RUN
+        if len(self.kernel_only_kinds()) > 1:
+            self.manifest["kernel_only_traced_run"] = KERNEL_ONLY_TRACED_RUN
 
     def cleanup(self):
         if self.perf:

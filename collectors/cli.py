@@ -100,11 +100,15 @@ def add_common(ap, default_calls, default_sizes):
                          "record only in theirs), so that Measured, the traced runs and every size share the host's "
                          "moments; one round is kept for every size, and no extra sweeps are made")
     ap.add_argument("--kernel-only-runs", action="store_true",
-                    help="with --turns: in every round, two more runs of each case recorded from kernel events "
-                         "alone in their turns (as `run --target reference` records it): the untraced build "
-                         "(RUN/kernelonly/) and the traced build, its user tracepoints recording "
-                         "(RUN/kernelonly-traced/), for `rpcscope crosscheck RUN`: both analyses' steps from the "
-                         "same moments, and what the user tracepoints add to each step")
+                    help="with --turns: in every round, one more run of each case, the untraced build recorded from "
+                         "kernel events alone in its turns (as `run --target reference` records it), kept in "
+                         "RUN/kernelonly/, for `rpcscope crosscheck RUN`: both builds' steps from the same moments")
+    ap.add_argument("--kernel-only-traced-runs", action="store_true",
+                    help="with --kernel-only-runs: one more run of each case a round, the traced build recorded from "
+                         "kernel events alone with its user tracepoints recording (RUN/kernelonly-traced/): what the "
+                         "user tracepoints add to each step (`rpcscope crosscheck RUN`, column user +). Its UST "
+                         "session disturbs the round's other runs (analysis/TARGET.md): take the cross-check's "
+                         "verdict from a capture without it")
     ap.add_argument("--turn-calls", type=int, default=cap.TURN_CALLS, metavar="N",
                     help=f"with --turns: the calls of a turn (default {cap.TURN_CALLS})")
     ap.add_argument("--calibration-calls", type=int, default=3000,
@@ -126,7 +130,7 @@ def params_from(args):
         "deadline_seconds": args.deadline_seconds,
         "user_only_runs": args.user_only_runs, "keep_perf_data": args.keep_perf_data,
         "clock_reads": args.clock_reads, "turns": args.turns, "turn_calls": args.turn_calls,
-        "kernel_only_runs": args.kernel_only_runs,
+        "kernel_only_runs": args.kernel_only_runs, "kernel_only_traced_runs": args.kernel_only_traced_runs,
         "replace": args.replace,
         "holdout": cap.parse_sizes(args.holdout, "--holdout") if getattr(args, "holdout", None) else [],
     }
@@ -142,6 +146,9 @@ def params_from(args):
         raise UserError("--clock-reads: the local testbed only (it runs this checkout's build/clock); drop --inventory")
     if p["kernel_only_runs"] and not p["turns"]:
         raise UserError("--kernel-only-runs: the kernel-only runs take turns with the traced ones; add --turns")
+    if p["kernel_only_traced_runs"] and not p["kernel_only_runs"]:
+        raise UserError("--kernel-only-traced-runs: the traced build's kernel-only runs are set beside the untraced "
+                        "build's; add --turns --kernel-only-runs")
     if p["turns"] and getattr(args, "inventory", None):
         raise UserError("--turns: the local testbed only (one kernel switches every tracer); drop --inventory")
     if not 1 <= args.repeats <= 15:

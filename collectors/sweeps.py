@@ -191,7 +191,7 @@ class Sweeps:
         members = [TurnRun(c, k, self.out / c["dir"] / f"repeat-{r}", f"{k}-{r}") for c in cases for k in kinds]
         if self.p.get("kernel_only_runs"):
             members += [TurnRun(c, k, self.kernel_only_dir(c, r, rounds, k), f"{k}-{r}")
-                        for c in cases for k in KERNEL_ONLY_KINDS]
+                        for c in cases for k in self.kernel_only_kinds()]
         self.step(f"{transport}: round {r + 1}/{rounds}, {len(members)} runs taking turns")
         evs = self.kernel_event_set() if self.kernel == "ftrace" and "traced" in kinds else []
         try:
@@ -339,6 +339,11 @@ class Sweeps:
         names its rounds."""
         cid = target.case_id(case["transport"], self.p["proc"], case["size"], r + 1, rounds)
         return self.kernel_only_run_dir(kind) / "cases" / cid
+
+    def kernel_only_kinds(self):
+        """The kernel-only runs of a round: the untraced build's (--kernel-only-runs), and the traced build's
+        (--kernel-only-traced-runs)."""
+        return KERNEL_ONLY_KINDS if self.p.get("kernel_only_traced_runs") else KERNEL_ONLY_KINDS[:1]
 
     def kernel_only_run_dir(self, kind):
         """The target run of a kind of kernel-only runs: RUN/kernelonly/ (the untraced build),

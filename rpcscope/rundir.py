@@ -28,9 +28,9 @@ Layout (format 1):
                                     recorded from kernel events alone, a target run of its own (below),
                                     one case a round (TRANSPORT-PROC-SIZE-rN) of the rounds the traced
                                     runs took turns in (`rpcscope crosscheck RUN`)
-    kernelonly-traced/              the same for the traced build, its user tracepoints recording: the
-                                    same kernel events with and without them (`rpcscope crosscheck RUN`
-                                    sets the two builds' kernel-only steps side by side)
+    kernelonly-traced/              with --kernel-only-traced-runs, the same for the traced build, its user
+                                    tracepoints recording: the same kernel events with and without them
+                                    (`rpcscope crosscheck RUN` sets the two builds' steps side by side)
     report/index.html, report.md    `rpcscope report`
 
 A run of an RPC rpcscope did not write (`rpcscope run --target`, rpcscope/target_run.py) has no manifest:

@@ -408,7 +408,8 @@ def test_second_capture_into_the_run_refuses(run):
     assert (run / "manifest.json").read_text() == before
 
 
-@pytest.mark.parametrize("kernel", ["perf", "ftrace", "ftrace --turns", "ftrace --turns --kernel-only-runs"])
+@pytest.mark.parametrize("kernel", ["perf", "ftrace", "ftrace --turns",
+                                    "ftrace --turns --kernel-only-runs --kernel-only-traced-runs"])
 def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path, kernel, signal_when_ready):
     out = tmp_path / "interrupted"
     # The capture is started with SIGINT ignored, as a background job of a script gets it: it must

@@ -74,6 +74,9 @@ def test_bad_input_fails_with_one_line(tmp_path):
             p.stderr
     p = rpcscope("capture", "--kernel-only-runs", "--out", str(tmp_path / "c"), check=False)
     assert p.returncode == 2 and "add --turns" in p.stderr and not (tmp_path / "c").exists(), p.stderr
+    p = rpcscope("capture", "--turns", "--kernel-only-traced-runs", "--out", str(tmp_path / "c"), check=False)
+    assert p.returncode == 2 and "add --turns --kernel-only-runs" in p.stderr and not (tmp_path / "c").exists(), \
+        p.stderr
 
 
 def test_a_case_the_kernel_only_analysis_left_out_is_named_with_its_reason(tmp_path):
@@ -150,7 +153,8 @@ def test_crosscheck_on_a_reduced_pair(testbed, tmp_path):
     rpcscope("run", "--target", "reference", "--transport", transports, "--sizes", sizes, "--calls", str(CALLS),
              "--warmup", str(WARMUP), "--out", str(ko), timeout=600)
     rpcscope("capture", "--out", str(tr), "--transport", transports, "--sizes", sizes, "--calls", str(CALLS),
-             "--warmup", str(WARMUP), "--repeats", "2", "--turns", "--kernel-only-runs", "--calibration", "quick",
+             "--warmup", str(WARMUP), "--repeats", "2", "--turns", "--kernel-only-runs", "--kernel-only-traced-runs",
+             "--calibration", "quick",
              timeout=900)
     p = rpcscope("analyze", str(tr), timeout=600)
     inside, traced_build = tr / "kernelonly", tr / "kernelonly-traced"

@@ -543,15 +543,15 @@ class Capture(RpcRuns, Tracing, Sweeps):
     def write_kernel_only_runs(self):
         """Each build's kernel-only runs' target.json, which makes kernelonly/ and kernelonly-traced/
         target runs of their own (`rpcscope analyze RUN/kernelonly`, `rpcscope crosscheck RUN`)."""
-        made_by = {"kernelonly": "the untraced build's runs taking turns with the traced ones",
-                   "kernelonly-traced": "the traced build's runs, its user tracepoints recording, taking turns "
-                                        "with the traced ones (its probe calibration's neighbour: the same "
-                                        "round's user-only run, --user-only-runs)"}
+        made_by = {"kernelonly": "--kernel-only-runs: the untraced build's runs taking turns with the traced ones",
+                   "kernelonly-traced": "--kernel-only-runs --kernel-only-traced-runs: the traced build's runs, its "
+                                        "user tracepoints recording, taking turns with the traced ones (its probe "
+                                        "calibration's neighbour: the same round's user-only run, --user-only-runs)"}
         for kind in self.kernel_only_kinds():
             cases = self.kernel_only_cases.get(kind, [])
             rounds = max((c.rounds for c in cases), default=1)
             doc = target.target_record("reference", self.p["proc"], self.p["calls"], self.p["warmup"], rounds,
-                                       cases, made_by=f"rpcscope capture --turns --kernel-only-runs: {made_by[kind]}")
+                                       cases, made_by=f"rpcscope capture --turns {made_by[kind]}")
             self.kernel_only_run_dir(kind).joinpath(TARGET_JSON).write_text(json.dumps(doc, indent=1))
         self.manifest["kernel_only_run"] = KERNEL_ONLY_RUN
         if len(self.kernel_only_kinds()) > 1:

@@ -53,3 +53,23 @@ def health(st):
     if st["link"].get("loss_percent") and not nft_table_exists():
         problems.append(f"nft table {NFT_FAMILY} {NFT_TABLE} is missing")
     return problems
+
+
+def remains(st):
+    """What of a recorded testbed still exists on this machine: its bridge, its hosts' namespaces, sshds,
+    QEMUs and links. [] when the record outlived every part of it (the machine restarted under it, or the
+    record was copied to a machine without them): a record that `rpcscope testbed down` only clears."""
+    found = [f"bridge {st['bridge']}"] if link_exists(st["bridge"]) else []
+    nss = set(netns_list())
+    for h in st["hosts"]:
+        if vmhost.is_vm(h):
+            if vmhost.qemu_pid(host_dir(h["name"])):
+                found.append(f"the QEMU of {h['name']}")
+        else:
+            if h["name"] in nss:
+                found.append(f"namespace {h['name']}")
+            if sshd_pid(h["name"]):
+                found.append(f"sshd of {h['name']}")
+        if link_exists(h["peer_ifname"]):
+            found.append(f"link {h['peer_ifname']}")
+    return found

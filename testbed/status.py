@@ -8,7 +8,7 @@ from rpcscope.units import fmt_rate
 from . import vmhost
 from .config import INVENTORY, SSHD_PORT, STATE_DIR
 from .sshd import ssh_argv
-from .state import health, host_dir, load_state, sshd_pid
+from .state import health, host_dir, load_state, remains, sshd_pid
 from .system import netns_list, ns_run, run, tcp_reachable, tool
 
 
@@ -60,14 +60,21 @@ def cmd_status(args):
     if os.geteuid() != 0:
         raise UserError("status inspects network namespaces, which needs root; run it as root")
     problems = health(st)
+    # A record none of whose parts exist: the machine restarted under it (or the record was copied).
+    gone = bool(problems) and not remains(st)
     rows, h2h = collect_status(st)
     link = st["link"]
     if args.json:
-        emit_json({"up": True, "healthy": not problems, "problems": problems, "hosts": rows,
+        emit_json({"up": True, "healthy": not problems, "gone": gone, "problems": problems, "hosts": rows,
                    "control_address": st["control_address"], "subnet": st["subnet"], "bridge": st["bridge"],
                    "link": {"rate": fmt_rate(link["rate_bit"]), **link}, "host_to_host": h2h,
                    "inventory": str(INVENTORY), "state_dir": str(STATE_DIR)})
         return 0 if not problems else 1
+    if gone:
+        print(f"testbed: GONE: {STATE_DIR} records a testbed none of whose parts exist on this machine (it "
+              f"restarted under them?); `rpcscope testbed up` brings it back, `rpcscope testbed down` clears the "
+              f"record")
+        return 1
     print(f"testbed: {'up' if not problems else 'DEGRADED'}  subnet {st['subnet']}  "
           f"control node {st['control_address']} on {st['bridge']}")
     table(rows, ["host", "role", "kind", "address", "namespace", "sshd", "ssh", "qdisc", "cpus"])

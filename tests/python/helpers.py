@@ -26,7 +26,7 @@ import sys
 import pytest
 
 from rpcscope.collectors import lttng as clttng, perf as cperf
-from rpcscope.testbed import health, held_by_tests, load_state
+from rpcscope.testbed import health, held_by_tests, load_state, remains
 from rpcscope.testbed.config import DEFAULT_CLIENT, DEFAULT_SERVER, STATE_DIR
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -65,13 +65,23 @@ def sh(*argv, timeout=60, check=False):
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=check)
 
 
+def is_testbed_up():
+    """Whether a testbed is up on this machine (its state directory exists), under the tests' hold on it.
+    A record none of whose parts exist (the machine restarted under it, or the directory was copied to
+    this one) is nobody's testbed: `rpcscope testbed down` clears it first, and it counts as down."""
+    st = load_state()
+    if st is not None and not remains(st):
+        rpcscope("testbed", "down", check=False, timeout=180)
+    return STATE_DIR.exists()
+
+
 @contextlib.contextmanager
 def module_testbed(while_down=None):
     """The testbed up for one test module and down at its end, whatever happens, under the tests' hold
     on it (one such module at a time on this machine). A testbed already up would be replaced: the
     module is skipped instead. while_down(): what to check before `up`, with the testbed down."""
     with held_by_tests(wait=1200):
-        if STATE_DIR.exists():
+        if is_testbed_up():
             pytest.skip("a testbed is already up on this machine; this test would replace it "
                         "(run `rpcscope testbed down` first)")
         try:

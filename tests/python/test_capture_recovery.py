@@ -17,7 +17,7 @@ import sys
 import time
 
 import pytest
-from helpers import REPO, RPCSCOPE, rpcscope
+from helpers import REPO, RPCSCOPE, is_testbed_up, rpcscope
 
 from rpcscope.collectors import leftovers as lo, lttng as clttng, perf as cperf
 from rpcscope.collectors.capture import BASE_PORT
@@ -85,7 +85,7 @@ def testbed():
     with open(LOCK, "a") as lock:
         _take_lock(lock)
         with held_by_tests(wait=1200):
-            was_up = STATE_DIR.exists()
+            was_up = is_testbed_up()
             try:
                 if not was_up:
                     rpcscope("testbed", "up", "--json", timeout=180)

@@ -25,7 +25,7 @@ import sys
 import time
 
 import pytest
-from helpers import REPO, RPCSCOPE, rpcscope, rpcscope_json, sh
+from helpers import REPO, RPCSCOPE, is_testbed_up, rpcscope, rpcscope_json, sh
 
 from rpcscope.testbed.config import STATE_DIR
 from rpcscope.testbed.lock import TEST_OWNER_ENV, held_by_tests
@@ -116,7 +116,7 @@ def quiet_machine():
     """One test session at a time drives the machine's testbed (two clones testing at once would
     tear down each other's hosts); and none while someone's testbed is up."""
     with held_by_tests(wait=1200):
-        if STATE_DIR.exists():
+        if is_testbed_up():
             pytest.skip("a testbed is already up on this machine; the integration test would replace it "
                         "(run `rpcscope testbed down` first)")
         yield
@@ -327,4 +327,23 @@ class TestLifeCycle:
         st = json.loads(rpcscope("testbed", "status", "--json").stdout)
         assert st["healthy"] and st["host_to_host"]
         rpcscope("testbed", "down")
+        assert leftovers() == []
+
+    def test_a_record_that_outlived_its_testbed_is_gone_and_cleared(self, testbed, tmp_path):
+        """A state directory whose every part is gone (the machine restarted under it, or the directory
+        was copied to a machine without them): status says GONE, a capture names what is missing, and
+        the tests take it for no testbed, clearing it with `down`."""
+        record = rpcscope_json("testbed", "up")["state"]
+        rpcscope("testbed", "down")
+        STATE_DIR.mkdir(parents=True)
+        (STATE_DIR / "state.json").write_text(json.dumps(record))
+        p = rpcscope("testbed", "status", check=False)
+        assert p.returncode == 1 and "GONE" in p.stdout and "`rpcscope testbed down` clears" in p.stdout, p.stdout
+        st = json.loads(rpcscope("testbed", "status", "--json", check=False).stdout)
+        assert st["gone"] and not st["healthy"], st
+        p = rpcscope("capture", "--sizes", "0", "--calls", "10", "--warmup", "0", "--calibration", "none",
+                     "--out", str(tmp_path / "run"), check=False)
+        assert p.returncode == 2 and "not healthy" in p.stderr and "Traceback" not in p.stderr, p.stderr
+        assert not (tmp_path / "run").exists()
+        assert not is_testbed_up() and not STATE_DIR.exists()
         assert leftovers() == []

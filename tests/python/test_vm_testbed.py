@@ -18,6 +18,7 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import is_testbed_up
 
 from rpcscope.analysis.clocksync import estimate
 from rpcscope.analysis.rpcs import MEASURED, reconstruct
@@ -71,7 +72,7 @@ def vm_run(tmp_path_factory):
     base = tmp_path_factory.mktemp("vm")
     outs = [base / f"{t}-{size}" for t, size in CASES]
     with held_by_tests(wait=1200):
-        if STATE_DIR.exists():
+        if is_testbed_up():
             pytest.skip("a testbed is already up on this machine; this test would replace it "
                         "(run `rpcscope testbed down` first)")
         try:

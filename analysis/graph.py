@@ -36,7 +36,9 @@ Links:
              the address of an skb it freed untraced (handed to a tap): with several hosts a
              receive is taken to carry the last packet one of the call's threads on another
              host handed to its device before it, on the merged clock (timeline.py; how far
-             that clock can be trusted is clock_sync's bound), and no skb chain is followed.
+             that clock can be trusted is clock_sync's bound), and no skb chain is followed;
+             a reply the merged clock puts before its request was read is not linked
+             (rtp.py _softirq_sender).
 """
 import numpy as np
 
@@ -136,6 +138,8 @@ class Graph:
         self._names = ev.names
         self._pos_order = np.argsort(self.pk_idx, kind="stable")     # position of a global index: packet_origin
         self.several_hosts = len(np.unique(self.pk_cpu // CPU_STRIDE)) > 1
+        cp = np.nonzero(kind == KIND["copy_to_user"])[0]
+        self._copy_ts, self._copy_host, self._copy_tid = ts[cp], cpu[cp] // CPU_STRIDE, tid[cp]
         rx = np.nonzero(kind == KIND["net_receive"])[0]
         self._rx = {}
         for c in np.unique(cpu[rx]):
@@ -331,6 +335,21 @@ class Graph:
         d = int(self.pk_dev[origin])
         return {"ts": int(self.pk_ts[origin]), "cpu": int(self.pk_cpu[origin]), "tid": int(self.pk_tid[origin]),
                 "dev": self._names[d] if d >= 0 else None, "hops": hops}
+
+    def first_xmit_on_host(self, cpu, lo, hi, tids):
+        """The time of the first net_dev_xmit in [lo, hi] by one of tids on cpu's host, or None."""
+        m = (self.pk_kind == KIND["net_xmit"]) & (self.pk_cpu // CPU_STRIDE == cpu // CPU_STRIDE) & \
+            (self.pk_ts >= lo) & (self.pk_ts <= hi) & np.isin(self.pk_tid, list(tids))
+        return int(self.pk_ts[m].min()) if m.any() else None
+
+    def copied_on_host(self, cpu, lo, hi, tids):
+        """Whether one of tids copied a packet's data to user space on cpu's host in [lo, hi]; None where
+        that host's trace has no such copy at all (its collector does not record them)."""
+        host = self._copy_host == cpu // CPU_STRIDE
+        if not host.any():
+            return None
+        m = host & (self._copy_ts >= lo) & (self._copy_ts <= hi) & np.isin(self._copy_tid, list(tids))
+        return bool(m.any())
 
     def xmit_on_other_host(self, cpu, lo, hi, tids):
         """The last net_dev_xmit in [lo, hi] by one of tids on a host other than cpu's (the merged view

@@ -174,11 +174,19 @@ def _softirq_sender(graph, w, roles, begin):
     send, and the sender is that thread; else the thread the softirq interrupted. With several hosts
     the origin is the last hand-off to a device by one of the call's threads (roles) on another host
     since the call began (begin), or None: an skb address links only within a host, and there it may
-    be a freed skb's address reused."""
+    be a freed skb's address reused. Every packet the server sends in a call answers the client's first
+    one: on the client's host, the origin must follow the client's first hand-off of the call, and a
+    copy of a packet's data to one of the call's threads on the origin's host must lie between them (the
+    server reading the request; where that host's trace records such copies). Where the merged clock puts
+    it otherwise, its error (wider than the one-way delay) hides the order: the crossing is not placed."""
     entry = w["softirq"][0]
     rx = graph.receive_in(w["cpu"], entry, w["ts"])
     if graph.several_hosts:
-        org = graph.xmit_on_other_host(w["cpu"], begin, entry, roles)
+        clients = [t for t, r in roles.items() if r == "client"]
+        since = graph.first_xmit_on_host(w["cpu"], begin, entry, clients) if clients else None
+        org = graph.xmit_on_other_host(w["cpu"], begin if since is None else since, entry, roles)
+        if org and since is not None and graph.copied_on_host(org["cpu"], since, org["ts"], roles) is False:
+            org = None
     else:
         org = graph.packet_origin(rx) if rx is not None else None
     inside = bool(org and org["cpu"] == w["cpu"] and org["ts"] <= entry)

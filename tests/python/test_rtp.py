@@ -9,6 +9,7 @@ import pytest
 
 from rpcscope.analysis import rpcs, rpcsteps, rtp
 from rpcscope.analysis.graph import Graph
+from rpcscope.analysis.timeline import CPU_STRIDE
 from rpcscope.analysis.traceread import KIND
 
 CLIENT, SERVER, IDLE = 10, 20, 0
@@ -514,3 +515,23 @@ def test_retime_of_a_call_without_overlap_is_the_path_probe_cost():
                for s in segs if s[4] is not None)
     assert path > 0
     assert rtp.retime(sim.graph(), costs, ROLES, CLIENT, 0, sim.clock[CLIENT]) == pytest.approx(path)
+
+
+@pytest.mark.parametrize("reply_at, linked", [(400, True), (250, False), (50, False)])
+def test_a_reply_the_merged_clock_puts_before_its_request_was_read_is_not_linked(reply_at, linked):
+    """Two kernels, one merged clock: the client hands its request to its device at 100, the server copies
+    it to user space at 300 and sends its reply at reply_at, the client's NET_RX softirq runs at 600. A
+    reply mapped before the server read the request (250), or before the request left (50), is the
+    clock's error: the softirq's packet is not linked to it."""
+    s = CPU_STRIDE
+    rows = [dict(ts=100, cpu=0, tid=CLIENT, kind=KIND["net_xmit"], skb=0x10, dev=0),
+            dict(ts=300, cpu=s, tid=SERVER, kind=KIND["copy_to_user"], skb=0x20),
+            dict(ts=reply_at, cpu=s, tid=SERVER, kind=KIND["net_xmit"], skb=0x30, dev=1),
+            dict(ts=600, cpu=0, tid=IDLE, kind=KIND["softirq_entry"], vec=3),
+            dict(ts=610, cpu=0, tid=IDLE, kind=KIND["net_receive"], skb=0x40, dev=0),
+            dict(ts=650, cpu=0, tid=IDLE, kind=KIND["sched_waking"], tid2=CLIENT, vec=0),
+            dict(ts=700, cpu=0, tid=IDLE, kind=KIND["softirq_exit"], vec=3)]
+    g = Graph(_Ev(rows, ["c0", "s0"]), threads=[CLIENT, SERVER])
+    assert g.several_hosts
+    _, org, _, _ = rtp._softirq_sender(g, {"softirq": (600, 700), "cpu": 0, "ts": 650}, ROLES, 0)
+    assert (org is not None and org["ts"] == reply_at and org["tid"] == SERVER) == linked, org

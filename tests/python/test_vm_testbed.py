@@ -201,8 +201,8 @@ def test_the_round_trip_path_crosses_both_hosts(vm_run):
     """`rpcscope rtp` walks every call from the client to the guest and back: the path of most calls
     crosses to the server (a network segment) and holds the server's receive and send steps wherever it
     crosses; a call whose crossing the clocks cannot place (the guest's send mapped after the client's
-    receive, within a bound wider than the one-way delay) is not linked to another packet. Every path
-    adds up to its call's RTT."""
+    receive, or before the guest read the request, within a bound wider than the one-way delay) is not
+    linked to another packet. Every path adds up to its call's RTT."""
     def frac(on, seg):
         return on.get(seg, {}).get("on_path_frac", 0.0)
 

@@ -49,6 +49,7 @@ from rpcscope.rundir import KERNELONLY_FORMAT, RunDir
 from rpcscope.tracepoints import SEGMENT_UNITS, SPLIT, STEPS
 from rpcscope.tracepoints.targetsteps import kernel_steps
 
+from . import crossprices
 from .kernelonly_out import analyze_run
 from .rpctable import RpcTableError, read_rpc_table
 from .run import histogram_modes, modes_label
@@ -419,6 +420,7 @@ def crosscheck(ko_runs, traced_runs, rounds=None, traced_build_run=None):
     every = loaded[0][0] if rounds is not None else {}      # one capture's: each round apart
     tb_every = _kernel_only(traced_build_run)[0] if traced_build_run and rounds is not None else {}
     tr = _pool_traced(traced_runs)
+    probes = crossprices.traced_probes(traced_runs)
     cps = counterparts()
     cases, unpaired = [], []
     for key in sorted(set(ko) | set(tr), key=lambda k: (k[0], k[2])):
@@ -451,7 +453,8 @@ def crosscheck(ko_runs, traced_runs, rounds=None, traced_build_run=None):
                       "kernel_only_program_p50_us": _mid(summaries, "program_p50_us"),
                       "kernel_only_rtt_p50_us": _mid(summaries, "rtt_p50_us"),
                       "traced_untraced_p50_us": _mid(rtts, "untraced_p50_us"),
-                      "traced_rtt_p50_us": _mid(rtts, "traced_rtt_median_us"), "rows": rows})
+                      "traced_rtt_p50_us": _mid(rtts, "traced_rtt_median_us"),
+                      "prices": crossprices.case_prices(probes, parts[0][2], t, summaries), "rows": rows})
         if tb_every:
             c = cases[-1]
             tb_p50 = tb_kept[0][0].get("program_p50_us") if tb_kept else None
@@ -506,6 +509,8 @@ def render(doc):
         if moves:
             lines.insert(-1, f"  the kernel-only medians over the capture's {c['rounds']} rounds, us (how far runs "
                              f"apart would differ; the turns take it out): {', '.join(moves)}")
+        if c.get("prices"):
+            lines.insert(-1, crossprices.render(c["prices"]))
         if stretch:
             lines.insert(-1, f"  user +: the traced build's kernel-only run {c['traced_build_case']} less this one, us "
                              f"(the same kernel events; what the user tracepoints add): "

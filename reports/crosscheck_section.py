@@ -13,6 +13,9 @@ COLUMNS = ["case", "step", "traced counterpart", "kernel-only p50 µs", "traced 
            "kernel-only p50 over the rounds µs",
            "kernel-only corrected µs", "traced corrected µs", "corrected diff %",
            "user tracepoints add µs", "verdict", "why"]
+PRICE_COLUMNS = ["case", "traced solve: user event ns", "traced solve: kernel event ns", "how it solved",
+                 "kernel-only: kernel event ns", "traced probe effect µs", "user events on the path",
+                 "kernel events on the path", "left a user event ns"]
 
 
 def load(path):
@@ -36,6 +39,10 @@ def _pct(v):
 
 def _us(v):
     return "-" if v is None else f"{v:.2f}"
+
+
+def _ns(v):
+    return "-" if v is None else f"{v:.0f}"
 
 
 def _range(vals):
@@ -75,4 +82,22 @@ def section(doc):
                          f"rpcscope crosscheck {doc['traced_run']} (kernel-only: {doc['kernel_only_run']}, "
                          f"analysis/kernelonly.json and kernelonly-calls.csv; traced: analysis/rpcs.jsonl.gz, "
                          f"steps.json, rtp.json)"))
+    prices = [{"case": f"{c['transport'].upper()} {c['size']} B",
+               "traced solve: user event ns": _ns(p["traced_user_event_ns"]),
+               "traced solve: kernel event ns": _ns(p["traced_kernel_event_ns"]), "how it solved": p["traced_method"],
+               "kernel-only: kernel event ns": _ns(p["kernel_only_event_ns"]),
+               "traced probe effect µs": _us(p["traced_probe_effect_us"]),
+               "user events on the path": f"{p['path_user_events']:g}",
+               "kernel events on the path": f"{p['path_kernel_events']:g}",
+               "left a user event ns": _ns(p["user_event_left_ns"])}
+              for c in doc["cases"] for p in [c.get("prices")] if p]
+    if prices:
+        s.items.append(
+            "The prices behind the two corrections: what the traced run's in-situ solve charges a user and a kernel "
+            "event, and what the kernel-only runs measured for a kernel event. Its probe effect less its kernel "
+            "events on the path at the kernel-only price, per user event on the path, is the user event's price "
+            "those two imply (analysis/crossprices.py).")
+        s.items.append(Table("Cross-check: the probe prices behind the corrections", PRICE_COLUMNS, prices,
+                             f"rpcscope crosscheck {doc['traced_run']} --json: cases[].prices (traced: "
+                             f"analysis/probe.json; kernel-only: analysis/kernelonly.json cases[].probe)"))
     return s

@@ -21,6 +21,7 @@ import shutil
 import pytest
 from helpers import rpcscope, shared_testbed
 
+from rpcscope.analysis import crossprices
 from rpcscope.analysis.crosscheck import AGREES, DIFFERS, NONE, OTHER, _modes, counterparts
 from rpcscope.tracepoints import SEGMENT_UNITS
 from rpcscope.tracepoints.targetsteps import kernel_steps
@@ -198,6 +199,10 @@ def test_crosscheck_on_a_reduced_pair(testbed, tmp_path):
                     abs=0.005), row
                 assert row["traced_correction_us"] == pytest.approx(
                     row["traced_p50_us"] - row["traced_corrected_p50_us"], abs=0.005), row
+        if c["prices"]:     # the traced probe effect less its kernel events at the kernel-only price
+            pr = c["prices"]
+            assert pr["user_event_left_ns"] == pytest.approx((1e3 * pr["traced_probe_effect_us"] - pr[
+                "path_kernel_events"] * pr["kernel_only_event_ns"]) / pr["path_user_events"], rel=0.01, abs=5), pr
         assert c["user_stretch_program_us"] == pytest.approx(
             c["traced_build_program_p50_us"] - c["kernel_only_program_p50_us"], abs=0.002), c
     out = rpcscope("crosscheck", str(tr)).stdout
@@ -213,6 +218,7 @@ def test_crosscheck_on_a_reduced_pair(testbed, tmp_path):
     rows = [ln for ln in md.split("### Cross-check: kernel-only and tracepoint-based step medians", 1)[1].splitlines()
             if ln.startswith("| ") and ("UDP 0 B" in ln or "TCP 0 B" in ln)]
     assert len(rows) == 2 * len(kernel_steps()), rows
+    assert ("### Cross-check: the probe prices behind the corrections" in md) == any(c["prices"] for c in doc["cases"])
     check_target_report(ko, tmp_path / "report")
     # the kernel-only run measured its probe (untraced runs beside the traced one) and corrects its steps
     doc = json.loads(rpcscope("crosscheck", str(ko), str(tr), "--json").stdout)
@@ -233,6 +239,28 @@ def test_a_step_whose_calls_gather_in_two_places_names_both_modes():
     one = _modes(fast, 4100)
     assert len(one["modes"]) == 1 and one["p50_mode"] == 0, one
     assert _modes([], None) is None
+
+
+def test_the_prices_set_the_traced_solve_beside_the_kernel_only_price(tmp_path):
+    """A traced run whose solve charges 448 ns every event, 22 us of probe effect over 33 user and 19 kernel
+    events on the path, beside kernel-only runs pricing a kernel event at 577 and 579 ns: 578 ns, and
+    (22000 - 19 x 578) / 33 ns left a user event. A case the solve did not take as a point, or kernel-only
+    runs without a price, give none."""
+    (tmp_path / "tr" / "analysis").mkdir(parents=True)
+    (tmp_path / "tr" / "analysis" / "probe.json").write_text(json.dumps({
+        "cases": {"tcp-maxarg-0": {"ust_event_ns": 448.0, "kernel_event_ns": {"net": 448.0, "other": 448.0},
+                                   "method": "one cost per event"}},
+        "transports": {"tcp": {"points": {"tcp-maxarg-0": {
+            "d_total_ns": 22000.0, "path_events_per_call": {"ust": 33.0, "kernel_net": 5.0, "kernel_other": 14.0}}}}}}))
+    probes = crossprices.traced_probes([tmp_path / "tr", tmp_path / "none"])
+    ko = [{"probe": {"ns_per_event": 577.0}}, {"probe": {"ns_per_event": 579.0}}]
+    p = crossprices.case_prices(probes, "tcp-maxarg-0", "tcp", ko)
+    assert (p["traced_user_event_ns"], p["traced_kernel_event_ns"], p["kernel_only_event_ns"]) == (448.0, 448.0, 578.0)
+    assert (p["path_user_events"], p["path_kernel_events"], p["traced_probe_effect_us"]) == (33.0, 19.0, 22.0)
+    assert p["user_event_left_ns"] == pytest.approx((22000 - 19 * 578) / 33, abs=0.05)
+    assert f"leaves {(22000 - 19 * 578) / 33:.0f} ns a user event" in crossprices.render(p)
+    assert crossprices.case_prices(probes, "tcp-maxarg-1392", "tcp", ko) is None
+    assert crossprices.case_prices(probes, "tcp-maxarg-0", "tcp", [{"probe": {"calibrates": False}}]) is None
 
 
 def test_crosscheck_on_recorded_runs():

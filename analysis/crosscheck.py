@@ -34,9 +34,11 @@ in-situ cost per event (analysis/kernelonly_probe.py), the traced step's correct
 the corrected figures' where both are there, else the raw ones'. Raw, the two differ by their probes
 as well: each side's kernel events (other event sets, other costs per event) and the traced build's
 user tracepoints in the counterpart's steps, whose number the table gives (`marks`, the catalog's).
-Where both bound the same interval, each side's modes too (analysis/run.py histogram_modes: where its
-calls gather, and which mode holds the median): a median of calls split between modes falls in either,
-and a differing row names them.
+Per case, the prices behind the two corrections (analysis/crossprices.py): the traced solve's per user and
+per kernel event, the kernel-only runs' per kernel event, and what the traced probe effect leaves per user
+event at the latter. Where both bound the same interval, each side's modes too (analysis/run.py
+histogram_modes: where its calls gather, and which mode holds the median): a median of calls split
+between modes falls in either, and a differing row names them.
 """
 import argparse
 import csv
@@ -556,6 +558,8 @@ kernel-only run's in-situ cost; traced corr: steps.json's corrected median), els
 interval (which boundary differs) or no counterpart otherwise. calls: the traced calls with every DCE step
 of the counterpart measured (the median's sample). marks: the traced build's user tracepoints
 in the counterpart's DCE steps (the catalog's marks, each occurrence), its own probe on that step.
+probe prices (per case): the traced run's in-situ solve per user and per kernel event, the kernel-only runs'
+per kernel event, and the traced probe effect less its kernel events at that price, per user event.
 """
 
 

@@ -15,6 +15,7 @@ from rpcscope.tracepoints import (
     SPLIT,
     full_only_events,
     kernel_filter,
+    lttng_kernel_names,
     side_of,
     side_step,
     span_of,
@@ -25,6 +26,7 @@ from rpcscope.tracepoints import (
 from rpcscope.tracepoints.gen_catalog import CatalogError, check
 
 CATALOG = pathlib.Path(__file__).parents[2] / "tracepoints" / "steps.toml"
+TRACE_START = pathlib.Path(__file__).parents[2] / "ansible" / "roles" / "capture" / "tasks" / "trace_start.yml"
 
 
 @pytest.fixture()
@@ -92,3 +94,26 @@ def test_the_collectors_filters_and_lean_set_come_from_the_catalog():
     cmds = lttng.lttng_kernel_commands("s", "/o", ["irq:softirq_entry", "sched:sched_wakeup"], [], [], ["rpc-x"])
     assert ["--filter=vec == 3"] == [a for c in cmds if "irq_softirq_entry" in c for a in c if "--filter" in a]
     assert any("sched_wakeup" in c and '--filter=comm == "rpc-x"' in c for c in cmds)
+
+
+def test_the_capture_roles_lttng_kernel_events_are_spelled_as_the_catalog_spells_them():
+    """LTTng's kernel tracer accepts a name it has no probe for and records nothing under it: every event
+    the capture role enables by name on a host whose collector is LTTng is one the catalog gives an LTTng
+    spelling (lttng-modules names netif_receive_skb net_if_receive_skb), and the packet events are there."""
+    text = TRACE_START.read_text()
+    named = set()
+    for line in text.splitlines():
+        if "lttng enable-event --kernel" in line and "--syscall" not in line:
+            arg = line.split("--channel=rpcs_kernel", 1)[1].strip()
+            if not arg.startswith("{{ capture_lttng_"):       # those two are the variables read below
+                named |= set(arg.split()[0].split(","))
+    for var in ("capture_lttng_net_events", "capture_lttng_wake_events"):
+        value = text.split(f"{var}: ", 1)[1].splitlines()[0].strip().strip('"')
+        named |= {n for n in value.replace("{{ 'net_dev_start_xmit,' if capture_kernel_events == 'full' else '' }}",
+                                           "net_dev_start_xmit,")
+                  .replace("{{ ',sched_wakeup' if capture_kernel_events == 'full' else '' }}", ",sched_wakeup")
+                  .split(",") if n}
+    lttng_names = set(lttng_kernel_names().values())
+    assert named and named <= lttng_names, named - lttng_names
+    assert {lttng_kernel_names()["net:net_dev_xmit"], lttng_kernel_names()["net:netif_receive_skb"]} <= named
+    assert lttng_kernel_names()["net:netif_receive_skb"] == "net_if_receive_skb"

@@ -23,6 +23,8 @@ from helpers import is_testbed_up
 from rpcscope.analysis.clocksync import estimate
 from rpcscope.analysis.rpcs import MEASURED, reconstruct
 from rpcscope.analysis.run import load_run
+from rpcscope.analysis.timeline import CPU_STRIDE
+from rpcscope.analysis.traceread import KIND
 from rpcscope.testbed import held_by_tests, vmhost
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -117,6 +119,11 @@ def test_two_kernels_each_with_its_own_tracer(vm_run):
         assert m["kernel_collectors"] == {CLIENT: "perf", SERVER: "lttng"}
         assert [c["id"] for c in m["cases"]] == [f"{t}-maxarg-{size}"]
         _no_losses_and_both_tracers(m)
+        # each kernel recorded its packets both ways: the guest's LTTng session under lttng-modules' names
+        kev = load_run(out).cases[0].kernel()
+        kind, host = np.asarray(kev.kind), np.asarray(kev.cpu) // CPU_STRIDE
+        for k in ("net_xmit", "net_receive"):
+            assert all(((kind == KIND[k]) & (host == h)).sum() >= CALLS for h in (0, 1)), (t, size, k)
 
 
 def _no_losses_and_both_tracers(m):

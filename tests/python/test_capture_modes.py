@@ -64,7 +64,8 @@ def test_lttng_kernel_command_lines():
                        "sendto,recvfrom",
                        '--filter=$ctx.procname == "rpc-client" || $ctx.procname == "rpc-server"']
     by_events = {c[4]: c[5] for c in cmds[4:]}
-    assert by_events["net_dev_xmit,netif_receive_skb"] == '--filter=name == "rpcs-c0" || name == "rpcs-s0"'
+    # lttng-modules spells netif_receive_skb net_if_receive_skb
+    assert by_events["net_dev_xmit,net_if_receive_skb"] == '--filter=name == "rpcs-c0" || name == "rpcs-s0"'
     assert by_events["sched_switch"] == ('--filter=prev_comm == "rpc-client" || prev_comm == "rpc-server" || '
                                          'next_comm == "rpc-client" || next_comm == "rpc-server"')
     assert by_events["sched_waking"] == '--filter=comm == "rpc-client" || comm == "rpc-server"'

@@ -26,10 +26,10 @@ from rpcscope.analysis.run import load_run
 from rpcscope.analysis.timeline import CPU_STRIDE
 from rpcscope.analysis.traceread import KIND
 from rpcscope.testbed import held_by_tests, vmhost
+from rpcscope.testbed.config import STATE_DIR
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RPCSCOPE = [sys.executable, "-c", "import sys; from rpcscope.cli import main; sys.exit(main())"]
-STATE_DIR = pathlib.Path("/run/rpcscope/testbed")
 INVENTORY = REPO / "ansible" / "inventories" / "local" / "hosts.yml"
 CLIENT, SERVER = "rpcs-client", "rpcs-server"
 CALLS, WARMUP = 300, 30

@@ -73,7 +73,7 @@ def cmd_analyze(args):
         if prog:
             prog.done()
     res.pop("_rpcs", None)
-    kos = [RunDir(d) for d in (RunDir(path).kernel_only_run, RunDir(path).kernel_only_traced_run)]
+    kos = [RunDir(d) for d in RunDir(path).kernel_only_runs()]
     for ko in kos:
         if ko.target_json.exists():                  # capture --kernel-only-runs: the kernel-only runs too
             summaries, _ = analyze_run(ko.path, quiet=True)

@@ -7,7 +7,9 @@ turns with its traced runs, and are a target run of their own in RUN/kernelonly/
 kernel-only run of the round the traced analysis kept is compared, both from the same moments of the
 host. Its traced build's kernel-only runs (RUN/kernelonly-traced/) saw the same kernel events with the
 user tracepoints recording: each step's difference between the two builds' kernel-only medians
-(`user +`, user_stretch_us) is what the user tracepoints add to that interval. KERNEL_ONLY_RUN is a
+(`user +`, user_stretch_us) is what the user tracepoints add to that interval; its kernel-only runs with
+every kernel event recorded twice (RUN/kernelonly-doubled/) give `kernel +`, where one more recording of
+the kernel events lands (analysis/crossstretch.py). KERNEL_ONLY_RUN is a
 run of `rpcscope run --target reference`, TRACED_RUN one of `rpcscope capture` (or several of each,
 pooled).
 
@@ -44,14 +46,14 @@ import argparse
 import csv
 import dataclasses
 import json
-import statistics
 
 from rpcscope.output import UserError, emit_json
 from rpcscope.rundir import KERNELONLY_FORMAT, RunDir
 from rpcscope.tracepoints import SEGMENT_UNITS, SPLIT, STEPS
 from rpcscope.tracepoints.targetsteps import kernel_steps
 
-from . import crossprices
+from . import crossprices, crossstretch
+from .crossstretch import fmt as _f, median as _median
 from .kernelonly_out import analyze_run
 from .rpctable import RpcTableError, read_rpc_table
 from .run import histogram_modes, modes_label
@@ -60,7 +62,6 @@ TOLERANCE_PCT = 10.0
 MODE_BIN_NS = 50        # the histogram a step's modes are found in (analysis/run.py merges to its mode bin)
 AGREES, DIFFERS, OTHER, NONE = "agrees", "differs", "other interval", "no counterpart"
 _STEP = {s["id"]: s for s in STEPS}
-_PATH = {k.id for k in kernel_steps() if k.rtp}      # K1..K11: one exchange's round trip, end to end
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,10 +120,6 @@ def _read(path, what, again):
         raise UserError(f"{path} is not there: {again}") from None
     except (OSError, ValueError) as e:
         raise UserError(f"{path}: unreadable ({e}): {again}") from None
-
-
-def _median(xs):
-    return statistics.median(xs) if xs else None
 
 
 def _kernel_only(run):
@@ -380,47 +377,19 @@ def kept_rounds(run):
     return kept
 
 
-def _stretch(rows, traced_build, by_round_tb, by_round):
-    """Add to each row the traced build's kernel-only median (kept round) and the stretch: how much longer
-    the step is with the traced build's user tracepoints recording than without, the kernel events being
-    the same (traced_build: {step: ns per call} of the kept round; by_round*: [(summary, {step: ns})] of
-    each round, each build)."""
-    tb_rounds = {int(s.get("round", 1)): p for s, p in by_round_tb}
-    ko_rounds = {int(s.get("round", 1)): p for s, p in by_round}
-    for r in rows:
-        tb = _median(traced_build.get(r["step"], []))
-        r["kernel_only_traced_build_p50_us"] = None if tb is None else round(tb / 1e3, 3)
-        ko = r["kernel_only_p50_us"]
-        r["user_stretch_us"] = None if tb is None or ko is None else round(tb / 1e3 - ko, 3)
-        per = []
-        for k in sorted(set(tb_rounds) & set(ko_rounds)):
-            a, b = _median(tb_rounds[k].get(r["step"], [])), _median(ko_rounds[k].get(r["step"], []))
-            per.append(None if a is None or b is None else round((a - b) / 1e3, 3))
-        r["user_stretch_rounds_us"] = per
-        # Where both correct the step: the traced correction would take off what the kernel-only one does
-        # (the same kernel events) plus what the user tracepoints add.
-        ko_c, tr_c = r["kernel_only_corrected_p50_us"], r["traced_corrected_p50_us"]
-        if r["verdict"] in (AGREES, DIFFERS) and None not in (ko_c, tr_c, r["user_stretch_us"], r["traced_p50_us"]):
-            r["traced_correction_us"] = round(r["traced_p50_us"] - tr_c, 3)
-            r["traced_correction_measured_us"] = round(ko - ko_c + r["user_stretch_us"], 3)
-            one_mode = all(len((r.get(k) or {}).get("modes") or ()) <= 1 for k in ("kernel_only_modes", "traced_modes"))
-            if r["verdict"] == DIFFERS and r["verdict_on"] == "corrected" and one_mode:
-                r["why"] += (f"; the user tracepoints add {r['user_stretch_us']:.2f} us to the step (the traced "
-                             f"build's kernel-only run), so the traced correction would take off "
-                             f"{r['traced_correction_measured_us']:.2f} us")
-
-
-def crosscheck(ko_runs, traced_runs, rounds=None, traced_build_run=None):
+def crosscheck(ko_runs, traced_runs, rounds=None, traced_build_run=None, doubled_run=None):
     """The cross-check of runs of the reference RPC (a dict, the --json output). Each side is a list of
     runs of the same cases (made taking turns with the other side's, so that a change of the host's
     speed touches both alike): each side's calls pooled over its runs. rounds: the one round of each
     case the kernel-only side takes (kept_rounds, where both sides are one capture's), else all.
-    traced_build_run: with rounds, the capture's kernel-only runs of the traced build (kernelonly-traced/):
-    each step's stretch, what the traced build's user tracepoints add to it."""
+    With rounds, the capture's other kernel-only runs (analysis/crossstretch.py): traced_build_run, the
+    traced build's (kernelonly-traced/: user +, what its user tracepoints add to each step); doubled_run,
+    the untraced build's with every kernel event recorded twice (kernelonly-doubled/: kernel +)."""
     loaded = [_kernel_only(run) for run in ko_runs]
     ko, target = _pool_kernel_only(loaded, rounds)
     every = loaded[0][0] if rounds is not None else {}      # one capture's: each round apart
-    tb_every = _kernel_only(traced_build_run)[0] if traced_build_run and rounds is not None else {}
+    others = {kind: _kernel_only(run)[0] for kind, run in (("user", traced_build_run), ("kernel", doubled_run))
+              if run and rounds is not None}
     tr = _pool_traced(traced_runs)
     probes = crossprices.traced_probes(traced_runs)
     cps = counterparts()
@@ -444,9 +413,15 @@ def crosscheck(ko_runs, traced_runs, rounds=None, traced_build_run=None):
             for r in rows:
                 r["kernel_only_rounds_p50_us"] = [None if not p.get(r["step"]) else
                                                   round(_median(p[r["step"]]) / 1e3, 3) for _, p in by_round]
-        tb_kept = [x for x in tb_every.get(key, []) if int(x[0].get("round", 1)) == rounds.get(key)]
-        if tb_every:
-            _stretch(rows, tb_kept[0][1] if tb_kept else {}, tb_every.get(key, []), every.get(key, []))
+        kept_other = {}
+        for kind, runs in others.items():
+            kept_other[kind] = next((x for x in runs.get(key, []) if int(x[0].get("round", 1)) == rounds.get(key)),
+                                    None)
+            events = {x["id"]: x.get("events_mean") for x in summaries[0]["steps"]} if kind == "kernel" else None
+            crossstretch.add_rows(rows, kind, kept_other[kind][1] if kept_other[kind] else {}, runs.get(key, []),
+                                  every.get(key, []), events)
+        if "user" in others:
+            crossstretch.add_user_measured(rows, DIFFERS, AGREES)
         rtts = [rtt for _, _, _, rtt, _ in tr[key]]
         cases.append({"transport": t, "proc": proc, "size": size, "kernel_only_case": summaries[0]["case"],
                       "traced_case": parts[0][2], "runs": {"kernel_only": len(summaries), "traced": len(parts)},
@@ -457,15 +432,8 @@ def crosscheck(ko_runs, traced_runs, rounds=None, traced_build_run=None):
                       "traced_untraced_p50_us": _mid(rtts, "untraced_p50_us"),
                       "traced_rtt_p50_us": _mid(rtts, "traced_rtt_median_us"),
                       "prices": crossprices.case_prices(probes, parts[0][2], t, summaries), "rows": rows})
-        if tb_every:
-            c = cases[-1]
-            tb_p50 = tb_kept[0][0].get("program_p50_us") if tb_kept else None
-            c["traced_build_case"] = tb_kept[0][0]["case"] if tb_kept else None
-            c["traced_build_program_p50_us"] = tb_p50
-            c["user_stretch_program_us"] = (None if tb_p50 is None or c["kernel_only_program_p50_us"] is None
-                                            else round(tb_p50 - c["kernel_only_program_p50_us"], 3))
-            path = [r["user_stretch_us"] for r in rows if r["step"] in _PATH]
-            c["user_stretch_path_us"] = None if None in path or not path else round(sum(path), 3)
+        for kind, got in kept_other.items():
+            crossstretch.case_figures(cases[-1], rows, kind, got[0] if got else None)
     both = [r for c in cases for r in c["rows"] if r["verdict"] in (AGREES, DIFFERS)]
 
     def within(key):
@@ -485,10 +453,6 @@ def crosscheck(ko_runs, traced_runs, rounds=None, traced_build_run=None):
             "kernel_only_calls": target.get("calls")}
 
 
-def _f(v, nd=2):
-    return "-" if v is None else f"{v:.{nd}f}" if isinstance(v, float) else str(v)
-
-
 def render(doc):
     """The human table."""
     lines = [f"rpcscope crosscheck: kernel-only {doc['kernel_only_run']} beside tracepoint-based "
@@ -498,14 +462,15 @@ def render(doc):
              f"within {doc['tolerance_%']:g} %; corrected: {doc['agree_corrected']} of the "
              f"{doc['corrected_by_both']} both correct)"]
     for c in doc["cases"]:
-        stretch = "user_stretch_path_us" in c
+        stretch = [k for k in crossstretch.KINDS if f"{k}_stretch_path_us" in c]
         lines += ["", f"{c['transport'].upper()} {c['proc']} {c['size']} B (kernel-only {c['kernel_only_case']}, "
                       f"traced {c['traced_case']}): program p50 {_f(c['kernel_only_program_p50_us'], 1)} us "
                       f"untraced build under kernel tracing, {_f(c['traced_untraced_p50_us'], 1)} us untraced "
                       f"build alone; traced RTT p50 {_f(c['traced_rtt_p50_us'], 1)} us",
                   f"  {'step':<4} {'traced counterpart':<22} {'kernel us':>9} {'traced us':>9} {'calls':>5} "
                   f"{'diff':>7} {'marks':>5} {'kernel corr':>11} {'traced corr':>11} {'diff':>7}"
-                  + (f" {'user +':>7}" if stretch else "") + "  verdict"]
+                  + "".join(f" {k + ' +':>8}" for k in stretch)
+                  + (f" {'events':>6} {'ns/ev':>5}" if "kernel" in stretch else "") + "  verdict"]
         moves = [f"{r['step']} {min(v):.2f}-{max(v):.2f}" for r in c["rows"] if r["verdict"] in (AGREES, DIFFERS)
                  for v in [[x for x in r.get("kernel_only_rounds_p50_us") or [] if x is not None]] if len(v) > 1]
         if moves:
@@ -513,11 +478,8 @@ def render(doc):
                              f"apart would differ; the turns take it out): {', '.join(moves)}")
         if c.get("prices"):
             lines.insert(-1, crossprices.render(c["prices"]))
-        if stretch:
-            lines.insert(-1, f"  user +: the traced build's kernel-only run {c['traced_build_case']} less this one, us "
-                             f"(the same kernel events; what the user tracepoints add): "
-                             f"{_f(c['user_stretch_path_us'])} over K1..K11, {_f(c['user_stretch_program_us'])} on "
-                             f"the program's RTT p50")
+        for line in crossstretch.render_case(c):
+            lines.insert(-1, line)
         for r in c["rows"]:
             diff = "-" if r["diff_%"] is None else f"{r['diff_%']:+.1f}%"
             cdiff = "-" if r["corrected_diff_%"] is None else f"{r['corrected_diff_%']:+.1f}%"
@@ -525,7 +487,9 @@ def render(doc):
                          f"{_f(r['traced_p50_us']):>9} {_f(r['traced_calls'] or None):>5} {diff:>7} "
                          f"{_f(r['marks'], 0):>5} {_f(r['kernel_only_corrected_p50_us']):>11} "
                          f"{_f(r['traced_corrected_p50_us']):>11} {cdiff:>7}"
-                         + (f" {_f(r.get('user_stretch_us')):>7}" if stretch else "") + f"  {r['verdict']}"
+                         + "".join(f" {_f(r.get(k + '_stretch_us')):>8}" for k in stretch)
+                         + (f" {_f(r.get('events_per_call')):>6} {_f(r.get('kernel_stretch_per_event_ns'), 0):>5}"
+                            if "kernel" in stretch else "") + f"  {r['verdict']}"
                          + (f" ({r['verdict_on']})" if r["verdict"] in (AGREES, DIFFERS) else "")
                          + (f": {r['why']}" if r["verdict"] in (OTHER, NONE, DIFFERS) and r["why"] else ""))
     lines += [f"not compared: {u}" for u in doc["unpaired"]]
@@ -541,7 +505,10 @@ from its tracepoints and kernel events, the same sizes and transports):
                                      the kernel-only runs of that round (analysed on first use); with
                                      capture --kernel-only-traced-runs, what the user tracepoints add to
                                      each step (user +: the traced build's kernel-only run less the
-                                     untraced build's)
+                                     untraced build's); with --kernel-only-doubled-runs, where one more
+                                     recording of the kernel events lands (kernel +: the untraced build's
+                                     kernel-only run with every kernel event recorded twice less the
+                                     one recorded once, and per event the step is charged)
   rpcscope run --target reference --transport udp,tcp --sizes 0,1392,4016 --calls 2000 --out runs/ko
   rpcscope capture --transport udp,tcp --sizes 0,1392,4016 --calls 2000 --out runs/traced \\
       && rpcscope analyze runs/traced && rpcscope rtp runs/traced
@@ -568,23 +535,26 @@ def _runs(arg):
 
 
 def _embedded(run):
-    """(the kernel-only run, kept_rounds, the traced build's kernel-only run or None) of a capture made with
-    --turns --kernel-only-runs; each kernel-only run analyzed first where it has not been."""
+    """(the kernel-only run, kept_rounds, the traced build's kernel-only run or None, the doubled kernel-only
+    run or None) of a capture made with --turns --kernel-only-runs; each kernel-only run analyzed first where
+    it has not been."""
     rd = RunDir(run)
-    ko, tb = RunDir(rd.kernel_only_run), RunDir(rd.kernel_only_traced_run)
+    ko = RunDir(rd.kernel_only_run)
     if not rd.manifest_path.exists() or not ko.target_json.exists():
         raise UserError(f"{run} holds no kernel-only runs ({ko.target_json} is not there): give a capture made "
                         f"with `rpcscope capture --turns --kernel-only-runs`, or two runs: KERNEL_ONLY_RUN TRACED_RUN")
-    for x in (ko, tb):
+    got = []
+    for x in (RunDir(d) for d in rd.kernel_only_runs()):
         if x.target_json.exists() and not x.kernelonly_json.exists():
             analyze_run(x.path, quiet=True)
-    return ko.path, kept_rounds(run), tb.path if tb.target_json.exists() else None
+        got.append(x.path if x.target_json.exists() else None)
+    return got[0], kept_rounds(run), got[1], got[2]
 
 
 def cmd_crosscheck(args):
     if args.traced is None:
-        ko_run, rounds, tb_run = _embedded(args.kernel_only)
-        doc = crosscheck([ko_run], [args.kernel_only], rounds, tb_run)
+        ko_run, rounds, tb_run, dbl_run = _embedded(args.kernel_only)
+        doc = crosscheck([ko_run], [args.kernel_only], rounds, tb_run, dbl_run)
     else:
         doc = crosscheck(_runs(args.kernel_only), _runs(args.traced))
     if not doc["cases"]:

@@ -16,9 +16,10 @@ each interval (crosscheck `user +`), where that cost lands.
     case_prices(probes, "tcp-maxarg-0", "tcp", summaries)  # dict (crosscheck --json cases[].prices) or None
 """
 import json
-import statistics
 
 from rpcscope.rundir import RunDir
+
+from .crossstretch import median as _median
 
 
 def traced_probes(runs):
@@ -31,11 +32,6 @@ def traced_probes(runs):
             doc = {}
         out.append(doc if isinstance(doc, dict) else {})
     return out
-
-
-def _median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def _traced(probe, case, transport):

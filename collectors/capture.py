@@ -34,7 +34,9 @@ import uuid
 from rpcscope.interrupts import interruptible, uninterrupted
 from rpcscope.output import UserError
 from rpcscope.rundir import (
+    KERNEL_ONLY_DOUBLED_RUN,
     KERNEL_ONLY_RUN,
+    KERNEL_ONLY_RUNS,
     KERNEL_ONLY_TRACED_RUN,
     MANIFEST_FORMAT,
     SWEEP_SETTLE_ROUNDS,
@@ -541,12 +543,16 @@ class Capture(RpcRuns, Tracing, Sweeps):
         return self.manifest
 
     def write_kernel_only_runs(self):
-        """Each build's kernel-only runs' target.json, which makes kernelonly/ and kernelonly-traced/
-        target runs of their own (`rpcscope analyze RUN/kernelonly`, `rpcscope crosscheck RUN`)."""
+        """Each kind of kernel-only runs' target.json, which makes kernelonly/ (and kernelonly-traced/,
+        kernelonly-doubled/) target runs of their own (`rpcscope analyze RUN/kernelonly`, `rpcscope
+        crosscheck RUN`)."""
         made_by = {"kernelonly": "--kernel-only-runs: the untraced build's runs taking turns with the traced ones",
                    "kernelonly-traced": "--kernel-only-runs --kernel-only-traced-runs: the traced build's runs, its "
                                         "user tracepoints recording, taking turns with the traced ones (its probe "
-                                        "calibration's neighbour: the same round's user-only run, --user-only-runs)"}
+                                        "calibration's neighbour: the same round's user-only run, --user-only-runs)",
+                   "kernelonly-doubled": "--kernel-only-runs --kernel-only-doubled-runs: the untraced build's runs, "
+                                         "every kernel event recorded twice (a second pair of tracefs instances, "
+                                         "its rings discarded), taking turns with the traced ones"}
         for kind in self.kernel_only_kinds():
             cases = self.kernel_only_cases.get(kind, [])
             rounds = max((c.rounds for c in cases), default=1)
@@ -554,8 +560,10 @@ class Capture(RpcRuns, Tracing, Sweeps):
                                        cases, made_by=f"rpcscope capture --turns {made_by[kind]}")
             self.kernel_only_run_dir(kind).joinpath(TARGET_JSON).write_text(json.dumps(doc, indent=1))
         self.manifest["kernel_only_run"] = KERNEL_ONLY_RUN
-        if len(self.kernel_only_kinds()) > 1:
+        if KERNEL_ONLY_TRACED_RUN in self.kernel_only_kinds():
             self.manifest["kernel_only_traced_run"] = KERNEL_ONLY_TRACED_RUN
+        if KERNEL_ONLY_DOUBLED_RUN in self.kernel_only_kinds():
+            self.manifest["kernel_only_doubled_run"] = KERNEL_ONLY_DOUBLED_RUN
 
     def cleanup(self):
         if self.perf:
@@ -582,8 +590,8 @@ class Capture(RpcRuns, Tracing, Sweeps):
         for f in self.out.rglob("perf-*.fifo"):
             f.unlink(missing_ok=True)
         if not (self.manifest or {}).get("complete"):  # kernel-only runs are kept only with every one of them
-            for d in (self.rundir.kernel_only_run, self.rundir.kernel_only_traced_run):
-                shutil.rmtree(d, ignore_errors=True)
+            for kind in KERNEL_ONLY_RUNS:
+                shutil.rmtree(self.rundir.path / kind, ignore_errors=True)
         for case in (self.manifest or {}).get("cases", []):
             if not case.get("complete"):           # interrupted before its round was kept: nothing to keep
                 self.discard(self.out / case["dir"])

@@ -109,6 +109,10 @@ def add_common(ap, default_calls, default_sizes):
                          "user tracepoints add to each step (`rpcscope crosscheck RUN`, column user +). Its UST "
                          "session disturbs the round's other runs (analysis/TARGET.md): take the cross-check's "
                          "verdict from a capture without it")
+    ap.add_argument("--kernel-only-doubled-runs", action="store_true",
+                    help="with --kernel-only-runs: one more run of each case a round, the untraced build with every "
+                         "kernel event recorded twice (RUN/kernelonly-doubled/): where one more recording of the "
+                         "kernel events lands, interval by interval (`rpcscope crosscheck RUN`, column kernel +)")
     ap.add_argument("--turn-calls", type=int, default=cap.TURN_CALLS, metavar="N",
                     help=f"with --turns: the calls of a turn (default {cap.TURN_CALLS})")
     ap.add_argument("--calibration-calls", type=int, default=3000,
@@ -131,6 +135,7 @@ def params_from(args):
         "user_only_runs": args.user_only_runs, "keep_perf_data": args.keep_perf_data,
         "clock_reads": args.clock_reads, "turns": args.turns, "turn_calls": args.turn_calls,
         "kernel_only_runs": args.kernel_only_runs, "kernel_only_traced_runs": args.kernel_only_traced_runs,
+        "kernel_only_doubled_runs": args.kernel_only_doubled_runs,
         "replace": args.replace,
         "holdout": cap.parse_sizes(args.holdout, "--holdout") if getattr(args, "holdout", None) else [],
     }
@@ -149,6 +154,9 @@ def params_from(args):
     if p["kernel_only_traced_runs"] and not p["kernel_only_runs"]:
         raise UserError("--kernel-only-traced-runs: the traced build's kernel-only runs are set beside the untraced "
                         "build's; add --turns --kernel-only-runs")
+    if p["kernel_only_doubled_runs"] and not p["kernel_only_runs"]:
+        raise UserError("--kernel-only-doubled-runs: the doubled kernel-only runs are set beside the kernel-only "
+                        "runs; add --turns --kernel-only-runs")
     if p["turns"] and getattr(args, "inventory", None):
         raise UserError("--turns: the local testbed only (one kernel switches every tracer); drop --inventory")
     if not 1 <= args.repeats <= 15:

@@ -9,7 +9,7 @@ import subprocess
 
 from rpcscope import ROOT, packets, testbed, units
 from rpcscope.output import UserError
-from rpcscope.rundir import RunDir
+from rpcscope.rundir import KERNEL_ONLY_RUNS, RunDir
 
 from . import ftrace, idle, lttng, perf
 from .rounds import EXTRA_SWEEP_SECONDS, MAX_EXTRA_ROUNDS
@@ -48,9 +48,11 @@ TURN_CALLS = 20
 # switching, at the others' pace.
 TRACED_TURN_EVERY = 5
 # The kernel-only runs of a round (capture --turns --kernel-only-runs), recorded as `rpcscope run --target
-# reference` records a case: the untraced build, and the traced build with its user tracepoints recording.
-# The two see the same kernel events; what differs between their steps is the user tracepoints' doing.
-KERNEL_ONLY_KINDS = ("kernelonly", "kernelonly-traced")
+# reference` records a case, each kind into the run directory of its name: the untraced build; the traced
+# build with its user tracepoints recording (the same kernel events: what differs between their steps is
+# the user tracepoints' doing); the untraced build with every kernel event recorded twice (what differs is
+# one more recording of the kernel events).
+KERNEL_ONLY_KINDS = KERNEL_ONLY_RUNS
 TURN_CALLS_RANGE = (1, 10000)
 # `rpcscope run`'s rounds taking turns. Seven, not nine: every round counts (a median of the rounds'
 # figures, each over its case's factor), and their noise is 0.4-0.8 % a size with nine; on a slow

@@ -268,9 +268,9 @@ class Sweeps:
             cid, kind, res = m.case["id"], m.kind, m.res
             if kind in KERNEL_ONLY_KINDS:
                 # The probe calibration's neighbour: the same build without kernel events, in this round.
-                like = "untraced" if kind == "kernelonly" else "ust"
+                like = "ust" if kind == "kernelonly-traced" else "untraced"
                 plain = next((x.res for x in members if x.case is m.case and x.kind == like), None)
-                if kind != "kernelonly":
+                if kind == "kernelonly-traced":
                     shutil.rmtree(m.ust, ignore_errors=True)    # its user events are only its probe
                 self.kernel_only_case(m, plain, r, rounds)
                 continue
@@ -300,7 +300,8 @@ class Sweeps:
         prefix = []
         if kind in KERNEL_ONLY_KINDS:
             m.ko = target.KernelOnlyRecording([self.hosts[role]["ifname"] for role in ("client", "server")],
-                                              tag=f"rpcscope-ko-{os.getpid()}-{index}")
+                                              tag=f"rpcscope-ko-{os.getpid()}-{index}",
+                                              copies=2 if kind == "kernelonly-doubled" else 1)
             m.ko.start()
             prefix = m.ko.holder()
         port = self.next_port()
@@ -341,14 +342,17 @@ class Sweeps:
         return self.kernel_only_run_dir(kind) / "cases" / cid
 
     def kernel_only_kinds(self):
-        """The kernel-only runs of a round: the untraced build's (--kernel-only-runs), and the traced build's
-        (--kernel-only-traced-runs)."""
-        return KERNEL_ONLY_KINDS if self.p.get("kernel_only_traced_runs") else KERNEL_ONLY_KINDS[:1]
+        """The kernel-only runs of a round: the untraced build's (--kernel-only-runs), the traced build's
+        (--kernel-only-traced-runs), the untraced build's with every kernel event recorded twice
+        (--kernel-only-doubled-runs)."""
+        flags = (True, self.p.get("kernel_only_traced_runs"), self.p.get("kernel_only_doubled_runs"))
+        return tuple(k for k, on in zip(KERNEL_ONLY_KINDS, flags) if on)
 
     def kernel_only_run_dir(self, kind):
-        """The target run of a kind of kernel-only runs: RUN/kernelonly/ (the untraced build),
-        RUN/kernelonly-traced/ (the traced build)."""
-        return self.rundir.kernel_only_run if kind == "kernelonly" else self.rundir.kernel_only_traced_run
+        """The target run of a kind of kernel-only runs: RUN/KIND/ (RUN/kernelonly/: the untraced build;
+        RUN/kernelonly-traced/: the traced build; RUN/kernelonly-doubled/: the untraced build, its kernel
+        events recorded twice)."""
+        return self.rundir.path / kind
 
     def kernel_only_case(self, m, plain, r, rounds):
         """Round r's kernel-only run m of a case, its traces already in m.dir: the client's report, the

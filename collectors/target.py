@@ -150,10 +150,6 @@ class ProgramRecorder(ftrace.FtraceRecorder):
     def pid_file(self):
         return self.path / "set_event_pid"
 
-    def holder(self):
-        """argv prefix: a shell that puts itself in the pid list, then execs the rest of the argv."""
-        return ["sh", "-c", f'echo $$ >> {self.pid_file} && exec "$@"', "rpcscope-target"]
-
 
 class NetRecorder(ftrace.FtraceRecorder):
     """The device events on the hosts' interfaces, and the switches out of the idle task."""
@@ -175,29 +171,44 @@ class KernelOnlyRecording:
     `run --target` records each case with one (_one_case). `capture --turns --kernel-only-runs` records
     each of its kernel-only runs with one, resumed only in that run's turns (collectors/sweeps.py), so
     that the untraced build's kernel-only steps and the traced build's tracepoint-based ones come from
-    the same moments of the host (analysis/crosscheck.py)."""
+    the same moments of the host (analysis/crosscheck.py).
 
-    def __init__(self, devices, extra_events=(), tag=None):
+    copies=2 records every event twice: a second pair of instances, made, filtered, resumed and paused
+    as the first, whose rings are discarded. Each instance registers its own probe on a tracepoint, so
+    every event's recording (ring reserve, clock read, copy, commit) runs twice, while the analysed
+    trace is the first pair's, the same as with one copy. How much each interval between two events
+    grows is where one more recording of the kernel events lands (capture --kernel-only-doubled-runs)."""
+
+    def __init__(self, devices, extra_events=(), tag=None, copies=1):
         tag = tag or f"rpcscope-target-{os.getpid()}"
         self.devices = list(devices)             # [the client host's interface, the server host's]
-        self.progs = ProgramRecorder(program_events() + list(extra_events), name=f"{tag}-p")
-        self.net = NetRecorder(list(NET) + [IDLE_SWITCH], self.devices, buffer_kb=BUFFER_KB, name=f"{tag}-n",
-                               record_tgid=False, events_off_while_paused=True)
+        events = program_events() + list(extra_events)
+        self.progs_all = [ProgramRecorder(events, name=f"{tag}-p" + (f"{i + 1}" if i else ""))
+                          for i in range(copies)]
+        self.net_all = [NetRecorder(list(NET) + [IDLE_SWITCH], self.devices, buffer_kb=BUFFER_KB,
+                                    name=f"{tag}-n" + (f"{i + 1}" if i else ""), record_tgid=False,
+                                    events_off_while_paused=True) for i in range(copies)]
+        self.progs, self.net = self.progs_all[0], self.net_all[0]     # the analysed pair
         self.poller = SocketPoller()
         self._polling = False
 
+    def _instances(self):
+        return self.progs_all + self.net_all
+
     def start(self):
-        """Make both instances, their events off."""
+        """Make every instance, their events off."""
         try:
-            self.progs.start()
-            self.net.start()
+            for rec in self._instances():
+                rec.start()
         except BaseException:
             self.stop()
             raise
 
     def holder(self):
-        """argv prefix that puts a program (and every thread and child it makes) in the programs instance."""
-        return self.progs.holder()
+        """argv prefix that puts a program (and every thread and child it makes) in every programs instance:
+        a shell that appends its own pid to each one's set_event_pid, then execs the rest of the argv."""
+        files = " && ".join(f"echo $$ >> {rec.pid_file}" for rec in self.progs_all)
+        return ["sh", "-c", f'{files} && exec "$@"', "rpcscope-target"]
 
     def watch(self, pids, client=False):
         """Poll these pids' sockets (the poller starts with the first watch)."""
@@ -207,12 +218,12 @@ class KernelOnlyRecording:
         self.poller.watch(pids, client=client)
 
     def resume(self):
-        self.progs.resume()
-        self.net.resume()
+        for rec in self._instances():
+            rec.resume()
 
     def pause(self):
-        self.progs.pause()
-        self.net.pause()
+        for rec in self._instances():
+            rec.pause()
 
     def finish(self, case_dir, client_pid, server_pids):
         """Stop polling; the rings into case_dir/programs and case_dir/net (raw, and decoded as the analysis
@@ -229,11 +240,11 @@ class KernelOnlyRecording:
         return lost
 
     def stop(self):
-        """Stop polling and remove both instances; idempotent."""
+        """Stop polling and remove every instance; idempotent."""
         if self._polling:
             self.poller.stop()
-        self.progs.stop()
-        self.net.stop()
+        for rec in self._instances():
+            rec.stop()
 
 
 class TracedServers(systems.Servers):

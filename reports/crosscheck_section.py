@@ -12,7 +12,9 @@ from .objects import Section, Table
 COLUMNS = ["case", "step", "traced counterpart", "kernel-only p50 µs", "traced p50 µs", "diff %",
            "kernel-only p50 over the rounds µs",
            "kernel-only corrected µs", "traced corrected µs", "corrected diff %",
-           "user tracepoints add µs", "verdict", "why"]
+           "user tracepoints add µs", "kernel events twice add µs", "verdict", "why"]
+LANDS_COLUMNS = ["case", "over K1..K11 µs", "on the program's p50 µs", "events a call in the intervals holding them",
+                 "in those intervals µs", "in those intervals per event ns", "in the intervals holding none µs"]
 PRICE_COLUMNS = ["case", "traced solve: user event ns", "traced solve: kernel event ns", "how it solved",
                  "kernel-only: kernel event ns", "traced probe effect µs", "user events on the path",
                  "kernel events on the path", "left a user event ns"]
@@ -21,14 +23,16 @@ PRICE_COLUMNS = ["case", "traced solve: user event ns", "traced solve: kernel ev
 def load(path):
     """(the cross-check of a capture's kernel-only runs, or None; what is missing for it, or "")."""
     rd = RunDir(path)
-    ko, tb = RunDir(rd.kernel_only_run), RunDir(rd.kernel_only_traced_run)
+    ko, tb, dbl = (RunDir(d) for d in rd.kernel_only_runs())
     if not ko.target_json.exists():
         return None, ""
-    if not rd.rtp_json.exists() or any(x.target_json.exists() and not x.kernelonly_json.exists() for x in (ko, tb)):
+    if not rd.rtp_json.exists() or any(x.target_json.exists() and not x.kernelonly_json.exists()
+                                       for x in (ko, tb, dbl)):
         return None, (f"the cross-check of the kernel-only runs in {ko.path}: run `rpcscope analyze {path}` and "
                       f"`rpcscope rtp {path}`")
     try:
-        return crosscheck([ko.path], [path], kept_rounds(path), tb.path if tb.target_json.exists() else None), ""
+        return crosscheck([ko.path], [path], kept_rounds(path), *(x.path if x.target_json.exists() else None
+                                                                  for x in (tb, dbl))), ""
     except UserError as e:
         return None, f"the cross-check of the kernel-only runs: {e}"
 
@@ -63,7 +67,9 @@ def section(doc):
         f"bound another interval or have no counterpart, which their why column names. Beside each, the kernel-only "
         f"step's median in every round of the capture: how far runs apart would differ, which the turns take out; "
         f"and, where the capture recorded the traced build from kernel events alone too, how much longer the step "
-        f"is in that build, whose kernel events are the same: what its user tracepoints add to the step.")
+        f"is in that build, whose kernel events are the same: what its user tracepoints add to the step; and, "
+        f"where it recorded the untraced build with every kernel event recorded twice, how much longer the step "
+        f"is then: where one more recording of the kernel events lands.")
     rows = []
     for c in doc["cases"]:
         for r in c["rows"]:
@@ -75,6 +81,7 @@ def section(doc):
                          "traced corrected µs": _us(r["traced_corrected_p50_us"]),
                          "corrected diff %": _pct(r["corrected_diff_%"]),
                          "user tracepoints add µs": _us(r.get("user_stretch_us")),
+                         "kernel events twice add µs": _us(r.get("kernel_stretch_us")),
                          "verdict": r["verdict"] + (f" ({r['verdict_on']})" if r["verdict"] in (AGREES, DIFFERS)
                                                     else ""),
                          "why": r["why"] or ""})
@@ -100,4 +107,20 @@ def section(doc):
         s.items.append(Table("Cross-check: the probe prices behind the corrections", PRICE_COLUMNS, prices,
                              f"rpcscope crosscheck {doc['traced_run']} --json: cases[].prices (traced: "
                              f"analysis/probe.json; kernel-only: analysis/kernelonly.json cases[].probe)"))
+    lands = [{"case": f"{c['transport'].upper()} {c['size']} B",
+              "over K1..K11 µs": _us(c["kernel_stretch_path_us"]),
+              "on the program's p50 µs": _us(c.get("kernel_stretch_program_us")),
+              "events a call in the intervals holding them": _us(c.get("kernel_stretch_events_per_call")),
+              "in those intervals µs": _us(c.get("kernel_stretch_in_place_us")),
+              "in those intervals per event ns": _ns(c.get("kernel_stretch_in_place_per_event_ns")),
+              "in the intervals holding none µs": _us(c.get("kernel_stretch_elsewhere_us"))}
+             for c in doc["cases"] if c.get("kernel_stretch_path_us") is not None]
+    if lands:
+        s.items.append(
+            "Where one more recording of the kernel events lands: the kernel-only run with every kernel event "
+            "recorded twice less the kernel-only run, over the intervals K1..K11, set apart into the intervals "
+            "that hold the kernel-only analysis's charged events and those that hold none "
+            "(analysis/crossstretch.py).")
+        s.items.append(Table("Cross-check: where a kernel event's recording lands", LANDS_COLUMNS, lands,
+                             f"rpcscope crosscheck {doc['traced_run']} --json: cases[].kernel_stretch_*"))
     return s

@@ -31,6 +31,9 @@ Layout (format 1):
     kernelonly-traced/              with --kernel-only-traced-runs, the same for the traced build, its user
                                     tracepoints recording: the same kernel events with and without them
                                     (`rpcscope crosscheck RUN` sets the two builds' steps side by side)
+    kernelonly-doubled/             with --kernel-only-doubled-runs, the untraced build's runs again, each
+                                    kernel event recorded twice: where one more recording of the kernel
+                                    events lands (`rpcscope crosscheck RUN`, column kernel +)
     report/index.html, report.md    `rpcscope report`
 
 A run of an RPC rpcscope did not write (`rpcscope run --target`, rpcscope/target_run.py) has no manifest:
@@ -86,6 +89,8 @@ KERNELONLY_FORMAT = "rpcscope-kernelonly/1"
 FIRST_SCREEN_TXT = "first-screen.txt"        # in report/
 KERNEL_ONLY_RUN = "kernelonly"               # a capture's kernel-only runs (capture --kernel-only-runs)
 KERNEL_ONLY_TRACED_RUN = "kernelonly-traced"  # ... of its traced build, its user tracepoints recording
+KERNEL_ONLY_DOUBLED_RUN = "kernelonly-doubled"  # ... of the untraced build, every kernel event recorded twice
+KERNEL_ONLY_RUNS = (KERNEL_ONLY_RUN, KERNEL_ONLY_TRACED_RUN, KERNEL_ONLY_DOUBLED_RUN)
 
 
 def model_name(transport):
@@ -188,6 +193,16 @@ class RunDir:
         """The target run of a capture's kernel-only runs of the traced build, its user tracepoints
         recording (capture --turns --kernel-only-runs)."""
         return self.path / KERNEL_ONLY_TRACED_RUN
+
+    def kernel_only_runs(self):
+        """The capture's kernel-only target runs of every kind (KERNEL_ONLY_RUNS), there or not."""
+        return [self.path / kind for kind in KERNEL_ONLY_RUNS]
+
+    @property
+    def kernel_only_doubled_run(self):
+        """The target run of a capture's kernel-only runs of the untraced build with every kernel event
+        recorded twice (capture --turns --kernel-only-runs --kernel-only-doubled-runs)."""
+        return self.path / KERNEL_ONLY_DOUBLED_RUN
 
     @property
     def kernelonly_json(self):

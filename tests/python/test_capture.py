@@ -409,7 +409,8 @@ def test_second_capture_into_the_run_refuses(run):
 
 
 @pytest.mark.parametrize("kernel", ["perf", "ftrace", "ftrace --turns",
-                                    "ftrace --turns --kernel-only-runs --kernel-only-traced-runs"])
+                                    "ftrace --turns --kernel-only-runs --kernel-only-traced-runs "
+                                    "--kernel-only-doubled-runs"])
 def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path, kernel, signal_when_ready):
     out = tmp_path / "interrupted"
     # The capture is started with SIGINT ignored, as a background job of a script gets it: it must
@@ -424,7 +425,8 @@ def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path, kernel, s
     def recording():
         # In the middle of a traced run: the capture's perf (or tracefs instance) and the run's UST session record.
         kernel_on = (out / ".perf" / "kernel.perf.data").exists() if kernel == "perf" else bool(ftrace_instances())
-        kernel_only = "kernel-only" not in kernel or any("-ko-" in n for n in ftrace_instances())
+        # and, with doubled kernel-only runs, a second pair of a kernel-only run's instances
+        kernel_only = "kernel-only" not in kernel or any("-ko-" in n and n.endswith("-p2") for n in ftrace_instances())
         return kernel_on and kernel_only and any(n.startswith("rpcs-capture-") for n in clttng.session_names())
 
     try:
@@ -444,5 +446,5 @@ def test_interrupted_capture_leaves_nothing_running(testbed, tmp_path, kernel, s
     assert capture_leftovers(out) == []
     assert not list(out.rglob("*.perf.data*")) and not (out / ".perf").exists()   # no perf data kept
     assert not list(out.rglob("repeat-*"))     # nor an incomplete case's rounds
-    # nor kernel-only runs of either build, kept only with every one of them
-    assert not (out / "kernelonly").exists() and not (out / "kernelonly-traced").exists()
+    # nor kernel-only runs of any kind, kept only with every one of them
+    assert not any((out / kind).exists() for kind in ("kernelonly", "kernelonly-traced", "kernelonly-doubled"))

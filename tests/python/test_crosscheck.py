@@ -75,9 +75,10 @@ def test_bad_input_fails_with_one_line(tmp_path):
             p.stderr
     p = rpcscope("capture", "--kernel-only-runs", "--out", str(tmp_path / "c"), check=False)
     assert p.returncode == 2 and "add --turns" in p.stderr and not (tmp_path / "c").exists(), p.stderr
-    p = rpcscope("capture", "--turns", "--kernel-only-traced-runs", "--out", str(tmp_path / "c"), check=False)
-    assert p.returncode == 2 and "add --turns --kernel-only-runs" in p.stderr and not (tmp_path / "c").exists(), \
-        p.stderr
+    for flag in ("--kernel-only-traced-runs", "--kernel-only-doubled-runs"):
+        p = rpcscope("capture", "--turns", flag, "--out", str(tmp_path / "c"), check=False)
+        assert p.returncode == 2 and "add --turns --kernel-only-runs" in p.stderr and not (tmp_path / "c").exists(), \
+            p.stderr
 
 
 def test_a_case_the_kernel_only_analysis_left_out_is_named_with_its_reason(tmp_path):
@@ -155,22 +156,22 @@ def test_crosscheck_on_a_reduced_pair(testbed, tmp_path):
              "--warmup", str(WARMUP), "--out", str(ko), timeout=600)
     rpcscope("capture", "--out", str(tr), "--transport", transports, "--sizes", sizes, "--calls", str(CALLS),
              "--warmup", str(WARMUP), "--repeats", "2", "--turns", "--kernel-only-runs", "--kernel-only-traced-runs",
-             "--calibration", "quick",
+             "--kernel-only-doubled-runs", "--calibration", "quick",
              timeout=900)
     p = rpcscope("analyze", str(tr), timeout=600)
-    inside, traced_build = tr / "kernelonly", tr / "kernelonly-traced"
-    for d in (inside, traced_build):
+    inside, traced_build, doubled = tr / "kernelonly", tr / "kernelonly-traced", tr / "kernelonly-doubled"
+    for d in (inside, traced_build, doubled):
         assert f"kernel-only runs: 4 case(s) analysed in {d}" in p.stdout, p.stdout
     rpcscope("rtp", str(tr), timeout=600)
     check_table(ko, tr, CALLS)
     assert json.loads((inside / "target.json").read_text())["rounds"] == 2
-    for d in (inside, traced_build):
+    for d in (inside, traced_build, doubled):
         assert sorted(p.name for p in (d / "cases").iterdir()) == \
             [f"{t}-maxarg-0-r{r}" for t in ("tcp", "udp") for r in (1, 2)]
     # the traced build's runs leave no user trace behind: only their kernel events are analysed
     assert not list(traced_build.glob("cases/*/ust-*"))
-    shutil.rmtree(inside / "analysis")
-    shutil.rmtree(traced_build / "analysis")
+    for d in (inside, traced_build, doubled):
+        shutil.rmtree(d / "analysis")
     check_table(inside, tr, CALLS, one=True)            # analyzes kernelonly/ on first use
     doc = json.loads(rpcscope("crosscheck", str(tr), "--json").stdout)
     kept = json.loads((tr / "manifest.json").read_text())["sweeps"]
@@ -205,20 +206,39 @@ def test_crosscheck_on_a_reduced_pair(testbed, tmp_path):
                 "path_kernel_events"] * pr["kernel_only_event_ns"]) / pr["path_user_events"], rel=0.01, abs=5), pr
         assert c["user_stretch_program_us"] == pytest.approx(
             c["traced_build_program_p50_us"] - c["kernel_only_program_p50_us"], abs=0.002), c
+        # where one more recording of the kernel events lands: the doubled run less the kernel-only run, step by
+        # step, and per event the kernel-only analysis charges the step
+        assert c["doubled_case"] == c["kernel_only_case"], c
+        evs = 0.0
+        for row in path:
+            assert row["kernel_stretch_us"] == pytest.approx(
+                row["kernel_only_doubled_p50_us"] - row["kernel_only_p50_us"], abs=0.002), row
+            assert len(row["kernel_stretch_rounds_us"]) == 2, row
+            if row["events_per_call"]:
+                assert row["kernel_stretch_per_event_ns"] == pytest.approx(
+                    1e3 * row["kernel_stretch_us"] / row["events_per_call"], abs=0.1), row
+            evs += row["events_per_call"] or 0.0
+        assert c["kernel_stretch_path_us"] == pytest.approx(sum(row["kernel_stretch_us"] for row in path), abs=0.01)
+        assert c["kernel_stretch_events_per_call"] == pytest.approx(evs, abs=0.01) and evs > 0, c
+        assert c["kernel_stretch_per_event_ns"] == pytest.approx(1e3 * c["kernel_stretch_path_us"] / evs, abs=0.1), c
     out = rpcscope("crosscheck", str(tr)).stdout
     assert "the kernel-only medians over the capture's 2 rounds" in out and "user +: the traced build's" in out, out
+    assert "kernel +: the kernel-only run" in out and "events a call the kernel-only analysis charges" in out, out
     two = json.loads(rpcscope("crosscheck", str(ko), str(tr), "--json").stdout)
     assert all(c["rounds"] is None and "kernel_only_rounds_p50_us" not in c["rows"][0]
-               and "user_stretch_path_us" not in c for c in two["cases"])
+               and "user_stretch_path_us" not in c and "kernel_stretch_path_us" not in c for c in two["cases"])
     # the capture's report has the same table
     p = rpcscope("report", str(tr), "--out", str(tmp_path / "tr-report"), "--json")
     head = json.loads(p.stdout)["summary"]
     assert head["crosscheck"]["bound_by_both"] == doc["bound_by_both"] and head["crosscheck"]["agree"] == doc["agree"]
     md = (tmp_path / "tr-report" / "report.md").read_text()
-    rows = [ln for ln in md.split("### Cross-check: kernel-only and tracepoint-based step medians", 1)[1].splitlines()
-            if ln.startswith("| ") and ("UDP 0 B" in ln or "TCP 0 B" in ln)]
+    table = md.split("### Cross-check: kernel-only and tracepoint-based step medians", 1)[1].split("\n### ", 1)[0]
+    rows = [ln for ln in table.splitlines() if ln.startswith("| ") and ("UDP 0 B" in ln or "TCP 0 B" in ln)]
     assert len(rows) == 2 * len(kernel_steps()), rows
     assert ("### Cross-check: the probe prices behind the corrections" in md) == any(c["prices"] for c in doc["cases"])
+    table = md.split("### Cross-check: where a kernel event's recording lands", 1)[1].split("\n### ", 1)[0]
+    lands = [ln for ln in table.splitlines() if ln.startswith("| ") and ("UDP 0 B" in ln or "TCP 0 B" in ln)]
+    assert len(lands) == 2, md
     check_target_report(ko, tmp_path / "report")
     # the kernel-only run measured its probe (untraced runs beside the traced one) and corrects its steps
     doc = json.loads(rpcscope("crosscheck", str(ko), str(tr), "--json").stdout)

@@ -1,0 +1,125 @@
+"""What one more thing recorded adds to each kernel-only interval: a capture's extra kernel-only runs
+beside its untraced build's kernel-only runs (RUN/kernelonly/), case by case and round by round
+(`rpcscope capture --turns --kernel-only-runs` with the flags below; `rpcscope crosscheck RUN`).
+
+    user +    RUN/kernelonly-traced/ (--kernel-only-traced-runs) less RUN/kernelonly/: the traced
+              build, its user tracepoints recording, under the same kernel events
+    kernel +  RUN/kernelonly-doubled/ (--kernel-only-doubled-runs) less RUN/kernelonly/: the untraced
+              build, every kernel event recorded a second time (collectors/target.py
+              KernelOnlyRecording copies=2)
+
+Each K step's stretch is the other run's median less the kernel-only run's, in the kept round, with
+every round's difference beside it. A kernel event bounds the intervals on either side of it, and its
+recording (ring reserve, clock read, copy, commit) runs partly before and partly after the clock read
+that timestamps it. The kernel-only analysis charges each event to one interval (its events_mean,
+analysis/kernelonly.py step 6) and corrects the interval by the events it charges it. kernel + divided
+by those events, interval by interval, is what one more recording of a charged event adds to its own
+interval: where that figure is the same in every interval, the charge in place is where the recording's
+cost lands; an interval charged no event that still stretches holds cost that landed outside its events'
+own intervals.
+"""
+import statistics
+
+from rpcscope.tracepoints.targetsteps import kernel_steps
+
+_PATH = {k.id for k in kernel_steps() if k.rtp}      # K1..K11: one exchange's round trip, end to end
+
+# The extra runs: kind -> (the other run's name in the rows' and cases' fields)
+KINDS = {"user": "traced_build", "kernel": "doubled"}
+
+
+def median(xs):
+    """The median of the figures that are there, None if none is."""
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def add_rows(rows, kind, other_kept, other_rounds, ko_rounds, events=None):
+    """Add to each row (analysis/crosscheck.py _row) the other run's kernel-only median in the kept round
+    and the stretch, KIND_stretch_us (its median less the kernel-only run's), with every round's
+    (KIND_stretch_rounds_us). other_kept: {step: [ns per call]} of the kept round; other_rounds, ko_rounds:
+    [(summary, {step: [ns per call]})] of each round, each run. events: {step: the kernel-only run's mean
+    charged events a call} (kernel: each row's stretch per event, kernel_stretch_per_event_ns)."""
+    field = f"kernel_only_{KINDS[kind]}_p50_us"
+    oth = {int(s.get("round", 1)): p for s, p in other_rounds}
+    ko = {int(s.get("round", 1)): p for s, p in ko_rounds}
+    for r in rows:
+        o = median(other_kept.get(r["step"], []))
+        r[field] = None if o is None else round(o / 1e3, 3)
+        base = r["kernel_only_p50_us"]
+        r[f"{kind}_stretch_us"] = None if o is None or base is None else round(o / 1e3 - base, 3)
+        per = []
+        for k in sorted(set(oth) & set(ko)):
+            a, b = median(oth[k].get(r["step"], [])), median(ko[k].get(r["step"], []))
+            per.append(None if a is None or b is None else round((a - b) / 1e3, 3))
+        r[f"{kind}_stretch_rounds_us"] = per
+        if events is not None:
+            n, s = events.get(r["step"]), r[f"{kind}_stretch_us"]
+            r["events_per_call"] = n
+            r[f"{kind}_stretch_per_event_ns"] = round(1e3 * s / n, 1) if n and s is not None else None
+
+
+def case_figures(case, rows, kind, other_summary):
+    """Add to a case the other run's case and program p50, and KIND_stretch over K1..K11 and on the
+    program's RTT p50; for kernel, the stretch of the intervals holding events and of those holding none."""
+    p50 = (other_summary or {}).get("program_p50_us")
+    case[f"{KINDS[kind]}_case"] = (other_summary or {}).get("case")
+    case[f"{KINDS[kind]}_program_p50_us"] = p50
+    base = case["kernel_only_program_p50_us"]
+    case[f"{kind}_stretch_program_us"] = None if p50 is None or base is None else round(p50 - base, 3)
+    path = [r for r in rows if r["step"] in _PATH]
+    vals = [r[f"{kind}_stretch_us"] for r in path]
+    case[f"{kind}_stretch_path_us"] = None if None in vals or not vals else round(sum(vals), 3)
+    if kind == "kernel" and case["kernel_stretch_path_us"] is not None:
+        evs = sum(r.get("events_per_call") or 0.0 for r in path)
+        per = [r["kernel_stretch_per_event_ns"] for r in path if (r.get("events_per_call") or 0) >= 0.5
+               and r["kernel_stretch_per_event_ns"] is not None]
+        none = [r["kernel_stretch_us"] for r in path if (r.get("events_per_call") or 0) < 0.5]
+        case["kernel_stretch_events_per_call"] = round(evs, 2)
+        case["kernel_stretch_per_event_ns"] = round(1e3 * case["kernel_stretch_path_us"] / evs, 1) if evs else None
+        case["kernel_stretch_per_event_range_ns"] = [min(per), max(per)] if per else None
+        case["kernel_stretch_eventless_us"] = round(sum(none), 3) if none else None
+
+
+def add_user_measured(rows, differs, agrees):
+    """Where both analyses correct a step: what the traced correction takes off (traced_correction_us),
+    and what it would take off measured: the kernel-only correction, for the same kernel events, plus
+    what the user tracepoints add to the step (traced_correction_measured_us); a differing row of one
+    mode says so."""
+    for r in rows:
+        ko, ko_c, tr_c = r["kernel_only_p50_us"], r["kernel_only_corrected_p50_us"], r["traced_corrected_p50_us"]
+        if r["verdict"] in (agrees, differs) and None not in (ko_c, tr_c, r["user_stretch_us"], r["traced_p50_us"]):
+            r["traced_correction_us"] = round(r["traced_p50_us"] - tr_c, 3)
+            r["traced_correction_measured_us"] = round(ko - ko_c + r["user_stretch_us"], 3)
+            one_mode = all(len((r.get(k) or {}).get("modes") or ()) <= 1 for k in ("kernel_only_modes", "traced_modes"))
+            if r["verdict"] == differs and r["verdict_on"] == "corrected" and one_mode:
+                r["why"] += (f"; the user tracepoints add {r['user_stretch_us']:.2f} us to the step (the traced "
+                             f"build's kernel-only run), so the traced correction would take off "
+                             f"{r['traced_correction_measured_us']:.2f} us")
+
+
+def render_case(c):
+    """The lines a case's stretches add under its heading."""
+    f = fmt
+    lines = []
+    if "user_stretch_path_us" in c:
+        lines.append(f"  user +: the traced build's kernel-only run {c['traced_build_case']} less this one, us (the "
+                     f"same kernel events; what the user tracepoints add): {f(c['user_stretch_path_us'])} over "
+                     f"K1..K11, {f(c['user_stretch_program_us'])} on the program's RTT p50")
+    if "kernel_stretch_path_us" in c:
+        lines.append(f"  kernel +: the kernel-only run {c['doubled_case']} with every kernel event recorded "
+                     f"twice less this one, us: {f(c['kernel_stretch_path_us'])} over K1..K11, "
+                     f"{f(c['kernel_stretch_program_us'])} on the program's RTT p50")
+        if c.get("kernel_stretch_per_event_ns") is not None:
+            rng = c["kernel_stretch_per_event_range_ns"]
+            lines.append(f"    {f(c['kernel_stretch_per_event_ns'], 0)} ns for each of the "
+                         f"{f(c['kernel_stretch_events_per_call'])} events a call the kernel-only analysis charges to "
+                         f"K1..K11" + (f"; by interval {rng[0]:.0f} to {rng[1]:.0f} ns an event" if rng else "")
+                         + (f"; {f(c['kernel_stretch_eventless_us'])} us in the intervals charged none"
+                            if c["kernel_stretch_eventless_us"] is not None else ""))
+    return lines
+
+
+def fmt(v, nd=2):
+    """A figure for a table: '-' where there is none."""
+    return "-" if v is None else f"{v:.{nd}f}" if isinstance(v, float) else str(v)

@@ -450,7 +450,8 @@ def crosscheck(ko_runs, traced_runs, rounds=None, traced_build_run=None, doubled
             "bound_by_both": len(both), "agree": sum(1 for r in both if r["verdict"] == AGREES),
             "agree_raw": within("diff_%"), "agree_corrected": within("corrected_diff_%"),
             "corrected_by_both": sum(1 for r in both if r["corrected_diff_%"] is not None),
-            "kernel_only_calls": target.get("calls")}
+            "kernel_only_calls": target.get("calls"),
+            "placement": {kind: crossstretch.placement(cases, kind) for kind in others}}
 
 
 def render(doc):
@@ -461,6 +462,7 @@ def render(doc):
              f"  {doc['agree']} of {doc['bound_by_both']} steps both bound agree (raw figures: {doc['agree_raw']} "
              f"within {doc['tolerance_%']:g} %; corrected: {doc['agree_corrected']} of the "
              f"{doc['corrected_by_both']} both correct)"]
+    lines += ["  " + ln for ln in crossstretch.render_placement(doc.get("placement") or {})]
     for c in doc["cases"]:
         stretch = [k for k in crossstretch.KINDS if f"{k}_stretch_path_us" in c]
         lines += ["", f"{c['transport'].upper()} {c['proc']} {c['size']} B (kernel-only {c['kernel_only_case']}, "

@@ -20,9 +20,14 @@ own intervals.
 """
 import statistics
 
+import numpy as np
+
+from rpcscope.tracepoints import SEGMENT_UNITS
 from rpcscope.tracepoints.targetsteps import kernel_steps
 
 _PATH = {k.id for k in kernel_steps() if k.rtp}      # K1..K11: one exchange's round trip, end to end
+# The intervals from a device's hand-off to the receiving device (K2, K8): the catalog's network unit.
+_NETWORK = {k.id for k in kernel_steps() if set(k.dce) & set(SEGMENT_UNITS.values())}
 
 # The extra runs: kind -> (the other run's name in the rows' and cases' fields)
 KINDS = {"user": "traced_build", "kernel": "doubled"}
@@ -79,6 +84,69 @@ def case_figures(case, rows, kind, other_summary):
         case["kernel_stretch_per_event_ns"] = round(1e3 * case["kernel_stretch_path_us"] / evs, 1) if evs else None
         case["kernel_stretch_per_event_range_ns"] = [min(per), max(per)] if per else None
         case["kernel_stretch_eventless_us"] = round(sum(none), 3) if none else None
+
+
+def placement(cases, kind):
+    """Where the stretch lands, over every single-exchange case's K1..K11 intervals but the network ones and
+    every round (KIND_stretch_rounds_us): least squares of an interval's stretch on what it is charged (kernel:
+    the kernel-only analysis's events a call; user: the traced build's user marks in its counterpart) and on its
+    time (the kernel-only median),
+
+        stretch = in place x charged + spread x time,
+
+    with the share of the variance each explains alone and both together (r2), and the network intervals'
+    stretch per charged event apart (their hand-off runs the receiver's input in the sender's context). None
+    without the stretch or with fewer than three points."""
+    charged = "events_per_call" if kind == "kernel" else "marks"
+    pts, net = [], []
+    for c in cases:
+        if c.get("exchanges_per_call", 1) > 1.05 or f"{kind}_stretch_path_us" not in c:
+            continue
+        for r in c["rows"]:
+            n, t = r.get(charged), r.get("kernel_only_p50_us")
+            if r["step"] not in _PATH or n is None or t is None:
+                continue
+            for x in r.get(f"{kind}_stretch_rounds_us") or ():
+                if x is not None:
+                    (net if r["step"] in _NETWORK else pts).append((float(n), t, x))
+    if len(pts) < 3:
+        return None
+    a = np.array(pts)
+    y = a[:, 2]
+    var = float(((y - y.mean()) ** 2).sum())
+
+    def fit(cols):
+        coef, *_ = np.linalg.lstsq(a[:, cols], y, rcond=None)
+        res = y - a[:, cols] @ coef
+        return coef, (1 - float((res ** 2).sum()) / var) if var else None
+
+    (in_place, spread), r2 = fit([0, 1])
+    per_net = [x / n for n, _, x in net if n]
+    return {"points": len(pts), "in_place_ns_per_charged": round(1e3 * float(in_place), 1),
+            "spread_per_us_of_time": round(float(spread), 4), "r2": _r(r2), "r2_charged_alone": _r(fit([0])[1]),
+            "r2_time_alone": _r(fit([1])[1]),
+            "network_ns_per_charged": round(1e3 * statistics.median(per_net), 1) if per_net else None,
+            "network_points": len(per_net)}
+
+
+def _r(v):
+    return None if v is None else round(v, 3)
+
+
+def render_placement(fits):
+    """The lines of the placement fits ({kind: placement's dict or None})."""
+    what = {"kernel": "kernel + (per kernel event the kernel-only analysis charges the interval)",
+            "user": "user + (per user mark in the interval's traced counterpart)"}
+    lines = []
+    for kind, p in fits.items():
+        if p:
+            lines.append(f"where {what[kind]} lands, over {p['points']} interval-rounds (K1..K11 less the network, "
+                         f"single-exchange cases): {p['in_place_ns_per_charged']:.0f} ns in place a charged one, "
+                         f"{100 * p['spread_per_us_of_time']:.1f} % of the interval's time spread (r2 {fmt(p['r2'])}; "
+                         f"in place alone {fmt(p['r2_charged_alone'])}, spread alone {fmt(p['r2_time_alone'])})"
+                         + (f"; the network intervals {p['network_ns_per_charged']:.0f} ns a charged one"
+                            if p["network_ns_per_charged"] is not None else ""))
+    return lines
 
 
 def add_user_measured(rows, differs, agrees):

@@ -4,6 +4,7 @@ each K step of each case beside its counterpart in the traced analysis (analysis
 from __future__ import annotations
 
 from rpcscope.analysis.crosscheck import AGREES, DIFFERS, crosscheck, kept_rounds
+from rpcscope.analysis.crossstretch import render_placement
 from rpcscope.output import UserError
 from rpcscope.rundir import RunDir
 
@@ -13,8 +14,8 @@ COLUMNS = ["case", "step", "traced counterpart", "kernel-only p50 µs", "traced 
            "kernel-only p50 over the rounds µs",
            "kernel-only corrected µs", "traced corrected µs", "corrected diff %",
            "user tracepoints add µs", "kernel events twice add µs", "verdict", "why"]
-LANDS_COLUMNS = ["case", "over K1..K11 µs", "on the program's p50 µs", "events a call in the intervals holding them",
-                 "in those intervals µs", "in those intervals per event ns", "in the intervals holding none µs"]
+LANDS_COLUMNS = ["case", "over K1..K11 µs", "on the program's p50 µs", "events charged a call", "per event ns",
+                 "per event, by interval ns", "in the intervals charged none µs"]
 PRICE_COLUMNS = ["case", "traced solve: user event ns", "traced solve: kernel event ns", "how it solved",
                  "kernel-only: kernel event ns", "traced probe effect µs", "user events on the path",
                  "kernel events on the path", "left a user event ns"]
@@ -110,17 +111,18 @@ def section(doc):
     lands = [{"case": f"{c['transport'].upper()} {c['size']} B",
               "over K1..K11 µs": _us(c["kernel_stretch_path_us"]),
               "on the program's p50 µs": _us(c.get("kernel_stretch_program_us")),
-              "events a call in the intervals holding them": _us(c.get("kernel_stretch_events_per_call")),
-              "in those intervals µs": _us(c.get("kernel_stretch_in_place_us")),
-              "in those intervals per event ns": _ns(c.get("kernel_stretch_in_place_per_event_ns")),
-              "in the intervals holding none µs": _us(c.get("kernel_stretch_elsewhere_us"))}
+              "events charged a call": _us(c.get("kernel_stretch_events_per_call")),
+              "per event ns": _ns(c.get("kernel_stretch_per_event_ns")),
+              "per event, by interval ns": "-" if not c.get("kernel_stretch_per_event_range_ns") else
+              "{:.0f} to {:.0f}".format(*c["kernel_stretch_per_event_range_ns"]),
+              "in the intervals charged none µs": _us(c.get("kernel_stretch_eventless_us"))}
              for c in doc["cases"] if c.get("kernel_stretch_path_us") is not None]
     if lands:
         s.items.append(
             "Where one more recording of the kernel events lands: the kernel-only run with every kernel event "
-            "recorded twice less the kernel-only run, over the intervals K1..K11, set apart into the intervals "
-            "that hold the kernel-only analysis's charged events and those that hold none "
-            "(analysis/crossstretch.py).")
+            "recorded twice less the kernel-only run, over the intervals K1..K11, per case, and per event the "
+            "kernel-only analysis charges them (analysis/crossstretch.py). "
+            + " ".join(ln[:1].upper() + ln[1:] + "." for ln in render_placement(doc.get("placement") or {})))
         s.items.append(Table("Cross-check: where a kernel event's recording lands", LANDS_COLUMNS, lands,
                              f"rpcscope crosscheck {doc['traced_run']} --json: cases[].kernel_stretch_*"))
     return s

@@ -21,7 +21,7 @@ import shutil
 import pytest
 from helpers import rpcscope, shared_testbed
 
-from rpcscope.analysis import crossprices
+from rpcscope.analysis import crossprices, crossstretch
 from rpcscope.analysis.crosscheck import AGREES, DIFFERS, NONE, OTHER, _modes, counterparts
 from rpcscope.tracepoints import SEGMENT_UNITS
 from rpcscope.tracepoints.targetsteps import kernel_steps
@@ -31,6 +31,7 @@ RECORDED = HERE / "fixtures" / "crosscheck-small"           # ko/ (run --target 
 FIXTURE = RECORDED / "ko"
 CALLS, WARMUP = 300, 30
 PATH = {k.id for k in kernel_steps() if k.rtp}
+NETWORK = {k.id for k in kernel_steps() if set(k.dce) & set(SEGMENT_UNITS.values())}
 
 
 def test_counterparts_come_from_the_catalog():
@@ -224,6 +225,10 @@ def test_crosscheck_on_a_reduced_pair(testbed, tmp_path):
     out = rpcscope("crosscheck", str(tr)).stdout
     assert "the kernel-only medians over the capture's 2 rounds" in out and "user +: the traced build's" in out, out
     assert "kernel +: the kernel-only run" in out and "events a call the kernel-only analysis charges" in out, out
+    # where the doubled recording lands over both cases' intervals and rounds: in place and spread, fitted
+    fit = doc["placement"]["kernel"]
+    assert fit["points"] == 2 * 2 * len(PATH - NETWORK) and fit["network_points"] == 2 * 2 * len(PATH & NETWORK), fit
+    assert "where kernel + (per kernel event" in out and "where user + (per user mark" in out, out
     two = json.loads(rpcscope("crosscheck", str(ko), str(tr), "--json").stdout)
     assert all(c["rounds"] is None and "kernel_only_rounds_p50_us" not in c["rows"][0]
                and "user_stretch_path_us" not in c and "kernel_stretch_path_us" not in c for c in two["cases"])
@@ -347,3 +352,28 @@ def check_table(ko, tr, calls, one=False):
     text = rpcscope("crosscheck", *argv).stdout
     assert text.count("UDP maxarg 0 B") == 1 and text.count("TCP maxarg 0 B") == 1, text
     assert "other interval: K1 begins at" in text, text
+
+
+def test_the_placement_fit_recovers_a_known_in_place_cost_and_spread():
+    """Stretches made as 300 ns a charged event plus 2 % of the interval's time, over two rounds, give
+    back 300 ns and 0.02 (r2 1); the network intervals are set apart (1100 ns a charged one), and a case
+    of two exchanges a call, whose path counts one exchange's events, is left out. Without points: None."""
+    def case(per_call, net_ns=1100.0):
+        rows = []
+        for i, k in enumerate(kernel_steps()):
+            n, t = (1.0 + i % 4, 2.0 + 0.7 * i)
+            s = (net_ns * n / 1e3) if k.id in NETWORK else 0.3 * n + 0.02 * t
+            rows.append({"step": k.id, "events_per_call": n, "kernel_only_p50_us": t,
+                         "kernel_stretch_rounds_us": [s, s + (0.5 if per_call > 1 else 0.0)]})
+        return {"exchanges_per_call": per_call, "kernel_stretch_path_us": 1.0, "rows": rows}
+
+    p = crossstretch.placement([case(1.0), case(2.0, net_ns=5000.0)], "kernel")
+    on_path = len(PATH - NETWORK)
+    assert p["points"] == 2 * on_path and p["network_points"] == 2 * len(NETWORK & PATH), p
+    assert p["in_place_ns_per_charged"] == pytest.approx(300.0, abs=0.5), p
+    assert p["spread_per_us_of_time"] == pytest.approx(0.02, abs=1e-4) and p["r2"] == pytest.approx(1.0), p
+    assert p["network_ns_per_charged"] == pytest.approx(1100.0, abs=0.5), p
+    assert crossstretch.placement([case(2.0)], "kernel") is None
+    assert crossstretch.placement([case(1.0)], "user") is None      # no user stretch in these cases
+    assert "300 ns in place a charged one, 2.0 % of the interval's time spread" in \
+        crossstretch.render_placement({"kernel": p})[0]

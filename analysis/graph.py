@@ -336,10 +336,16 @@ class Graph:
         return {"ts": int(self.pk_ts[origin]), "cpu": int(self.pk_cpu[origin]), "tid": int(self.pk_tid[origin]),
                 "dev": self._names[d] if d >= 0 else None, "hops": hops}
 
+    def _xmits(self, cpu, lo, hi, tids, same_host):
+        """The mask of the net_dev_xmits in [lo, hi] by one of tids on cpu's host (same_host) or on the others
+        (the merged view numbers each host's CPUs CPU_STRIDE apart)."""
+        host = self.pk_cpu // CPU_STRIDE == cpu // CPU_STRIDE
+        return (self.pk_kind == KIND["net_xmit"]) & (host if same_host else ~host) & \
+            (self.pk_ts >= lo) & (self.pk_ts <= hi) & np.isin(self.pk_tid, list(tids))
+
     def first_xmit_on_host(self, cpu, lo, hi, tids):
         """The time of the first net_dev_xmit in [lo, hi] by one of tids on cpu's host, or None."""
-        m = (self.pk_kind == KIND["net_xmit"]) & (self.pk_cpu // CPU_STRIDE == cpu // CPU_STRIDE) & \
-            (self.pk_ts >= lo) & (self.pk_ts <= hi) & np.isin(self.pk_tid, list(tids))
+        m = self._xmits(cpu, lo, hi, tids, True)
         return int(self.pk_ts[m].min()) if m.any() else None
 
     def copied_on_host(self, cpu, lo, hi, tids):
@@ -352,13 +358,11 @@ class Graph:
         return bool(m.any())
 
     def xmit_on_other_host(self, cpu, lo, hi, tids):
-        """The last net_dev_xmit in [lo, hi] by one of tids on a host other than cpu's (the merged view
-        numbers each host's CPUs CPU_STRIDE apart): dict(ts, cpu, tid, dev, hops) or None."""
+        """The last net_dev_xmit in [lo, hi] by one of tids on a host other than cpu's: dict(ts, cpu, tid, dev,
+        hops) or None."""
         if not self.several_hosts:
             return None
-        m = (self.pk_kind == KIND["net_xmit"]) & (self.pk_cpu // CPU_STRIDE != cpu // CPU_STRIDE) & \
-            (self.pk_ts >= lo) & (self.pk_ts <= hi) & np.isin(self.pk_tid, list(tids))
-        k = np.nonzero(m)[0]
+        k = np.nonzero(self._xmits(cpu, lo, hi, tids, False))[0]
         if not len(k):
             return None
         k = int(k[np.argmax(self.pk_ts[k])])

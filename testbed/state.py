@@ -33,43 +33,36 @@ def sshd_pid(name):
     return pid if pid and pid_alive(pid) else None
 
 
+def _parts(st):
+    """Every part of a recorded testbed, as (its name where it exists, what is said where it is missing, whether
+    it exists, whether its absence is a problem of its own): the bridge; each host's namespace, link and sshd
+    (a missing namespace takes its link and sshd with it, so only the namespace is said missing), or its
+    QEMU and tap."""
+    nss = set(netns_list())
+    yield f"bridge {st['bridge']}", f"bridge {st['bridge']} is missing", link_exists(st["bridge"]), True
+    for h in st["hosts"]:
+        name, peer = h["name"], h["peer_ifname"]
+        if vmhost.is_vm(h):
+            yield (f"the QEMU of {name}", f"the QEMU of VM host {name} is not running",
+                   bool(vmhost.qemu_pid(host_dir(name))), True)
+            yield f"link {peer}", f"tap {peer} of VM host {name} is missing", link_exists(peer), True
+            continue
+        ns = name in nss
+        yield f"namespace {name}", f"namespace {name} is missing", ns, True
+        yield f"link {peer}", f"link {peer} is missing", link_exists(peer), ns
+        yield f"sshd of {name}", f"sshd of {name} is not running", bool(sshd_pid(name)), ns
+
+
 def health(st):
     """What is wrong with a recorded testbed ([] when healthy)."""
-    problems = []
-    nss = set(netns_list())
-    if not link_exists(st["bridge"]):
-        problems.append(f"bridge {st['bridge']} is missing")
-    for h in st["hosts"]:
-        if vmhost.is_vm(h):
-            problems += vmhost.health(h, host_dir(h["name"]), link_exists)
-            continue
-        if h["name"] not in nss:
-            problems.append(f"namespace {h['name']} is missing")
-            continue
-        if not link_exists(h["peer_ifname"]):
-            problems.append(f"link {h['peer_ifname']} is missing")
-        if not sshd_pid(h["name"]):
-            problems.append(f"sshd of {h['name']} is not running")
+    problems = [missing for _, missing, there, counts in _parts(st) if counts and not there]
     if st["link"].get("loss_percent") and not nft_table_exists():
         problems.append(f"nft table {NFT_FAMILY} {NFT_TABLE} is missing")
     return problems
 
 
 def remains(st):
-    """What of a recorded testbed still exists on this machine: its bridge, its hosts' namespaces, sshds,
-    QEMUs and links. [] when the record outlived every part of it (the machine restarted under it, or the
+    """What of a recorded testbed still exists on this machine: its bridge, its hosts' namespaces, links,
+    sshds and QEMUs. [] when the record outlived every part of it (the machine restarted under it, or the
     record was copied to a machine without them): a record that `rpcscope testbed down` only clears."""
-    found = [f"bridge {st['bridge']}"] if link_exists(st["bridge"]) else []
-    nss = set(netns_list())
-    for h in st["hosts"]:
-        if vmhost.is_vm(h):
-            if vmhost.qemu_pid(host_dir(h["name"])):
-                found.append(f"the QEMU of {h['name']}")
-        else:
-            if h["name"] in nss:
-                found.append(f"namespace {h['name']}")
-            if sshd_pid(h["name"]):
-                found.append(f"sshd of {h['name']}")
-        if link_exists(h["peer_ifname"]):
-            found.append(f"link {h['peer_ifname']}")
-    return found
+    return [name for name, _, there, _ in _parts(st) if there]

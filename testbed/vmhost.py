@@ -228,15 +228,6 @@ def stop(pids, grace=5.0, alive=None):
             return
 
 
-def health(h, hdir, link_exists):
-    problems = []
-    if not qemu_pid(hdir):
-        problems.append(f"the QEMU of VM host {h['name']} is not running")
-    if not link_exists(h["peer_ifname"]):
-        problems.append(f"tap {h['peer_ifname']} of VM host {h['name']} is missing")
-    return problems
-
-
 def kind_label(h, st):
     return f"vm {st.get('vm', {}).get('acceleration', '?')}" if is_vm(h) else "netns"
 

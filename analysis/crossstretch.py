@@ -95,8 +95,9 @@ def placement(cases, kind):
         stretch = in place x charged + spread x time,
 
     with the share of the variance each explains alone and both together (r2), and the network intervals'
-    stretch per charged event apart (their hand-off runs the receiver's input in the sender's context). None
-    without the stretch or with fewer than three points."""
+    stretch per charged event apart: a hand-off holds the bridge's two hops (collectors/target.py), whose
+    events a capture without them in its device filter does not charge. None without the stretch or with
+    fewer than three points."""
     charged = "events_per_call" if kind == "kernel" else "marks"
     pts, net = [], []
     for c in cases:

@@ -301,7 +301,8 @@ class Sweeps:
         if kind in KERNEL_ONLY_KINDS:
             m.ko = target.KernelOnlyRecording([self.hosts[role]["ifname"] for role in ("client", "server")],
                                               tag=f"rpcscope-ko-{os.getpid()}-{index}",
-                                              copies=2 if kind == "kernelonly-doubled" else 1)
+                                              copies=2 if kind == "kernelonly-doubled" else 1,
+                                              hops=[self.hosts[role]["peer_ifname"] for role in ("client", "server")])
             m.ko.start()
             prefix = m.ko.holder()
         port = self.next_port()

@@ -9,7 +9,9 @@ namespace hosts share (one kernel: the two hosts' events are on one clock by con
               program starts under a shell that appends its own pid to the instance's set_event_pid
               before it execs, and options/event-fork adds every thread and child it makes
     net       net_dev_xmit and netif_receive_skb on the two hosts' interfaces, in any context (a
-              softirq runs in whichever task it interrupts, so no pid filter)
+              softirq runs in whichever task it interrupts, so no pid filter), and on the hops between
+              them (the bridge's side of each host's veth pair): those run the instance's probe whether
+              its device filter keeps them or not, so they are recorded, to be charged, never matched
 
 Beside the traces, a poller reads the programs' sockets from /proc while the calls run (fd -> inode ->
 the 4-tuple in /proc/PID/net/{tcp,udp}[6]), each sighting with its CLOCK_MONOTONIC time, which the
@@ -179,13 +181,16 @@ class KernelOnlyRecording:
     trace is the first pair's, the same as with one copy. How much each interval between two events
     grows is where one more recording of the kernel events lands (capture --kernel-only-doubled-runs)."""
 
-    def __init__(self, devices, extra_events=(), tag=None, copies=1):
+    def __init__(self, devices, extra_events=(), tag=None, copies=1, hops=()):
         tag = tag or f"rpcscope-target-{os.getpid()}"
         self.devices = list(devices)             # [the client host's interface, the server host's]
         events = program_events() + list(extra_events)
         self.progs_all = [ProgramRecorder(events, name=f"{tag}-p" + (f"{i + 1}" if i else ""))
                           for i in range(copies)]
-        self.net_all = [NetRecorder(list(NET) + [IDLE_SWITCH], self.devices, buffer_kb=BUFFER_KB,
+        # The net instance records the hops between the two hosts too (hops: the bridge's side of each
+        # host's veth pair): a packet's events there run the instance's probe whether its device filter
+        # keeps them or not, so they are recorded, and charged to the interval that holds them.
+        self.net_all = [NetRecorder(list(NET) + [IDLE_SWITCH], self.devices + list(hops), buffer_kb=BUFFER_KB,
                                     name=f"{tag}-n" + (f"{i + 1}" if i else ""), record_tgid=False,
                                     events_off_while_paused=True) for i in range(copies)]
         self.progs, self.net = self.progs_all[0], self.net_all[0]     # the analysed pair
@@ -430,8 +435,9 @@ def capture(target, pairs, proc, calls, warmup, out_dir, max_seconds=30.0, place
             raise UserError(f"{target} {t} {proc} {s}: {why}")
     ftrace.require()
     pl = systems.testbed_placement(placement)
-    roles = {h["role"]: h["ifname"] for h in systems.testbed.load_state()["hosts"]}
-    devices = [roles["client"], roles["server"]]
+    hosts = {h["role"]: h for h in systems.testbed.load_state()["hosts"]}
+    devices = [hosts["client"]["ifname"], hosts["server"]["ifname"]]
+    hops = [hosts[role]["peer_ifname"] for role in ("client", "server")]
     out_dir = pathlib.Path(out_dir)
     cases = []
     idle = IdlePolicy("poll")
@@ -446,15 +452,16 @@ def capture(target, pairs, proc, calls, warmup, out_dir, max_seconds=30.0, place
                     + f": {warmup} + {calls} calls, kernel events only"
                     + (f" and {len(probes)} uprobe(s)" if probes else ""))
                 (case_dir / "uprobes.json").write_text(json.dumps(up.record(), indent=1))
-                tc = _one_case(target, system, pl, devices, t, proc, s, calls, warmup, case_dir, max_seconds,
-                               up.events, (r, rounds))
+                tc = _one_case(target, system, pl, (devices, hops), t, proc, s, calls, warmup, case_dir,
+                               max_seconds, up.events, (r, rounds))
                 cases.append(tc)
     return cases
 
 
 def _one_case(target, system, pl, devices, transport, proc, size, calls, warmup, case_dir, max_seconds, extra=(),
               rnd=(1, 1)):
-    rec = KernelOnlyRecording(devices, extra)
+    """One case of a target run; devices: ([the client's interface, the server's], the hops between them)."""
+    rec = KernelOnlyRecording(devices[0], extra, hops=devices[1])
     client = None
     untraced = []
     argv = client_argv(system, pl, transport, proc, size, calls, warmup, max_seconds)

@@ -66,7 +66,8 @@ def add_rows(rows, kind, other_kept, other_rounds, ko_rounds, events=None):
 
 def case_figures(case, rows, kind, other_summary):
     """Add to a case the other run's case and program p50, and KIND_stretch over K1..K11 and on the
-    program's RTT p50; for kernel, the stretch of the intervals holding events and of those holding none."""
+    program's RTT p50; for kernel, the stretch per charged event over K1..K11, its range over the intervals,
+    and the stretch of the intervals charged none."""
     p50 = (other_summary or {}).get("program_p50_us")
     case[f"{KINDS[kind]}_case"] = (other_summary or {}).get("case")
     case[f"{KINDS[kind]}_program_p50_us"] = p50

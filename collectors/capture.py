@@ -36,7 +36,6 @@ from rpcscope.output import UserError
 from rpcscope.rundir import (
     KERNEL_ONLY_DOUBLED_RUN,
     KERNEL_ONLY_RUN,
-    KERNEL_ONLY_RUNS,
     KERNEL_ONLY_TRACED_RUN,
     MANIFEST_FORMAT,
     SWEEP_SETTLE_ROUNDS,
@@ -590,8 +589,8 @@ class Capture(RpcRuns, Tracing, Sweeps):
         for f in self.out.rglob("perf-*.fifo"):
             f.unlink(missing_ok=True)
         if not (self.manifest or {}).get("complete"):  # kernel-only runs are kept only with every one of them
-            for kind in KERNEL_ONLY_RUNS:
-                shutil.rmtree(self.rundir.path / kind, ignore_errors=True)
+            for d in self.rundir.kernel_only_runs():
+                shutil.rmtree(d, ignore_errors=True)
         for case in (self.manifest or {}).get("cases", []):
             if not case.get("complete"):           # interrupted before its round was kept: nothing to keep
                 self.discard(self.out / case["dir"])

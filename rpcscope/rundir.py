@@ -188,21 +188,9 @@ class RunDir:
         """The target run of a capture's kernel-only runs (capture --turns --kernel-only-runs)."""
         return self.path / KERNEL_ONLY_RUN
 
-    @property
-    def kernel_only_traced_run(self):
-        """The target run of a capture's kernel-only runs of the traced build, its user tracepoints
-        recording (capture --turns --kernel-only-runs)."""
-        return self.path / KERNEL_ONLY_TRACED_RUN
-
     def kernel_only_runs(self):
         """The capture's kernel-only target runs of every kind (KERNEL_ONLY_RUNS), there or not."""
         return [self.path / kind for kind in KERNEL_ONLY_RUNS]
-
-    @property
-    def kernel_only_doubled_run(self):
-        """The target run of a capture's kernel-only runs of the untraced build with every kernel event
-        recorded twice (capture --turns --kernel-only-runs --kernel-only-doubled-runs)."""
-        return self.path / KERNEL_ONLY_DOUBLED_RUN
 
     @property
     def kernelonly_json(self):

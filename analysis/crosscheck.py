@@ -32,10 +32,17 @@ to X's kernel_end). A step whose boundaries differ is in the table with its figu
 The quantities: each side's median over calls of the step's per-call time, raw, and probe-corrected
 where both sides correct it: the kernel-only step less its charged events at the kernel-only run's
 in-situ cost per event (analysis/kernelonly_probe.py), the traced step's corrected median
-(analysis/steps.py, the traced run's in-situ costs; a counterpart of one DCE step). The verdict is
-the corrected figures' where both are there, else the raw ones'. Raw, the two differ by their probes
-as well: each side's kernel events (other event sets, other costs per event) and the traced build's
-user tracepoints in the counterpart's steps, whose number the table gives (`marks`, the catalog's).
+(analysis/steps.py, the traced run's in-situ costs; a counterpart of one DCE step). The two rules
+differ: the traced one spreads the part of the call's probe effect its events do not take in place
+over every step by its time. So, where the capture measured where a kernel event's recording lands
+(--kernel-only-doubled-runs, analysis/crossstretch.py placement), both sides are also taken down by
+one shared price: each step less its own charged kernel events at the measured cost in place, and less
+the measured spread share of its own time (crossstretch.place; the traced side's kernel events are its
+charged tracepoints less its user marks, and a step with marks gets no shared figure). The verdict is on
+the shared figures where they are there, else the corrected ones where both are, else the raw ones.
+Raw, the two differ by their probes as well: each side's kernel events (other event sets, other costs
+per event) and the traced build's user tracepoints, in the counterpart's steps (`marks`, the
+catalog's) and whatever of their cost lands beyond them, which no shared figure takes out.
 Per case, the prices behind the two corrections (analysis/crossprices.py): the traced solve's per user and
 per kernel event, the kernel-only runs' per kernel event, and what the traced probe effect leaves per user
 event at the latter. Where both bound the same interval, each side's modes too (analysis/run.py
@@ -275,24 +282,51 @@ def _row(cp, ko_vals, parts, multi, summaries=()):
     elif not cp.same or row["why"]:
         row["verdict"] = OTHER
     else:
-        diff = row["diff_%"]
-        if row["corrected_diff_%"] is not None:
-            row["verdict_on"], diff = "corrected", row["corrected_diff_%"]
-        row["verdict"] = AGREES if diff is not None and abs(diff) <= TOLERANCE_PCT else DIFFERS
-        if row["verdict"] == DIFFERS and row["verdict_on"] == "corrected":
-            row["why"] = (f"raw {row['diff_%']:+.1f} %; the corrections take off "
-                          f"{row['kernel_only_p50_us'] - ko_c:.2f} us kernel-only (its events in the step at its "
-                          f"in-situ cost) and {row['traced_p50_us'] - tr_c:.2f} us traced (its events in place and "
-                          f"the step's share of the rest of the call's probe cost, analysis/steps.py)")
         if not cp.segments:
             row["kernel_only_modes"], row["traced_modes"] = _modes(ko_vals, ko), _modes(sums, tr)
-            several = [f"{side} {modes_label(m)}" for side, m in (("kernel-only", row["kernel_only_modes"]),
-                                                                  ("traced", row["traced_modes"]))
-                       if m and len(m["modes"]) > 1]
-            if several and row["verdict"] == DIFFERS:
-                row["why"] = (row["why"] + "; " if row["why"] else "") + \
-                    f"the calls fall in several modes ({'; '.join(several)}), and a median in either"
+            row["traced_kernel_events_per_call"] = _traced_kernel_events(cp, parts)
+        judge(row)
     return row
+
+
+def _traced_kernel_events(cp, parts):
+    """The kernel events the traced analysis charges a counterpart of one DCE step, a call (the median of
+    its runs' tracepoints_median, less the step's user marks), None for a sum of steps."""
+    if len(cp.rows) != 1:
+        return None
+    got = _median([r["tracepoints_median"] for *_, steps in parts for r in steps
+                   if r.get("step") == cp.rows[0] and r.get("tracepoints_median") is not None])
+    return None if got is None else max(0.0, got - _marks(cp.rows))
+
+
+def judge(row):
+    """The verdict of a row both bound the same way, on the figures that take out the most of the two
+    probes alike: at the shared price where the capture measured it (placed, analysis/crossstretch.py
+    place), else each side's own correction where both correct the step, else the raw ones; the reason a
+    differing row differs."""
+    on = ("placed" if row.get("placed_diff_%") is not None else
+          "corrected" if row["corrected_diff_%"] is not None else "raw")
+    diff = row[{"placed": "placed_diff_%", "corrected": "corrected_diff_%", "raw": "diff_%"}[on]]
+    row.update(verdict_on=on, verdict=AGREES if diff is not None and abs(diff) <= TOLERANCE_PCT else DIFFERS,
+               why="")
+    if row["verdict"] == AGREES:
+        return
+    if on == "placed":
+        row["why"] = (f"raw {row['diff_%']:+.1f} %; both sides less their charged kernel events at the shared price "
+                      f"take off {row['kernel_only_p50_us'] - row['kernel_only_placed_p50_us']:.2f} us kernel-only "
+                      f"and {row['traced_p50_us'] - row['traced_placed_p50_us']:.2f} us traced")
+    elif on == "corrected":
+        row["why"] = (f"raw {row['diff_%']:+.1f} %; the corrections take off "
+                      f"{row['kernel_only_p50_us'] - row['kernel_only_corrected_p50_us']:.2f} us kernel-only (its "
+                      f"events in the step at its in-situ cost) and "
+                      f"{row['traced_p50_us'] - row['traced_corrected_p50_us']:.2f} us traced (its events in place "
+                      f"and the step's share of the rest of the call's probe cost, analysis/steps.py)")
+    several = [f"{side} {modes_label(m)}" for side, m in (("kernel-only", row.get("kernel_only_modes")),
+                                                          ("traced", row.get("traced_modes")))
+               if m and len(m["modes"]) > 1]
+    if several:
+        row["why"] = (row["why"] + "; " if row["why"] else "") + \
+            f"the calls fall in several modes ({'; '.join(several)}), and a median in either"
 
 
 def _modes(vals_ns, p50_ns):
@@ -420,8 +454,6 @@ def crosscheck(ko_runs, traced_runs, rounds=None, traced_build_run=None, doubled
             events = {x["id"]: x.get("events_mean") for x in summaries[0]["steps"]} if kind == "kernel" else None
             crossstretch.add_rows(rows, kind, kept_other[kind][1] if kept_other[kind] else {}, runs.get(key, []),
                                   every.get(key, []), events)
-        if "user" in others:
-            crossstretch.add_user_measured(rows, DIFFERS, AGREES)
         rtts = [rtt for _, _, _, rtt, _ in tr[key]]
         cases.append({"transport": t, "proc": proc, "size": size, "kernel_only_case": summaries[0]["case"],
                       "traced_case": parts[0][2], "runs": {"kernel_only": len(summaries), "traced": len(parts)},
@@ -434,7 +466,15 @@ def crosscheck(ko_runs, traced_runs, rounds=None, traced_build_run=None, doubled
                       "prices": crossprices.case_prices(probes, parts[0][2], t, summaries), "rows": rows})
         for kind, got in kept_other.items():
             crossstretch.case_figures(cases[-1], rows, kind, got[0] if got else None)
+    fits = {kind: crossstretch.placement(cases, kind) for kind in others}
+    price = crossstretch.shared_price(fits.get("kernel"))
     both = [r for c in cases for r in c["rows"] if r["verdict"] in (AGREES, DIFFERS)]
+    for r in both:
+        crossstretch.place(r, price)
+        judge(r)
+    if "user" in others:
+        for c in cases:
+            crossstretch.add_user_measured(c["rows"], DIFFERS, AGREES)
 
     def within(key):
         return sum(1 for r in both if r[key] is not None and abs(r[key]) <= TOLERANCE_PCT)
@@ -444,14 +484,17 @@ def crosscheck(ko_runs, traced_runs, rounds=None, traced_build_run=None, doubled
                                    else "every round"),
             "traced_run": ",".join(map(str, traced_runs)), "kernel_only_runs": [str(r) for r in ko_runs],
             "traced_runs": [str(r) for r in traced_runs],
-            "quantity": "median over calls of the step's per-call time, raw and probe-corrected (the verdict on "
-                        "the corrected figures where both sides correct the step, else on the raw ones)",
+            "quantity": "median over calls of the step's per-call time, raw, probe-corrected by each side's own "
+                        "rule, and both less their charged kernel events at one shared price (the verdict on the "
+                        "shared price's figures where the capture measured it, else on the corrected figures "
+                        "where both sides correct the step, else on the raw ones)",
             "tolerance_%": TOLERANCE_PCT, "cases": cases, "unpaired": unpaired,
             "bound_by_both": len(both), "agree": sum(1 for r in both if r["verdict"] == AGREES),
             "agree_raw": within("diff_%"), "agree_corrected": within("corrected_diff_%"),
             "corrected_by_both": sum(1 for r in both if r["corrected_diff_%"] is not None),
-            "kernel_only_calls": target.get("calls"),
-            "placement": {kind: crossstretch.placement(cases, kind) for kind in others}}
+            "agree_placed": within("placed_diff_%"),
+            "placed_by_both": sum(1 for r in both if r["placed_diff_%"] is not None),
+            "shared_price": price, "kernel_only_calls": target.get("calls"), "placement": fits}
 
 
 def render(doc):
@@ -461,8 +504,11 @@ def render(doc):
              f"  {doc['quantity']}; verdict against {doc['tolerance_%']:g} % where both bound the same interval",
              f"  {doc['agree']} of {doc['bound_by_both']} steps both bound agree (raw figures: {doc['agree_raw']} "
              f"within {doc['tolerance_%']:g} %; corrected: {doc['agree_corrected']} of the "
-             f"{doc['corrected_by_both']} both correct)"]
+             f"{doc['corrected_by_both']} both correct; at the shared price: {doc['agree_placed']} of the "
+             f"{doc['placed_by_both']} it applies to)"]
     lines += ["  " + ln for ln in crossstretch.render_placement(doc.get("placement") or {})]
+    lines.append("  " + crossstretch.render_price(doc["shared_price"]))
+    placed = doc["placed_by_both"] > 0
     for c in doc["cases"]:
         stretch = [k for k in crossstretch.KINDS if f"{k}_stretch_path_us" in c]
         lines += ["", f"{c['transport'].upper()} {c['proc']} {c['size']} B (kernel-only {c['kernel_only_case']}, "
@@ -471,6 +517,7 @@ def render(doc):
                       f"build alone; traced RTT p50 {_f(c['traced_rtt_p50_us'], 1)} us",
                   f"  {'step':<4} {'traced counterpart':<22} {'kernel us':>9} {'traced us':>9} {'calls':>5} "
                   f"{'diff':>7} {'marks':>5} {'kernel corr':>11} {'traced corr':>11} {'diff':>7}"
+                  + (f" {'shared: kernel':>14} {'traced':>6} {'diff':>7}" if placed else "")
                   + "".join(f" {k + ' +':>8}" for k in stretch)
                   + (f" {'events':>6} {'ns/ev':>5}" if "kernel" in stretch else "") + "  verdict"]
         moves = [f"{r['step']} {min(v):.2f}-{max(v):.2f}" for r in c["rows"] if r["verdict"] in (AGREES, DIFFERS)
@@ -489,6 +536,8 @@ def render(doc):
                          f"{_f(r['traced_p50_us']):>9} {_f(r['traced_calls'] or None):>5} {diff:>7} "
                          f"{_f(r['marks'], 0):>5} {_f(r['kernel_only_corrected_p50_us']):>11} "
                          f"{_f(r['traced_corrected_p50_us']):>11} {cdiff:>7}"
+                         + (f" {_f(r.get('kernel_only_placed_p50_us')):>14} {_f(r.get('traced_placed_p50_us')):>6} "
+                            f"{_pctf(r.get('placed_diff_%')):>7}" if placed else "")
                          + "".join(f" {_f(r.get(k + '_stretch_us')):>8}" for k in stretch)
                          + (f" {_f(r.get('events_per_call')):>6} {_f(r.get('kernel_stretch_per_event_ns'), 0):>5}"
                             if "kernel" in stretch else "") + f"  {r['verdict']}"
@@ -521,15 +570,22 @@ from its tracepoints and kernel events, the same sizes and transports):
 
 Each K step is compared with its catalog counterpart (tracepoints/steps.toml [[target_steps]] dce): the
 per-call sum of its DCE steps (analysis/rpcs.jsonl.gz) or the traced path's network segment
-(analysis/rtp.json). Verdict: agrees / differs (against 10 %) where both bound the same interval, on the
-probe-corrected figures where both sides correct the step (kernel corr: less its recorded events at the
-kernel-only run's in-situ cost; traced corr: steps.json's corrected median), else on the raw ones; other
-interval (which boundary differs) or no counterpart otherwise. calls: the traced calls with every DCE step
+(analysis/rtp.json). Verdict: agrees / differs (against 10 %) where both bound the same interval; other
+interval (which boundary differs) or no counterpart otherwise. It is on the shared price's figures where the
+capture has --kernel-only-doubled-runs (shared: each side less its charged kernel events at the price the
+doubled runs measured, in place and as a share of its time: both record kernel events with tracefs, so one
+event costs both alike), else on each side's own correction where both correct the step (kernel corr: less
+its recorded events at the kernel-only run's in-situ cost; traced corr: steps.json's corrected median), else
+on the raw ones. calls: the traced calls with every DCE step
 of the counterpart measured (the median's sample). marks: the traced build's user tracepoints
 in the counterpart's DCE steps (the catalog's marks, each occurrence), its own probe on that step.
 probe prices (per case): the traced run's in-situ solve per user and per kernel event, the kernel-only runs'
 per kernel event, and the traced probe effect less its kernel events at that price, per user event.
 """
+
+
+def _pctf(v):
+    return "-" if v is None else f"{v:+.1f}%"
 
 
 def _runs(arg):

@@ -135,6 +135,38 @@ def _r(v):
     return None if v is None else round(v, 3)
 
 
+def shared_price(fit):
+    """The price both sides of the cross-check take a charged kernel event off at, from the kernel + fit
+    (placement("kernel")): {"in_place_ns", "spread", "r2"}, or {"why": ...} where the capture has no such
+    fit or its terms are not a cost (one below zero: the rounds moved more than the recording costs)."""
+    if not fit:
+        return {"why": "the capture has no kernel-only runs with every kernel event recorded twice "
+                       "(capture --kernel-only-doubled-runs)"}
+    if fit["in_place_ns_per_charged"] < 0 or fit["spread_per_us_of_time"] < 0:
+        return {"why": f"the doubled runs' fit gives {fit['in_place_ns_per_charged']:.0f} ns in place and "
+                       f"{100 * fit['spread_per_us_of_time']:.1f} % spread (r2 {fmt(fit['r2'])}), not a cost"}
+    return {"in_place_ns": fit["in_place_ns_per_charged"], "spread": fit["spread_per_us_of_time"], "r2": fit["r2"]}
+
+
+def place(row, price):
+    """Each side of a row less what its charged kernel events cost there at the shared price: their number
+    (the kernel-only analysis's events_per_call, the traced analysis's traced_kernel_events_per_call) in
+    place, and the spread share of the side's own time. Both record their kernel events with one tracer
+    (tracefs), so the same event costs both the same; the traced build's user tracepoints are charged where
+    they are (marks), and the rows both bound hold none. Sets kernel_only_placed_p50_us,
+    traced_placed_p50_us and placed_diff_% (None where a figure or the price is missing)."""
+    n_ko, n_tr = row.get("events_per_call"), row.get("traced_kernel_events_per_call")
+    ko, tr = row["kernel_only_p50_us"], row["traced_p50_us"]
+    out = {"kernel_only_placed_p50_us": None, "traced_placed_p50_us": None, "placed_diff_%": None}
+    if "in_place_ns" in price and None not in (n_ko, n_tr, ko, tr) and not row.get("marks"):
+        def less(t, n):
+            return round(t - n * price["in_place_ns"] / 1e3 - price["spread"] * t, 3)
+        a, b = less(ko, n_ko), less(tr, n_tr)
+        out = {"kernel_only_placed_p50_us": a, "traced_placed_p50_us": b,
+               "placed_diff_%": round(100 * (a - b) / b, 1) if b else None}
+    row.update(out)
+
+
 def render_placement(fits):
     """The lines of the placement fits ({kind: placement's dict or None})."""
     what = {"kernel": "kernel + (per kernel event the kernel-only analysis charges the interval)",
@@ -149,6 +181,14 @@ def render_placement(fits):
                          + (f"; the network intervals {p['network_ns_per_charged']:.0f} ns a charged one"
                             if p["network_ns_per_charged"] is not None else ""))
     return lines
+
+
+def render_price(price):
+    """The line of the shared price (shared_price's dict)."""
+    if "in_place_ns" not in price:
+        return f"shared price: none ({price['why']}); the verdict is on each side's own correction"
+    return (f"shared price: {price['in_place_ns']:.0f} ns a charged kernel event in place and "
+            f"{100 * price['spread']:.1f} % of the step's time (the doubled runs' fit above), taken off both sides")
 
 
 def add_user_measured(rows, differs, agrees):

@@ -18,10 +18,12 @@
    sum to the call's RTT.
 6. Count the recorded events each step holds (the probe's charge, analysis/kernelonly_probe.py): an
    event is charged to the step whose [begin, end) holds its timestamp (a tracer's cost comes after
-   the timestamp it takes), if it is the net instance's (it runs in whichever context) or the
-   program instance's on the step's thread: the client's for client steps, the server's for server
-   steps, the sender's for the network ones (a switch counts for the thread it switches in, a waking
-   for the thread it wakes).
+   the timestamp it takes), if it is the program instance's on the step's thread (the client's for
+   client steps, the server's for server steps, the sender's for the network ones; a switch counts for
+   the thread it switches in, a waking for the thread it wakes, wherever it ran), or the net
+   instance's recorded on the CPU the step ends on (its events run in whichever context is there; a
+   wake-up ends on the woken thread's CPU, while the rest of the softirq that woke it runs on the
+   waker's, beside it).
 7. Where a --uprobe function encloses the calls (the client's call function), give each call its edges
    KC1 and KC2 from the outermost such function (analysis/uprobesteps.py): the client's user space
    before its first send and after its last receive, which the kernel cannot see.
@@ -38,7 +40,7 @@ import statistics
 import types
 
 from rpcscope.output import UserError
-from rpcscope.rundir import TARGET_CASE_JSON, TARGET_EVENTS
+from rpcscope.rundir import TARGET_CASE_JSON, TARGET_EVENT_CPU, TARGET_EVENTS
 from rpcscope.tracepoints.targetsteps import by_id, on_path
 
 from . import uprobesteps
@@ -291,6 +293,19 @@ class Timeline:
             if name.startswith("syscalls:"):
                 self.running[tid].append(ts)
         self.net_all = sorted(ts for ts, *_ in net_events)
+        # The CPU each event was recorded on (a dump decoded without it has none: then a step is charged
+        # the net events of every CPU), by timestamp; a time two CPUs share names none.
+        self.cpu_at = {}
+        self.net_on = collections.defaultdict(list)      # cpu -> times of the net events recorded there
+        for ts, _name, _tid, f in (*prog_events, *net_events):
+            c = f.get(TARGET_EVENT_CPU)
+            if c is not None:
+                self.cpu_at[ts] = c if self.cpu_at.get(ts, c) == c else None
+        for ts, _name, _tid, f in net_events:
+            if f.get(TARGET_EVENT_CPU) is not None:
+                self.net_on[f[TARGET_EVENT_CPU]].append(ts)
+        for times in self.net_on.values():
+            times.sort()
         self.xmit = {r: ([], []) for r in devices}
         self.recv = {r: ([], []) for r in devices}
         role_of = {d: r for r, d in devices.items()}
@@ -309,14 +324,17 @@ class Timeline:
             times.sort()
 
     def charged(self, t, tids):
-        """Recorded events per step of boundaries t (the K steps' [t[k], t[k+1])), each step's program
-        events those of its thread in tids (one per step)."""
+        """Recorded events per step of boundaries t (the K steps' [t[k], t[k+1])): the program events of
+        its thread in tids (one per step; a waking that begins a wake-up counts, wherever it ran), and the
+        net events recorded on the CPU of the event that ends it (a wake-up ends on the woken thread's
+        CPU: the rest of the softirq that woke it runs beside it, on the waker's)."""
         out = {}
         for k, sid in enumerate(PATH_IDS):
             lo, hi = t[k], t[k + 1]
             mine = self.recorded.get(tids[k], ())
+            net = self.net_on.get(self.cpu_at.get(hi), ()) if self.cpu_at.get(hi) is not None else self.net_all
             out[sid] = (bisect.bisect_left(mine, hi) - bisect.bisect_left(mine, lo)
-                        + bisect.bisect_left(self.net_all, hi) - bisect.bisect_left(self.net_all, lo))
+                        + bisect.bisect_left(net, hi) - bisect.bisect_left(net, lo))
         return out
 
     @staticmethod

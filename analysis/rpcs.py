@@ -316,8 +316,9 @@ def _merge_rows(parts, offsets, n):
         row.occ_r = np.concatenate([x.occ_r + off for x, off in zip(pieces, offsets)])
         row.occ_b, row.occ_e, row.occ_cpu = (np.concatenate([getattr(x, a) for x in pieces])
                                              for a in ("occ_b", "occ_e", "occ_cpu"))
-        if pieces[0].charge_intervals is not None:
-            ci = [x.charge_intervals for x in pieces]
+        if any(x.charge_intervals is not None for x in pieces):
+            ci = [x.charge_intervals if x.charge_intervals is not None else
+                  (x.occ_r, x.occ_cpu, x.occ_b, x.occ_e, np.ones(len(x.occ_r))) for x in pieces]
             row.charge_intervals = (np.concatenate([c[0] + off for c, off in zip(ci, offsets)]),
                                     *(np.concatenate([c[i] for c in ci]) for i in range(1, 5)))
         del pieces

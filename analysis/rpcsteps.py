@@ -59,10 +59,12 @@ def _reasons(n, reason, where=None):
 
 
 def _put(ctx, name, occ=None, fail=None):
-    """Record a step for every RPC. occ: (r, begin, end, cpu) arrays of its occurrences in RPC then
-    time order; fail: per RPC the reason it is missing (None: none). An RPC with a reason is MISSING
-    with it, one with occurrences MEASURED, one with neither stays MISSING (settled at the end).
-    Rows the run's conditions rule out are left alone."""
+    """Record a step for every RPC. occ: (r, begin, end, cpu[, begin cpu]) arrays of its occurrences in
+    RPC then time order; fail: per RPC the reason it is missing (None: none). An RPC with a reason is
+    MISSING with it, one with occurrences MEASURED, one with neither stays MISSING (settled at the end).
+    Rows the run's conditions rule out are left alone. An occurrence is charged the events recorded on
+    its cpu in [begin, end) (rpcrows.py); with a begin cpu, where that is another CPU, also the event
+    that begins it there (a wake-up: the waking, on the waker's CPU, whose recording delays the wake)."""
     row, n = ctx.rows[name], ctx.n
     skip = row.status == NOT_APPLICABLE
     if fail is not None:
@@ -73,9 +75,7 @@ def _put(ctx, name, occ=None, fail=None):
         skip = skip | m
     if occ is None or not len(occ[0]):
         return
-    r, b, e, c = (np.asarray(a, np.int64) for a in occ)
-    keep = ~skip[r]
-    r, b, e, c = r[keep], b[keep], e[keep], c[keep]
+    r, b, e, c, *bc = (np.asarray(a, np.int64)[~skip[np.asarray(occ[0], np.int64)]] for a in occ)
     cnt = np.bincount(r, minlength=n)
     has = cnt > 0
     row.dur[has] = np.bincount(r, (e - b).astype(float), minlength=n)[has]
@@ -84,6 +84,11 @@ def _put(ctx, name, occ=None, fail=None):
     row.end[has] = e[_last_per(r, n)[has]]
     row.status[has] = MEASURED
     row.occ_r, row.occ_b, row.occ_e, row.occ_cpu = r, b, e, c
+    if bc:
+        o = (bc[0] != c) & (bc[0] >= 0)
+        row.charge_intervals = (np.concatenate([r, r[o]]), np.concatenate([c, bc[0][o]]),
+                                np.concatenate([b, b[o]]), np.concatenate([e, b[o] + 1]),
+                                np.ones(len(r) + int(o.sum())))
 
 
 def _sub(occ, m):
@@ -233,7 +238,7 @@ def _sleeps(ctx, qr, th, lo, hi, unmarked, unmarked_reason, none_reason, absent=
     for t, k in collections.Counter(th[w.inferred & before].tolist()).items():
         K.inferred[t] += k
     w.good = _is_none(w.reason)
-    w.resume = _sub((qr, w.wk.ts, w.sw_in.ts, K.cpu[w.sw_in.idx]), w.good)
+    w.resume = _sub((qr, w.wk.ts, w.sw_in.ts, K.cpu[w.sw_in.idx], K.cpu[w.wk.idx]), w.good)
     w.softirq = _sub((qr, w.sirq.ts, w.wk.ts, K.cpu[w.wk.idx]), w.good & w.sirq.found)
     return w, fail, before
 

@@ -45,7 +45,7 @@ import time
 
 from rpcscope.experiments import systems
 from rpcscope.output import UserError
-from rpcscope.rundir import TARGET_CASE_JSON, TARGET_EVENTS, TARGET_FORMAT
+from rpcscope.rundir import TARGET_CASE_JSON, TARGET_EVENT_CPU, TARGET_EVENTS, TARGET_FORMAT
 from rpcscope.tracepoints.targetsteps import by_id
 
 from . import ftrace, perf
@@ -558,7 +558,8 @@ def _decoder(fields):
 
 
 def read_dump(raw_dir):
-    """[(ts, event, tid, fields)] of one FtraceRecorder dump, in time order, and the events lost."""
+    """[(ts, event, tid, fields)] of one FtraceRecorder dump, in time order, and the events lost. Each
+    event's fields hold the CPU that recorded it (TARGET_EVENT_CPU)."""
     raw_dir = pathlib.Path(raw_dir)
     try:
         formats = json.loads((raw_dir / "formats.json").read_text())
@@ -567,11 +568,12 @@ def read_dump(raw_dir):
     by_id = {f["id"]: (name, _decoder(f["fields"])) for name, f in formats.items()}
     out, lost = [], 0
     for raw in sorted(raw_dir.glob("cpu*.raw")):
+        cpu = int(raw.stem[3:])
         events, n_lost, _ = ftrace.parse_cpu(raw.read_bytes(), by_id)
         lost += n_lost
         for ts, etype, d in events:
             name, dec = by_id[etype]
-            out.append((ts, name, struct.unpack_from("<i", d, 4)[0], dec(d)))
+            out.append((ts, name, struct.unpack_from("<i", d, 4)[0], {**dec(d), TARGET_EVENT_CPU: cpu}))
     out.sort(key=lambda e: e[0])
     return out, lost
 

@@ -4,7 +4,7 @@ each K step of each case beside its counterpart in the traced analysis (analysis
 from __future__ import annotations
 
 from rpcscope.analysis.crosscheck import AGREES, DIFFERS, crosscheck, kept_rounds
-from rpcscope.analysis.crossstretch import render_placement
+from rpcscope.analysis.crossstretch import render_placement, render_price
 from rpcscope.output import UserError
 from rpcscope.rundir import RunDir
 
@@ -13,6 +13,7 @@ from .objects import Section, Table
 COLUMNS = ["case", "step", "traced counterpart", "kernel-only p50 µs", "traced p50 µs", "diff %",
            "kernel-only p50 over the rounds µs",
            "kernel-only corrected µs", "traced corrected µs", "corrected diff %",
+           "kernel-only at the shared price µs", "traced at the shared price µs", "shared price diff %",
            "user tracepoints add µs", "kernel events twice add µs", "verdict", "why"]
 LANDS_COLUMNS = ["case", "over K1..K11 µs", "on the program's p50 µs", "events charged a call", "per event ns",
                  "per event, by interval ns", "in the intervals charged none µs"]
@@ -64,7 +65,9 @@ def section(doc):
         f"step. {doc['quantity'][:1].upper()}{doc['quantity'][1:]}. Of the {doc['bound_by_both']} steps both "
         f"bound the same way, "
         f"{doc['agree']} agree within {doc['tolerance_%']:g} %; on the raw figures {doc['agree_raw']} do, on the "
-        f"corrected ones {doc['agree_corrected']} of the {doc['corrected_by_both']} both correct. The other rows "
+        f"corrected ones {doc['agree_corrected']} of the {doc['corrected_by_both']} both correct, at the shared "
+        f"price {doc['agree_placed']} of the {doc['placed_by_both']} it applies to "
+        f"({render_price(doc['shared_price'])}). The other rows "
         f"bound another interval or have no counterpart, which their why column names. Beside each, the kernel-only "
         f"step's median in every round of the capture: how far runs apart would differ, which the turns take out; "
         f"and, where the capture recorded the traced build from kernel events alone too, how much longer the step "
@@ -81,6 +84,9 @@ def section(doc):
                          "kernel-only corrected µs": _us(r["kernel_only_corrected_p50_us"]),
                          "traced corrected µs": _us(r["traced_corrected_p50_us"]),
                          "corrected diff %": _pct(r["corrected_diff_%"]),
+                         "kernel-only at the shared price µs": _us(r.get("kernel_only_placed_p50_us")),
+                         "traced at the shared price µs": _us(r.get("traced_placed_p50_us")),
+                         "shared price diff %": _pct(r.get("placed_diff_%")),
                          "user tracepoints add µs": _us(r.get("user_stretch_us")),
                          "kernel events twice add µs": _us(r.get("kernel_stretch_us")),
                          "verdict": r["verdict"] + (f" ({r['verdict_on']})" if r["verdict"] in (AGREES, DIFFERS)

@@ -603,7 +603,7 @@ def build(d: RunData, calls=None, call_errors=None) -> Report:
             "model": bool(d.models), "rtp_measured": d.rtp is not None, "missing": d.missing, "rtt": []}
     if d.crosscheck:
         head["crosscheck"] = {k: d.crosscheck[k] for k in ("bound_by_both", "agree", "agree_raw", "agree_corrected",
-                                                           "corrected_by_both")}
+                                                           "corrected_by_both", "agree_placed", "placed_by_both")}
     for r in d.rtt:
         head["rtt"].append({"case": r["case"], "traced_p50_us": r["traced_rtt_median_us"],
                             "untraced_p50_us": r["untraced_p50_us"]})

@@ -83,6 +83,7 @@ TARGET_JSON = "target.json"
 TARGET_FORMAT = "rpcscope-target/1"
 TARGET_CASE_JSON = "case.json"               # in cases/ID/: the case and the client's own figures
 TARGET_EVENTS = "events.jsonl.gz"            # in cases/ID/programs/ and net/: the decoded kernel events
+TARGET_EVENT_CPU = "_cpu"                     # the field of a decoded event that holds the CPU that recorded it
 KERNELONLY_JSON = "kernelonly.json"          # in analysis/
 KERNELONLY_CSV = "kernelonly-calls.csv"      # in analysis/
 KERNELONLY_FORMAT = "rpcscope-kernelonly/1"

@@ -336,9 +336,12 @@ def check_table(ko, tr, calls, one=False):
                 for side in ("kernel_only_modes", "traced_modes"):
                     m = r[side]
                     assert m is not None and sum(x["share"] for x in m["modes"]) <= 1.0001, (label, side, m)
-                # on the corrected figures where both sides correct the step, else on the raw ones
-                assert r["verdict_on"] == ("corrected" if both else "raw"), label
-                d = r["corrected_diff_%"] if both else r["diff_%"]
+                # at the shared price where the capture measured it, else on the corrected figures where both
+                # sides correct the step, else on the raw ones
+                placed = r["placed_diff_%"] is not None
+                assert placed == ("in_place_ns" in doc["shared_price"] and r["events_per_call"] is not None), label
+                assert r["verdict_on"] == ("placed" if placed else "corrected" if both else "raw"), label
+                d = r["placed_diff_%"] if placed else r["corrected_diff_%"] if both else r["diff_%"]
                 assert (r["verdict"] == AGREES) == (d is not None and abs(d) <= doc["tolerance_%"]), label
             else:
                 assert r["why"], label        # named, not dropped
@@ -377,3 +380,28 @@ def test_the_placement_fit_recovers_a_known_in_place_cost_and_spread():
     assert crossstretch.placement([case(1.0)], "user") is None      # no user stretch in these cases
     assert "300 ns in place a charged one, 2.0 % of the interval's time spread" in \
         crossstretch.render_placement({"kernel": p})[0]
+
+
+
+def test_both_sides_take_their_charged_kernel_events_off_at_one_shared_price():
+    """The shared price is the doubled runs' placement fit (300 ns in place, 2 % of the time): each side of a
+    row less its own charged kernel events at it and 2 % of its own time; a fit with a term below zero, or no
+    fit, sets no price, and a row then gets no shared figures (its verdict falls back to the corrections)."""
+    fit = {"in_place_ns_per_charged": 300.0, "spread_per_us_of_time": 0.02, "r2": 0.9}
+    price = crossstretch.shared_price(fit)
+    assert price == {"in_place_ns": 300.0, "spread": 0.02, "r2": 0.9}
+    row = {"kernel_only_p50_us": 5.0, "traced_p50_us": 4.0, "events_per_call": 2.0,
+           "traced_kernel_events_per_call": 1.0, "marks": 0}
+    crossstretch.place(row, price)
+    assert row["kernel_only_placed_p50_us"] == pytest.approx(5.0 - 0.6 - 0.1)
+    assert row["traced_placed_p50_us"] == pytest.approx(4.0 - 0.3 - 0.08)
+    assert row["placed_diff_%"] == pytest.approx(100 * (4.3 - 3.62) / 3.62, abs=0.05)
+    for bad in (None, dict(fit, spread_per_us_of_time=-0.01), dict(fit, in_place_ns_per_charged=-5.0)):
+        none = crossstretch.shared_price(bad)
+        assert "in_place_ns" not in none and none["why"], bad
+        crossstretch.place(row, none)
+        assert row["placed_diff_%"] is None and row["traced_placed_p50_us"] is None
+        assert "the verdict is on each side's own correction" in crossstretch.render_price(none)
+    marked = dict(row, marks=3)                  # a step with user marks: not at the kernel price alone
+    crossstretch.place(marked, price)
+    assert marked["placed_diff_%"] is None

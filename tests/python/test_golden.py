@@ -55,6 +55,8 @@ def outputs(tmp_path_factory):
                    "rtt": report["summary"]["rtt"], "missing": report["summary"]["missing"],
                    "models_percent_error": {t: {z: r(e) for z, e in v.items()}
                                             for t, v in report["summary"]["models_percent_error"].items()}},
+        "wake_events": {f"{s['case']} {s['step']}": s.get("tracepoints_median") for s in steps["steps"]
+                        if s["step"] in ("S2", "C16") and s["status"] == "measured"},
     }
 
 
@@ -81,3 +83,10 @@ def test_the_golden_model_predicts_its_held_out_size(outputs):
         rows = {row[0]: row for row in outputs[f"model-{t}"]["rows"]}
         assert rows[8032][1] == "predicted" and rows[8032][3] and rows[8032][4] is not None
         assert [z for z, row in rows.items() if row[1] == "fitted"] == [0, 1392, 4016]
+
+
+def test_a_wake_up_is_charged_the_waking_that_begins_it(outputs):
+    """The server's and the client's wake-ups (S2, C16) run from the waking, recorded on the waker's CPU,
+    to the switch in on the woken thread's: each is charged that waking, whose recording delays the wake."""
+    got = outputs["wake_events"]
+    assert len(got) == 16 and all(n is not None and n >= 1 for n in got.values()), got

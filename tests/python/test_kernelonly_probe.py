@@ -8,9 +8,10 @@ import shutil
 
 import pytest
 
-from rpcscope.analysis.kernelonly import PATH_IDS, analyze_case
+from rpcscope.analysis.kernelonly import PATH_IDS, Timeline, analyze_case
 from rpcscope.analysis.kernelonly_out import first_screen, summarize
 from rpcscope.analysis.kernelonly_probe import CasePoint, corrected, costs, point
+from rpcscope.rundir import TARGET_EVENT_CPU
 
 CASE = pathlib.Path(__file__).parent / "fixtures" / "target-case-tcp-0"
 
@@ -84,3 +85,30 @@ def test_untraced_runs_give_the_correction(tmp_path):
     assert s["probe"]["corrected_rtt_p50_us"] < s["rtt_p50_us"]
     assert "probe effect    the program's p50" in first_screen(s)
     assert dataclasses.asdict(p)["untraced_p50s_us"] == rec["untraced_p50s_us"]
+
+
+def test_a_step_is_charged_the_net_events_of_the_cpu_it_ends_on():
+    """A wake-up (K4) begins at the server's waking on the waker's CPU and ends at its switch in on the
+    server's: it is charged the waking and the net events recorded on the server's CPU in between, not
+    those the rest of the softirq records beside it on the waker's. Events decoded without their CPU
+    (an older dump) charge every CPU's net events."""
+    client, server = 10, 20
+    k4 = PATH_IDS.index("K4")
+    t = [100 * i for i in range(len(PATH_IDS) + 1)]
+    lo, hi = t[k4], t[k4 + 1]
+    tids = [server] * len(PATH_IDS)
+
+    def ev(ts, event, tid, cpu, **f):
+        return (ts, event, tid, {**f, TARGET_EVENT_CPU: cpu} if cpu is not None else f)
+
+    def k4_events(with_cpu):
+        c = (lambda x: x) if with_cpu else (lambda x: None)
+        prog = [ev(lo, "sched:sched_waking", client, c(0), pid=server),
+                ev(hi, "sched:sched_switch", 0, c(1), next_pid=server, prev_pid=0)]
+        net = [ev(lo + 20, "net:netif_receive_skb", client, c(0), name="eth-s", skbaddr=1),
+               ev(lo + 40, "net:net_dev_xmit", client, c(0), name="eth-c", skbaddr=2),
+               ev(lo + 60, "net:netif_receive_skb", 0, c(1), name="eth-s", skbaddr=3)]
+        return Timeline(prog, net, {"client": "eth-c", "server": "eth-s"}).charged(t, tids)[PATH_IDS[k4]]
+
+    assert k4_events(True) == 2           # the waking, and the receive on the server's CPU
+    assert k4_events(False) == 4          # the waking, and every net event in the interval

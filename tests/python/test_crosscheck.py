@@ -376,7 +376,24 @@ def test_the_placement_fit_recovers_a_known_in_place_cost_and_spread():
     assert p["in_place_ns_per_charged"] == pytest.approx(300.0, abs=0.5), p
     assert p["spread_per_us_of_time"] == pytest.approx(0.02, abs=1e-4) and p["r2"] == pytest.approx(1.0), p
     assert p["network_ns_per_charged"] == pytest.approx(1100.0, abs=0.5), p
+    assert p["held_at_zero"] == []
     assert crossstretch.placement([case(2.0)], "kernel") is None
+    # Stretches that shrink with the interval's time: the free fit's spread is below zero, so it is held at
+    # zero and the cost in place fitted alone; a stretch that shrinks with both holds both at zero.
+    for r in (c := case(1.0))["rows"]:
+        n, t = r["events_per_call"], r["kernel_only_p50_us"]
+        r["kernel_stretch_rounds_us"] = [0.3 * n - 0.01 * t] * 2
+    held = crossstretch.placement([c], "kernel")
+    assert held["held_at_zero"] == ["spread"] and held["spread_per_us_of_time"] == 0.0, held
+    x = [(r["events_per_call"], r["kernel_only_p50_us"]) for r in c["rows"] if r["step"] in PATH - NETWORK]
+    alone = sum(n * (0.3 * n - 0.01 * t) for n, t in x) / sum(n * n for n, _ in x)
+    assert held["in_place_ns_per_charged"] == pytest.approx(1e3 * alone, abs=0.1), held
+    assert "spread held at zero: the free fit put it below" in crossstretch.render_placement({"kernel": held})[0]
+    for r in c["rows"]:
+        r["kernel_stretch_rounds_us"] = [-0.3 * r["events_per_call"] - 0.01 * r["kernel_only_p50_us"]] * 2
+    none = crossstretch.placement([c], "kernel")
+    assert none["held_at_zero"] == ["in place", "spread"] and none["in_place_ns_per_charged"] == 0.0, none
+    assert "in_place_ns" not in crossstretch.shared_price(none)
     assert crossstretch.placement([case(1.0)], "user") is None      # no user stretch in these cases
     assert "300 ns in place a charged one, 2.0 % of the interval's time spread" in \
         crossstretch.render_placement({"kernel": p})[0]
@@ -387,16 +404,17 @@ def test_both_sides_take_their_charged_kernel_events_off_at_one_shared_price():
     """The shared price is the doubled runs' placement fit (300 ns in place, 2 % of the time): each side of a
     row less its own charged kernel events at it and 2 % of its own time; a fit with a term below zero, or no
     fit, sets no price, and a row then gets no shared figures (its verdict falls back to the corrections)."""
-    fit = {"in_place_ns_per_charged": 300.0, "spread_per_us_of_time": 0.02, "r2": 0.9}
+    fit = {"in_place_ns_per_charged": 300.0, "spread_per_us_of_time": 0.02, "r2": 0.9, "held_at_zero": []}
     price = crossstretch.shared_price(fit)
     assert price == {"in_place_ns": 300.0, "spread": 0.02, "r2": 0.9}
+    assert crossstretch.shared_price(dict(fit, spread_per_us_of_time=0.0))["spread"] == 0.0
     row = {"kernel_only_p50_us": 5.0, "traced_p50_us": 4.0, "events_per_call": 2.0,
            "traced_kernel_events_per_call": 1.0, "marks": 0}
     crossstretch.place(row, price)
     assert row["kernel_only_placed_p50_us"] == pytest.approx(5.0 - 0.6 - 0.1)
     assert row["traced_placed_p50_us"] == pytest.approx(4.0 - 0.3 - 0.08)
     assert row["placed_diff_%"] == pytest.approx(100 * (4.3 - 3.62) / 3.62, abs=0.05)
-    for bad in (None, dict(fit, spread_per_us_of_time=-0.01), dict(fit, in_place_ns_per_charged=-5.0)):
+    for bad in (None, dict(fit, in_place_ns_per_charged=0.0)):
         none = crossstretch.shared_price(bad)
         assert "in_place_ns" not in none and none["why"], bad
         crossstretch.place(row, none)

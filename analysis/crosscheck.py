@@ -530,8 +530,7 @@ def render(doc):
         for line in crossstretch.render_case(c):
             lines.insert(-1, line)
         for r in c["rows"]:
-            diff = "-" if r["diff_%"] is None else f"{r['diff_%']:+.1f}%"
-            cdiff = "-" if r["corrected_diff_%"] is None else f"{r['corrected_diff_%']:+.1f}%"
+            diff, cdiff = _pctf(r["diff_%"]), _pctf(r["corrected_diff_%"])
             lines.append(f"  {r['step']:<4} {r['traced'][:22]:<22} {_f(r['kernel_only_p50_us']):>9} "
                          f"{_f(r['traced_p50_us']):>9} {_f(r['traced_calls'] or None):>5} {diff:>7} "
                          f"{_f(r['marks'], 0):>5} {_f(r['kernel_only_corrected_p50_us']):>11} "

@@ -301,15 +301,12 @@ class Timeline:
             c = f.get(TARGET_EVENT_CPU)
             if c is not None:
                 self.cpu_at[ts] = c if self.cpu_at.get(ts, c) == c else None
-        for ts, _name, _tid, f in net_events:
-            if f.get(TARGET_EVENT_CPU) is not None:
-                self.net_on[f[TARGET_EVENT_CPU]].append(ts)
-        for times in self.net_on.values():
-            times.sort()
         self.xmit = {r: ([], []) for r in devices}
         self.recv = {r: ([], []) for r in devices}
         role_of = {d: r for r, d in devices.items()}
         for ts, name, _tid, f in net_events:
+            if f.get(TARGET_EVENT_CPU) is not None:
+                self.net_on[f[TARGET_EVENT_CPU]].append(ts)
             if name == "sched:sched_switch":           # out of the idle task (collectors/target.py)
                 self.switch_in[f["next_pid"]].append(ts)
                 continue
@@ -320,7 +317,7 @@ class Timeline:
             if book is not None:
                 book[role][0].append(ts)
                 book[role][1].append(f.get("skbaddr"))
-        for times in self.switch_in.values():
+        for times in (*self.switch_in.values(), *self.net_on.values()):
             times.sort()
 
     def charged(self, t, tids):
@@ -332,7 +329,8 @@ class Timeline:
         for k, sid in enumerate(PATH_IDS):
             lo, hi = t[k], t[k + 1]
             mine = self.recorded.get(tids[k], ())
-            net = self.net_on.get(self.cpu_at.get(hi), ()) if self.cpu_at.get(hi) is not None else self.net_all
+            cpu = self.cpu_at.get(hi)
+            net = self.net_all if cpu is None else self.net_on.get(cpu, ())
             out[sid] = (bisect.bisect_left(mine, hi) - bisect.bisect_left(mine, lo)
                         + bisect.bisect_left(net, hi) - bisect.bisect_left(net, lo))
         return out

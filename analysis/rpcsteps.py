@@ -75,7 +75,8 @@ def _put(ctx, name, occ=None, fail=None):
         skip = skip | m
     if occ is None or not len(occ[0]):
         return
-    r, b, e, c, *bc = (np.asarray(a, np.int64)[~skip[np.asarray(occ[0], np.int64)]] for a in occ)
+    keep = ~skip[np.asarray(occ[0], np.int64)]
+    r, b, e, c, *bc = (np.asarray(a, np.int64)[keep] for a in occ)
     cnt = np.bincount(r, minlength=n)
     has = cnt > 0
     row.dur[has] = np.bincount(r, (e - b).astype(float), minlength=n)[has]

@@ -197,7 +197,10 @@ def test_capture_taking_turns_traces_every_call_of_its_turns(testbed, tmp_path):
         for pid in (c["pids"]["client"], c["pids"]["server"]):
             assert sum(by_pid[(e, pid)] for e in ("syscalls:sys_enter_sendto", "syscalls:sys_enter_sendmsg")) >= total
         dev = collections.Counter((e, d) for e, _, d in events if d)
-        assert dev[("net:net_dev_xmit", devs["client"])] == dev[("net:netif_receive_skb", devs["server"])] >= total
+        sent, received = dev[("net:net_dev_xmit", devs["client"])], dev[("net:netif_receive_skb", devs["server"])]
+        # Every call's packets lie inside a turn. A packet after a call's end (a TCP ACK) can cross the
+        # pause that ends a turn: recorded leaving the client, not arriving (or the reverse at a resume).
+        assert sent >= total and received >= total and abs(sent - received) <= traced, (sent, received, traced)
     res = analyze(out, write=False)
     for x in res["rtt"]:
         assert x["complete_rpcs"] >= 0.9 * x["rpcs"], (x["case"], x["incomplete_by_first_missing_step"])

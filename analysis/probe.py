@@ -245,15 +245,20 @@ def per_case_pending(run):
 
 
 def case_point(case):
-    """A case's calibration point (_point), or None; walked before any calibration exists. Its p50s are
-    the medians of each kind's rounds in the kept round's speed level (run.level_p50_ns), where every kind
-    has them: the events on the path come from the kept traced run, but how much they cost is a property
-    of the level, and one round's differences move by 1-3 % of the RTT (ust - untraced is 4-8 us)."""
+    """A case's calibration point (_point), or None; walked before any calibration exists.
+    Where the runs took turns (capture --turns), its p50s are the kept round's: the round whose traces
+    give the path and whose untraced run gives Measured (analysis/model_input.py). Its kinds took turns
+    through the same moments of the host, so their difference is the probe effect that round's path
+    holds; the rounds of one capture can alternate between regimes of the host whose probe effects
+    differ by 10-15 %, and a median over them would take off a probe effect the path never had.
+    Else its p50s are the medians of each kind's rounds in the kept round's speed level
+    (run.level_p50_ns), where every kind has them: the runs one after the other move by 1-3 % of the RTT
+    (ust - untraced is 4-8 us) from one round to the next."""
     p50 = {"untraced": case.meta["untraced"]["p50"], "traced": case.meta["traced"]["p50"]}
     if case.meta.get("ust_only"):
         p50["ust"] = case.meta["ust_only"]["p50"]
     level = {k: level_p50_ns(case.meta, k) for k in p50}
-    if all(v is not None for v in level.values()):
+    if not (case.meta.get("repeats") or {}).get("turns") and all(v is not None for v in level.values()):
         p50 = level
     point = _point(case, p50["untraced"], p50.get("ust"), p50["traced"], _rounds(case.meta))
     if point is not None:

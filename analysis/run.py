@@ -96,14 +96,13 @@ def traced_noise_pct(case_meta):
 
 
 def untraced_noise_pct(case_meta):
-    """How far Measured, the untraced figure of a case, moves between identical runs: half the spread of
-    the rounds it stands on, as % of its p50. Those are the rounds in the kept round's speed level where
-    LEVEL_MEDIAN_ROUNDS or more ran there (Measured is their median, level_p50_ns); else every round of
-    the case, for Measured is then the kept round's own p50, and how far one run moves is shown only by
-    all of them. Why: a capture that never settles keeps one or two rounds that agree within 3 % a size,
-    and their spread can say "Measured moves by a median 1.1 %" while the case's rounds spread by a
-    standard deviation of 9-11 %. Where the runs took turns (capture
-    --turns), every round is in the level, each p50 over the case's round factor (level_rounds_p50s)."""
+    """How far Measured, the untraced figure of a case (the kept round's p50), moves between identical
+    runs: half the spread of the rounds in the kept round's speed level, as % of its p50, where
+    LEVEL_MEDIAN_ROUNDS or more ran there; else of every round of the case, for how far one run moves
+    is then shown only by all of them. Why: a capture that never settles keeps one or two rounds that
+    agree within 3 % a size, and their spread can say "Measured moves by a median 1.1 %" while the
+    case's rounds spread by a standard deviation of 9-11 %. Where the runs took turns (capture --turns),
+    every round is in the level, each p50 over the case's round factor (level_rounds_p50s)."""
     p50s = level_rounds_p50s(case_meta, "untraced")
     if len(p50s) < LEVEL_MEDIAN_ROUNDS:
         p50s = (case_meta.get("repeats") or {}).get("untraced_p50_ns") or []
@@ -167,7 +166,7 @@ def other_path_counts(case_meta):
     {"client_sleeps", "server_sleeps", "client_ipis", "server_ipis"} (steps.json rtt[].other_path), or
     None where the capture did not count them. Untraced: the
     median of the rounds in the kept round's speed level where LEVEL_MEDIAN_ROUNDS or more ran there
-    (as Measured, level_p50_ns), else the kept round's; traced: the kept round's, whose traces give the
+    (level_p50_ns), else the kept round's; traced: the kept round's, whose traces give the
     step costs. A difference closer than SLEEPS_SAME_PATH or IPI_SAME_PATH counts 0, the same path:
     the traced run's own tracer threads add up to ~0.03 sleeps and ~0.1 interrupts a call, which no
     wake-up on the round trip pays."""

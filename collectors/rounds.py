@@ -240,19 +240,30 @@ def _probe_effects(p50s):
 
 
 def turns_kept_round(p50s):
-    """The round that lies nearest the middle of the rounds once the host's moments are taken out:
-    the least sum of |x - its median over the rounds| over every case's kinds, x = ln(p50 / the case's
-    factor in the round), and over every case, x = ln(the case's factor / the round's speed)
-    (case_factors, round_speeds): its kinds stand to each other, and its sizes to each other, as
-    in most rounds. Its traces are then scaled the least to the rounds' medians (the model's
-    traced_scale), and its sizes fit one line as the medians do. The earliest of equals.
-    p50s: {(case, kind): [p50 per round]}."""
+    """The round whose sizes stand to each other, in every kind, as in most rounds once the host's
+    moments are taken out: the least sum of |x - its median over the rounds|, x = for each case's kind
+    ln(p50 / the case's factor in the round) less its mean over the round's cases, and for each case
+    ln(the case's factor / the round's speed) (case_factors, round_speeds). Ties (a capture of one size)
+    go to the round whose kinds stand to each other as in most rounds (the same sum without the round's
+    mean taken out), then to the earliest.
+    Why the sizes against each other and not each size's probe effect against its own median: the
+    rounds of one capture can alternate between two regimes of the host in which every size's probe
+    effect is 10-15 % larger or smaller, and the round nearest every size's median can then lie between
+    them with its sizes 1-2 us apart from each other. Its traces give every size's step costs and
+    path, and the probe costs are solved within it (analysis/probe.py case_point), so what its sizes
+    share moves none of them against the others; what moves one size against the others is what the
+    model would take for a unit cost. p50s: {(case, kind): [p50 per round]}."""
     factors, speed = case_factors(p50s), round_speeds(p50s)
-    dev = [[math.log(x / f) for x, f in zip(v, factors[c])] for (c, _), v in p50s.items()]
-    dev += [[math.log(f / q) for f, q in zip(v, speed)] for v in factors.values()]
-    med = [statistics.median(v) for v in dev]
-    return min(range(len(speed)), key=lambda r: (round(sum(abs(v[r] - m) for v, m in zip(dev, med)), 9), r))
+    n = len(speed)
+    own = {key: [math.log(x / f) for x, f in zip(v, factors[key[0]])] for key, v in p50s.items()}
+    kinds = {k for _, k in p50s}
+    mean = {k: [statistics.mean(v[r] for (_, kk), v in own.items() if kk == k) for r in range(n)] for k in kinds}
+    shape = [[v[r] - mean[key[1]][r] for r in range(n)] for key, v in own.items()]
+    sizes = [[math.log(f / q) for f, q in zip(v, speed)] for v in factors.values()]
 
+    def score(devs, r):
+        return round(sum(abs(v[r] - statistics.median(v)) for v in devs), 9)
+    return min(range(n), key=lambda r: (score(shape + sizes, r), score(list(own.values()) + sizes, r), r))
 
 
 def turns_spread_pct(p50s):

@@ -378,8 +378,8 @@ class Sweeps:
     def turns_record(self, transport, cases, runs, n, seconds, ended="turns"):
         """({case id: (the kept round, every round)}, the sweeps' record) of a capture whose runs took
         turns (--turns), n rounds made (`ended`: "turns", or "capture deadline" where the deadline cut the
-        rounds asked for, MIN_TURNS_ROUNDS): the kept round (turns_kept_round: its kinds stand to each
-        other, and its sizes to each other, as in most rounds) gives every case its traces; every round is in its
+        rounds asked for, MIN_TURNS_ROUNDS): the kept round (turns_kept_round: its sizes stand to each
+        other, in every kind, as in most rounds) gives every case its traces; every round is in its
         "level", each round's p50s divided by the case's
         factor in the round (case_factors; analysis/run.py level_rounds_p50s). No extra sweeps: a round's kinds and
         sizes share the host's moments, so the rounds need not agree with one another."""
@@ -391,8 +391,8 @@ class Sweeps:
         turns = [x["turns"]["count"] for v in runs.values() for k in v.values() for x in k]
         record = {"rounds": n, "extra_rounds": 0, "kept_round": kept, "agreeing_rounds": every,
                   "settled": True, "agree_pct": SWEEP_AGREE_PCT,
-                  "kept": "one round for every size: the one whose kinds stand to each other, and whose sizes to "
-                          "each other, as in most rounds (the sizes and kinds of a round took turns)",
+                  "kept": "one round for every size: the one whose sizes stand to each other, in every kind, as in "
+                          "most rounds (the sizes and kinds of a round took turns)",
                   "level": None, "kept_by_case": {cid: kept for cid in by_case},
                   "kept_straddle_pct": {}, "distance_pct": [], "seconds": seconds, "ended": ended,
                   "rounds_asked": self.p.get("repeats", 1),

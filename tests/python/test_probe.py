@@ -4,6 +4,7 @@ import json
 import math
 import os
 import pathlib
+import statistics
 import time
 import types
 from types import SimpleNamespace
@@ -423,6 +424,11 @@ def test_a_points_differences_are_the_medians_of_its_level(monkeypatch):
     assert pt["p50_ns"] == {"untraced": 20_200, "ust": None, "both": 36_400}
     assert pt["d_total_ns"] == 16_200 and pt["d_user_ns"] is None
 
+    # Runs that took turns: the kept round's own, its kinds side by side through the same moments.
+    rep["agreeing_rounds"] = [0, 1, 2, 3, 4]
+    rep["turns"] = {"turn_calls": 20}
+    pt = probe.case_point(case)
+    assert pt["p50_ns"] == {"untraced": 20_000, "ust": None, "both": 36_000} and pt["d_total_ns"] == 16_000
 
 def test_with_no_settled_sweep_every_size_keeps_a_round_in_one_level():
     """A capture, UDP (us, untraced / user-only / traced per round): the level changed
@@ -610,7 +616,8 @@ def test_three_points_in_one_event_ratio_are_pooled_even_where_apart_predicts_be
 
 def test_runs_taking_turns_keep_the_round_whose_probe_effects_are_central():
     """capture --turns: one round for every size, the one whose runs lie nearest the rounds' middle once
-    each round's speed is taken out; a round the host slowed in every kind alike is no worse."""
+    each round's speed, and what its sizes share, are taken out; a round the host slowed in every kind
+    alike is no worse."""
     # ratios a: 1.5, 1.5, 1.65; b: 1.44, 1.4, 1.4. Round 1 is 30 % slower in every kind and at both
     # medians; round 0's b is 3 % off them, round 2's a 10 %.
     p50s = {("a", "untraced"): [20.0, 26.0, 20.0], ("a", "traced"): [30.0, 39.0, 33.0],
@@ -625,6 +632,30 @@ def test_runs_taking_turns_keep_the_round_whose_probe_effects_are_central():
     assert turns_kept_round(p50s) == 0
     assert turns_spread_pct({("a", "untraced"): [20.0], ("a", "traced"): [30.0]}) is None
     assert turns_kept_round({("a", "untraced"): [20.0, 21.0]}) == 0          # no other kind: the first
+
+
+def test_runs_taking_turns_keep_a_round_whose_sizes_stand_to_each_other_as_in_most():
+    """Rounds that alternate between two regimes of the host, every size's probe effect 12 % larger in
+    the odd ones, and a round 0 between them (6 %) whose sizes disagree: a 6 % up, b 6 % down. Round 0
+    lies nearest every size's median probe effect, yet its sizes stand to each other as in no other
+    round; the kept round is one of the others. With one size there are no sizes to set apart: the
+    round whose kinds stand to each other as in most rounds (its ratio at the median, 1 and 3: the
+    earliest)."""
+    u = {"a": 20.0, "b": 25.0, "c": 30.0}
+    regime = [1.06, 1.12, 1.0, 1.12, 1.0]
+    odd = {"a": 1.06, "b": 1 / 1.06, "c": 1.0}
+    p50s = {}
+    for c in u:
+        p50s[(c, "untraced")] = [u[c]] * 5
+        p50s[(c, "traced")] = [u[c] * 1.6 * g * (odd[c] if r == 0 else 1.0) for r, g in enumerate(regime)]
+    kept = turns_kept_round(p50s)
+    assert kept in (1, 2, 3, 4), kept
+    # b's and c's own median probe effect: round 0 is nearest it
+    for c in ("b", "c"):
+        logs = [math.log(t / x) for t, x in zip(p50s[(c, "traced")], p50s[(c, "untraced")])]
+        mid = statistics.median(logs)
+        assert min(range(5), key=lambda r: abs(logs[r] - mid)) == 0, c
+    assert turns_kept_round({k: v for k, v in p50s.items() if k[0] == "a"}) == 1
 
 
 def test_a_turn_buffer_holds_its_runs_events_within_bounds():

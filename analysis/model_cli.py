@@ -215,8 +215,24 @@ def verify_rows(pred, run_dir):
         err = M.percent_error(m, r["calculated_us"])
         rows.append({"size": r["size"], "predicted_us": r["calculated_us"], "measured_us": m, "spread_pct": spread,
                      "error_pct": err, "met": None if err is None else abs(err) <= M.PREDICT_GOAL_PCT})
+    _vs_null(rows, N.Link.from_json(pred["link"]))
     link = ((man.get("testbed") or {}).get("link") or {})
     return rows, link
+
+
+def _vs_null(rows, link):
+    """Each row's `vs_null_error_pct`: its % error once each side is taken over its own null call
+    (measured / measured at size 0 beside predicted / predicted at size 0), where the link adds no wire
+    time: a null call is then one small packet whatever the MTU, and what it measured against its
+    prediction is the host's speed between the model's capture and this one, not the model. None
+    elsewhere (a shaped link paces the null call too, or no null call on either side)."""
+    null = next((r for r in rows if r["size"] == 0 and r["measured_us"] and r["predicted_us"]), None)
+    for r in rows:
+        r["vs_null_error_pct"] = None
+        if link.kind != "none" or null is None or r is null or not r["measured_us"]:
+            continue
+        m, p = r["measured_us"] / null["measured_us"], r["predicted_us"] / null["predicted_us"]
+        r["vs_null_error_pct"] = M.percent_error(m, p)
 
 
 def cmd_verify(args):
@@ -243,11 +259,17 @@ def cmd_verify(args):
         return 0
     print(f"prediction: {args.prediction} ({pred['transport']} {pred['proc']}, {pred['link_described']})")
     print(f"capture:    {args.run}\n")
+    vs_null = any(r["vs_null_error_pct"] is not None for r in rows)
     table([{"size": r["size"], "predicted_us": _f(r["predicted_us"]), "measured_us": _f(r["measured_us"]),
             "spread_%": _f(r["spread_pct"], 1), "%error": _f(r["error_pct"]),
-            "met": "" if r["met"] is None else ("yes" if r["met"] else "NO")} for r in rows],
-          ["size", "predicted_us", "measured_us", "spread_%", "%error", "met"])
+            "met": "" if r["met"] is None else ("yes" if r["met"] else "NO"),
+            "%error_vs_null": _f(r["vs_null_error_pct"])} for r in rows],
+          ["size", "predicted_us", "measured_us", "spread_%", "%error", "met"]
+          + (["%error_vs_null"] if vs_null else []))
     print("% error = (measured - predicted) x 100 / measured; goal within 5 %")
+    if vs_null:
+        print("%error_vs_null: the same with each side over its own null call (size 0, one small packet at any MTU): "
+              "what is left once the host's speed between the two captures is taken out")
     for n in notes:
         print(f"note: {n}")
     return 0

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from rpcscope import ROOT
-from rpcscope.analysis import model as M, network as N, paper
+from rpcscope.analysis import model as M, model_cli, network as N, paper
 from rpcscope.analysis.model_input import observations
 from rpcscope.analysis.pathsim import BYTE_UNITS, CLASSES, UNIT_NAMES, Workload, call_path
 from rpcscope.tracepoints import STEPS, unit_of
@@ -324,6 +324,23 @@ def test_model_whatif_verify_commands(tmp_path):
     assert [r["size"] for r in rows] == [0, 1392, 4016, 8032] and all(abs(r["error_pct"]) < 1 for r in rows)
     p = rpcscope("verify", pred, run)
     assert p.returncode == 0 and "is not the prediction's" in p.stdout
+
+
+def test_verify_takes_the_hosts_speed_out_at_the_null_call():
+    """A capture whose host ran 30 % slower than the model's: every size misses by 23 % raw, none against
+    its own capture's null call, but the one the model got wrong (4016, 10 % longer still). A shaped link
+    paces the null call too: no such column there."""
+    pred = {0: 20.0, 1392: 25.0, 4016: 45.0, 8032: 60.0}
+    rows = [{"size": z, "predicted_us": p, "measured_us": p * 1.3 * (1.1 if z == 4016 else 1.0)}
+            for z, p in pred.items()]
+    model_cli._vs_null(rows, N.Link("none", None, 9000))
+    got = {r["size"]: r["vs_null_error_pct"] for r in rows}
+    assert got[0] is None and got[1392] == pytest.approx(0) and got[8032] == pytest.approx(0)
+    assert got[4016] == pytest.approx(100 * (1 - 1 / 1.1))
+    model_cli._vs_null(rows, N.Link("tbf", 10e6, 1500))
+    assert all(r["vs_null_error_pct"] is None for r in rows)
+    model_cli._vs_null(rows[1:], N.Link("none", None, 9000))        # no null call: nothing to set it by
+    assert all(r["vs_null_error_pct"] is None for r in rows[1:])
 
 
 @pytest.mark.parametrize("argv, expect", [

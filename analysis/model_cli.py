@@ -199,7 +199,21 @@ def cmd_whatif(args):
     return 0
 
 
-def verify_rows(pred, run_dir):
+def prediction_link(pred, path):
+    """The link a prediction file (rpcscope whatif --out) was made for, or a UserError naming what is wrong."""
+    if not isinstance(pred.get("link"), dict) or not isinstance(pred.get("rows"), list) or \
+            not all(isinstance(r, dict) and "size" in r and "calculated_us" in r for r in pred["rows"]) or \
+            not pred.get("transport") or not pred.get("proc"):
+        raise UserError(f"{path}: a prediction file needs its transport, proc, link and rows of size and "
+                        f"calculated_us (rpcscope whatif --out writes one)")
+    try:
+        return N.Link.from_json(pred["link"])
+    except (N.LinkError, TypeError, ValueError) as e:
+        raise UserError(f"{path}: its link is not usable ({e}); make the prediction again with rpcscope whatif") \
+            from None
+
+
+def verify_rows(pred, run_dir, want):
     try:
         man = json.loads(RunDir(run_dir).manifest_path.read_text())
     except FileNotFoundError:
@@ -215,7 +229,7 @@ def verify_rows(pred, run_dir):
         err = M.percent_error(m, r["calculated_us"])
         rows.append({"size": r["size"], "predicted_us": r["calculated_us"], "measured_us": m, "spread_pct": spread,
                      "error_pct": err, "met": None if err is None else abs(err) <= M.PREDICT_GOAL_PCT})
-    _vs_null(rows, N.Link.from_json(pred["link"]))
+    _vs_null(rows, want)
     link = ((man.get("testbed") or {}).get("link") or {})
     return rows, link
 
@@ -245,10 +259,10 @@ def cmd_verify(args):
     if not isinstance(pred, dict) or pred.get("format") != M.PREDICTION_FORMAT:
         raise UserError(f"{args.prediction}: not a prediction file of format {M.PREDICTION_FORMAT} "
                         f"(rpcscope whatif --out writes one)")
-    rows, link = verify_rows(pred, args.run)
+    want = prediction_link(pred, args.prediction)
+    rows, link = verify_rows(pred, args.run, want)
     if not any(r["measured_us"] for r in rows):
         raise UserError(f"{args.run}: no {pred['transport']} {pred['proc']} case at the predicted sizes")
-    want = N.Link.from_json(pred["link"])
     notes = []
     if (link.get("rate_bit") or None) != (want.rate_bps and int(want.rate_bps)) or \
             int(link.get("mtu") or 1500) != want.mtu:

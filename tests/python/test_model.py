@@ -354,12 +354,22 @@ def test_verify_takes_the_hosts_speed_out_at_the_null_call():
     (["whatif", "MODEL", "--link-rate", "fast"], "not a rate"),
     (["whatif", "MODEL", "--mtu", "10"], "MTU 10 is out of range"),
     (["verify", "MODEL", "RUN"], "not a prediction file"),
+    (["verify", "PRED:bogus-link", "RUN"], "its link is not usable (link kind 'bogus'"),
+    (["verify", "PRED:no-rows", "RUN"], "a prediction file needs its transport, proc, link and rows"),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, argv, expect):
     run = tmp_path / "run"
     write_run(run)
     assert rpcscope("model", run, "--transport", "udp").returncode == 0
-    argv = [str(run) if a == "RUN" else str(run / "analysis" / "model-udp.json") if a == "MODEL"
+    model = run / "analysis" / "model-udp.json"
+    pred = tmp_path / "p.json"
+    assert rpcscope("whatif", model, "--mtu", "9000", "--predict", "0,4016", "--out", pred).returncode == 0
+    good = json.loads(pred.read_text())
+    damaged = {"bogus-link": {**good, "link": {"kind": "bogus"}}, "no-rows": {**good, "rows": "none"}}
+    for name, doc in damaged.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    argv = [str(run) if a == "RUN" else str(model) if a == "MODEL"
+            else str(tmp_path / f"{a[5:]}.json") if a.startswith("PRED:")
             else a.replace("RUN/", f"{run}/") for a in argv]
     p = rpcscope(*argv)
     assert p.returncode == 2 and expect in p.stderr, p.stderr

@@ -7,6 +7,7 @@
     d.rtt              analysis/steps.json "rtt" rows
     d.models           {transport: (file name, model dict)} of analysis/model-TRANSPORT.json
                        (`rpcscope model RUN --transport T` writes one per transport)
+    d.verifications    {transport: document} of analysis/verify-TRANSPORT.json (`rpcscope verify PRED RUN`)
     d.rtp              analysis/rtp.json (dict) or None
     d.latency(case)    per-case latency samples / percentiles for the distribution figures
 
@@ -37,7 +38,7 @@ from rpcscope.rundir import (
 )
 from rpcscope.tracepoints import span_of
 
-from . import crosscheck_section
+from . import crosscheck_section, verify_section
 
 # "(analysis/clocksync.py)" or "(analysis/run.py path_shape; ...)" in a value an analysis module words
 CODE_PATH = re.compile(r"\s*\((?:[\w-]+/)+[\w-]+\.(?:py|c)\b[^()]*\)")
@@ -71,6 +72,7 @@ class RunData:
     per_rpc: dict = field(default_factory=dict)      # case id -> [traced RTT us] (the per-RPC table)
     per_rpc_source: str = ""
     crosscheck: dict | None = None                    # its kernel-only runs beside its steps (crosscheck_section)
+    verifications: dict = field(default_factory=dict)  # transport -> `rpcscope verify` document (verify_section)
 
     @property
     def probe(self):
@@ -293,7 +295,8 @@ def load(run, per_rpc=False):
     xc, why = crosscheck_section.load(path)
     if why:
         missing.append(why)
-    d = RunData(path, manifest, sj, None, rtp, missing, models=models, crosscheck=xc)
+    d = RunData(path, manifest, sj, None, rtp, missing, models=models, crosscheck=xc,
+                verifications=verify_section.load(path))
     if per_rpc:
         d.per_rpc, d.per_rpc_source = per_rpc_rtts(path)
     return d

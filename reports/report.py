@@ -17,7 +17,7 @@ from rpcscope.analysis.run import modes_label, path_shape, traced_noise_pct, unt
 from rpcscope.packets import request_body_bytes
 from rpcscope.tracepoints import SPLIT, STEPS, side_of, side_step, span_of, split_of
 
-from . import crosscheck_section, first_screen as FS, svg
+from . import crosscheck_section, first_screen as FS, svg, verify_section
 from .data import PCTS, RunData
 from .model_section import items as model_section_items, percent_errors
 from .objects import Figure, Report, Section, Table
@@ -599,6 +599,8 @@ def build(d: RunData, calls=None, call_errors=None) -> Report:
                 rtp_section(d, calls, call_errors), rtt_section(d), latency_section(d)]
     if d.crosscheck:
         sections.append(crosscheck_section.section(d.crosscheck))
+    if d.verifications:
+        sections.insert(3, verify_section.section(d.verifications))
     head = {"run": str(d.path), "cases": len(d.cases), "analysis": d.steps_json is not None,
             "model": bool(d.models), "rtp_measured": d.rtp is not None, "missing": d.missing, "rtt": []}
     if d.crosscheck:
@@ -609,6 +611,9 @@ def build(d: RunData, calls=None, call_errors=None) -> Report:
                             "untraced_p50_us": r["untraced_p50_us"]})
     if d.models:
         head["models_percent_error"] = {t: percent_errors(m) for t, (_, m) in d.models.items()}
+    if d.verifications:
+        head["verified_percent_error"] = {t: {r["size"]: r.get("error_pct") for r in v.get("rows") or []}
+                                          for t, v in d.verifications.items()}
     return Report(str(d.path), sections, head)
 
 

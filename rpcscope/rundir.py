@@ -23,6 +23,7 @@ Layout (format 1):
     analysis/probe.json             the in-situ probe calibration (analysis/probe.py)
     analysis/rtp.json               the round-trip path (`rpcscope rtp`)
     analysis/model-TRANSPORT.json   the RTT model of one transport (`rpcscope model`)
+    analysis/verify-TRANSPORT.json  a prediction set beside this run's measurement (`rpcscope verify`)
     analysis/cache/                 decoded trace columns
     kernelonly/                     with capture --turns --kernel-only-runs: the untraced build's runs
                                     recorded from kernel events alone, a target run of its own (below),
@@ -60,10 +61,11 @@ SUPPORTED_MANIFEST_FORMATS = (1,)
 # The outputs' identities: each file's "format" field.
 ROUNDS_FORMAT = "rpcscope-rounds/1"          # cases/ID/rounds.json
 RTP_FORMAT = "rpcscope-rtp/1"                # analysis/rtp.json
-PROBE_FORMAT = "rpcscope-probe/19"           # analysis/probe.json
+PROBE_FORMAT = "rpcscope-probe/20"           # analysis/probe.json
 MODEL_FORMAT = "rpcscope-model/2"            # analysis/model-TRANSPORT.json
 RPCS_FORMAT = "rpcscope-rpcs/1"              # analysis/rpcs.jsonl.gz (its first line)
 PREDICTION_FORMAT = "rpcscope-prediction/1"  # `rpcscope whatif --out`
+VERIFY_FORMAT = "rpcscope-verify/1"          # analysis/verify-TRANSPORT.json
 CLOCKMARK_FORMAT = "rpcscope-clockmarks/1"   # cases/ID/clock-ROLE.txt.gz (rpc/clockmark.h)
 
 MANIFEST = "manifest.json"
@@ -97,6 +99,11 @@ KERNEL_ONLY_RUNS = (KERNEL_ONLY_RUN, KERNEL_ONLY_TRACED_RUN, KERNEL_ONLY_DOUBLED
 def model_name(transport):
     """The model file of one transport, in analysis/."""
     return f"model-{transport}.json"
+
+
+def verify_name(transport):
+    """The verification file of one transport, in analysis/."""
+    return f"verify-{transport}.json"
 
 
 class ManifestError(Exception):
@@ -173,6 +180,13 @@ class RunDir:
     def model_jsons(self):
         """The model files there are, in name order."""
         return sorted(self.analysis.glob(model_name("*")))
+
+    def verify_json(self, transport):
+        return self.analysis / verify_name(transport)
+
+    def verify_jsons(self):
+        """The verification files there are, in name order."""
+        return sorted(self.analysis.glob(verify_name("*")))
 
     # a target's run
     @property

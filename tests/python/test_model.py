@@ -13,6 +13,7 @@ from rpcscope import ROOT
 from rpcscope.analysis import model as M, model_cli, network as N, paper
 from rpcscope.analysis.model_input import observations
 from rpcscope.analysis.pathsim import BYTE_UNITS, CLASSES, UNIT_NAMES, Workload, call_path
+from rpcscope.reports import verify_section
 from rpcscope.tracepoints import STEPS, unit_of
 
 TRUTH = {"call": 9.0, "send": 2.5, "packet": 1.7, "receive": 2.2, "wakeup": 3.9, "ack": 0.8,
@@ -322,6 +323,15 @@ def test_model_whatif_verify_commands(tmp_path):
     assert p.returncode == 0, p.stderr
     rows = json.loads(p.stdout)["rows"]
     assert [r["size"] for r in rows] == [0, 1392, 4016, 8032] and all(abs(r["error_pct"]) < 1 for r in rows)
+    # ... written beside the run, and shown in its report
+    saved = json.loads((shaped / "analysis" / "verify-udp.json").read_text())
+    assert saved["format"] == "rpcscope-verify/1" and [r["size"] for r in saved["rows"]] == [0, 1392, 4016, 8032]
+    assert [r["error_pct"] for r in saved["rows"]] == pytest.approx([r["error_pct"] for r in rows], abs=1e-3)
+    docs = verify_section.load(shaped)
+    sec = verify_section.section(docs)
+    assert list(docs) == ["udp"] and sec.title == "The model's prediction beside this run (rpcscope verify)"
+    tab = next(x for x in sec.items if hasattr(x, "rows"))
+    assert [r["size"] for r in tab.rows] == [0, 1392, 4016, 8032] and "analysis/verify-udp.json" in tab.source
     p = rpcscope("verify", pred, run)
     assert p.returncode == 0 and "is not the prediction's" in p.stdout
 

@@ -124,18 +124,19 @@ def placement(cases, kind):
         return coef, (1 - float((res ** 2).sum()) / var) if var else None
 
     (in_place, spread), r2 = fit([0, 1])
+    charged_alone, time_alone = fit([0]), fit([1])
     held = []
     if min(in_place, spread) < 0:
         # The best fit with both terms at or above zero: one of them held at zero, the other fitted alone
         # (of the two, the feasible one that explains more).
-        alone = [(k, c[0], r) for k, (c, r) in ((0, fit([0])), (1, fit([1]))) if c[0] >= 0]
+        alone = [(k, c[0], r) for k, (c, r) in ((0, charged_alone), (1, time_alone)) if c[0] >= 0]
         k, c, r2 = max(alone, key=lambda x: x[2] if x[2] is not None else -1.0) if alone else (None, 0.0, 0.0)
         in_place, spread = (c, 0.0) if k == 0 else (0.0, c) if k == 1 else (0.0, 0.0)
         held = ["in place", "spread"] if k is None else ["spread"] if k == 0 else ["in place"]
     per_net = [x / n for n, _, x in net if n]
     return {"points": len(pts), "in_place_ns_per_charged": round(1e3 * float(in_place), 1),
             "spread_per_us_of_time": round(float(spread), 4), "held_at_zero": held, "r2": _r(r2),
-            "r2_charged_alone": _r(fit([0])[1]), "r2_time_alone": _r(fit([1])[1]),
+            "r2_charged_alone": _r(charged_alone[1]), "r2_time_alone": _r(time_alone[1]),
             "network_ns_per_charged": round(1e3 * statistics.median(per_net), 1) if per_net else None,
             "network_points": len(per_net)}
 

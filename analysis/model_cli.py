@@ -252,6 +252,17 @@ def _vs_null(rows, link):
         r["vs_null_error_pct"] = M.percent_error(m, p)
 
 
+VERIFY_COLUMNS = ["size", "predicted_us", "measured_us", "spread_%", "%error", "met", "%error_vs_null"]
+
+
+def verify_table_rows(rows):
+    """verify_rows' rows as printed, by `rpcscope verify` and by the report (reports/verify_section.py)."""
+    return [{"size": r.get("size"), "predicted_us": _f(r.get("predicted_us")), "measured_us": _f(r.get("measured_us")),
+             "spread_%": _f(r.get("spread_pct"), 1), "%error": _f(r.get("error_pct")),
+             "met": "" if r.get("met") is None else ("yes" if r["met"] else "NO"),
+             "%error_vs_null": _f(r.get("vs_null_error_pct"))} for r in rows if isinstance(r, dict)]
+
+
 def cmd_verify(args):
     try:
         pred = json.loads(Path(args.prediction).read_text())
@@ -286,12 +297,7 @@ def cmd_verify(args):
     print(f"prediction: {args.prediction} ({pred['transport']} {pred['proc']}, {pred['link_described']})")
     print(f"capture:    {args.run}\n")
     vs_null = any(r["vs_null_error_pct"] is not None for r in rows)
-    table([{"size": r["size"], "predicted_us": _f(r["predicted_us"]), "measured_us": _f(r["measured_us"]),
-            "spread_%": _f(r["spread_pct"], 1), "%error": _f(r["error_pct"]),
-            "met": "" if r["met"] is None else ("yes" if r["met"] else "NO"),
-            "%error_vs_null": _f(r["vs_null_error_pct"])} for r in rows],
-          ["size", "predicted_us", "measured_us", "spread_%", "%error", "met"]
-          + (["%error_vs_null"] if vs_null else []))
+    table(verify_table_rows(rows), VERIFY_COLUMNS if vs_null else VERIFY_COLUMNS[:-1])
     print("% error = (measured - predicted) x 100 / measured; goal within 5 %")
     if vs_null:
         print("%error_vs_null: the same with each side over its own null call (size 0, one small packet at any MTU): "

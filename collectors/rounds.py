@@ -260,10 +260,12 @@ def turns_kept_round(p50s):
     mean = {k: [statistics.mean(v[r] for (_, kk), v in own.items() if kk == k) for r in range(n)] for k in kinds}
     shape = [[v[r] - mean[key[1]][r] for r in range(n)] for key, v in own.items()]
     sizes = [[math.log(f / q) for f, q in zip(v, speed)] for v in factors.values()]
+    by_shape = [(v, statistics.median(v)) for v in shape + sizes]
+    by_kinds = [(v, statistics.median(v)) for v in [*own.values(), *sizes]]
 
     def score(devs, r):
-        return round(sum(abs(v[r] - statistics.median(v)) for v in devs), 9)
-    return min(range(n), key=lambda r: (score(shape + sizes, r), score(list(own.values()) + sizes, r), r))
+        return round(sum(abs(v[r] - m) for v, m in devs), 9)
+    return min(range(n), key=lambda r: (score(by_shape, r), score(by_kinds, r), r))
 
 
 def turns_spread_pct(p50s):

@@ -595,12 +595,12 @@ def latency_section(d: RunData):
 def build(d: RunData, calls=None, call_errors=None) -> Report:
     """The report of one run. calls: {case id: export.Exported} of the example calls exported beside
     it (analysis/export.py export_examples), linked under the round-trip-path diagrams."""
-    sections = [first_screen_section(d), summary_section(d), model_section(d), steps_section(d),
-                rtp_section(d, calls, call_errors), rtt_section(d), latency_section(d)]
+    sections = [first_screen_section(d), summary_section(d), model_section(d)]
+    if d.verifications:
+        sections.append(verify_section.section(d.verifications))
+    sections += [steps_section(d), rtp_section(d, calls, call_errors), rtt_section(d), latency_section(d)]
     if d.crosscheck:
         sections.append(crosscheck_section.section(d.crosscheck))
-    if d.verifications:
-        sections.insert(3, verify_section.section(d.verifications))
     head = {"run": str(d.path), "cases": len(d.cases), "analysis": d.steps_json is not None,
             "model": bool(d.models), "rtp_measured": d.rtp is not None, "missing": d.missing, "rtt": []}
     if d.crosscheck:

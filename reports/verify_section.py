@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 
+from rpcscope.analysis.model_cli import VERIFY_COLUMNS, verify_table_rows
 from rpcscope.rundir import VERIFY_FORMAT, RunDir
 
 from .objects import Section, Table
-
-COLUMNS = ["size", "predicted_us", "measured_us", "spread_%", "%error", "met", "%error_vs_null"]
 
 
 def load(path):
@@ -26,17 +25,6 @@ def load(path):
     return out
 
 
-def _f(v, nd=2):
-    return "" if v is None else f"{v:.{nd}f}"
-
-
-def rows(doc):
-    return [{"size": r.get("size"), "predicted_us": _f(r.get("predicted_us")), "measured_us": _f(r.get("measured_us")),
-             "spread_%": _f(r.get("spread_pct"), 1), "%error": _f(r.get("error_pct")),
-             "met": "" if r.get("met") is None else ("yes" if r["met"] else "NO"),
-             "%error_vs_null": _f(r.get("vs_null_error_pct"))} for r in doc.get("rows") or [] if isinstance(r, dict)]
-
-
 def section(docs):
     """The section for {transport: verification document}."""
     s = Section("The model's prediction beside this run (rpcscope verify)", folded=False)
@@ -46,7 +34,8 @@ def section(docs):
                    "each side over its own null call, which takes out the host's speed between the two captures.")
     for t, d in sorted(docs.items()):
         source = f"analysis/verify-{t}.json (from {d.get('prediction')}, a model of {d.get('model_source')})"
-        s.items.append(Table(f"{t.upper()} {d.get('proc')}: {d.get('link_described')}", COLUMNS, rows(d), source))
+        s.items.append(Table(f"{t.upper()} {d.get('proc')}: {d.get('link_described')}", VERIFY_COLUMNS,
+                             verify_table_rows(d.get("rows") or []), source))
         for n in d.get("notes") or []:
             s.items.append(f"Note: {n}.")
     return s

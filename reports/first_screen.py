@@ -133,7 +133,7 @@ def views(d):
     """One TransportView per transport with a measured path (analysis/rtp.json) or a model file."""
     manifest = {c.get("id"): c for c in d.cases}
     rtp_cases = (d.rtp or {}).get("cases") or []
-    transports = list(dict.fromkeys([c.get("transport") for c in rtp_cases] + list(d.models)))
+    transports = list(dict.fromkeys([c.get("transport") for c in rtp_cases if c.get("transport")] + list(d.models)))
     out = []
     for t in transports:
         fname, model = d.models.get(t, ("", None))

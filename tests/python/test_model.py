@@ -332,6 +332,10 @@ def test_model_whatif_verify_commands(tmp_path):
     assert list(docs) == ["udp"] and sec.title == "The model's prediction beside this run (rpcscope verify)"
     tab = next(x for x in sec.items if hasattr(x, "rows"))
     assert [r["size"] for r in tab.rows] == [0, 1392, 4016, 8032] and "analysis/verify-udp.json" in tab.source
+    # ... and the report of that run, whose round-trip path names no transport, has it (no traceback)
+    p = rpcscope("report", shaped, "--no-calls")
+    assert p.returncode == 0, p.stderr
+    assert sec.title in (shaped / "report" / "report.md").read_text()
     p = rpcscope("verify", pred, run)
     assert p.returncode == 0 and "is not the prediction's" in p.stdout
 
